@@ -1,0 +1,195 @@
+"""The domain model the planner decides on: groups, pods, demands and the plan.
+
+All amounts are exact `Resources` (millicores, bytes, 1/10000 units). Everything here is
+plain data: the activities fill a `ClusterSnapshot`, `plan()` turns it into a `Plan`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workflows.resources import GIB, Resources
+
+HEAD_GROUP = "headgroup"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class IpprLimits(_Frozen):
+    """A group's in-place resize limits, from the `ray.io/ippr` annotation."""
+
+    max_cpu: int = Field(description="millicores")
+    max_memory: int = Field(description="bytes")
+    resize_timeout_s: int
+
+
+class GroupSpec(_Frozen):
+    """One Ray group (worker group or the head group) as the planner needs it."""
+
+    name: str
+    resources: Resources = Field(description="Ray resources of a new pod (template size)")
+    min_workers: int = 0
+    max_workers: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    ippr: IpprLimits | None = None
+    is_head: bool = False
+
+
+class PodPhase(StrEnum):
+    RUNNING = "running"  # the Raylet is registered
+    PENDING = "pending"  # launched, no Raylet yet
+
+
+class ResizeState(StrEnum):
+    IN_PROGRESS = "in_progress"
+    DEFERRED = "deferred"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+    TIMED_OUT = "timed_out"
+
+    @property
+    def in_flight(self) -> bool:
+        return self in (ResizeState.IN_PROGRESS, ResizeState.DEFERRED, ResizeState.INFEASIBLE)
+
+
+class PodResize(_Frozen):
+    """A resize that has been asked of Kubernetes and not yet finished."""
+
+    cpu: int = Field(description="target millicores")
+    memory: int = Field(description="target bytes")
+    state: ResizeState = ResizeState.IN_PROGRESS
+
+
+class PodView(_Frozen):
+    """One Ray pod as the planner sees it."""
+
+    name: str
+    group: str
+    phase: PodPhase = PodPhase.RUNNING
+    raylet_id: str | None = None
+    total: Resources = Field(default_factory=Resources)
+    available: Resources = Field(default_factory=Resources)
+    idle_s: float = 0.0
+    labels: dict[str, str] = Field(default_factory=dict)
+    resize: PodResize | None = None
+    suggested_max_cpu: int | None = None
+    suggested_max_memory: int | None = None
+    failed: bool = Field(default=False, description="a resize failed on this pod before")
+
+
+class Demand(_Frozen):
+    """`count` tasks or actors of one shape waiting for resources."""
+
+    shape: Resources
+    count: int = 1
+    label_selector: dict[str, str] = Field(default_factory=dict)
+
+
+class GangStrategy(StrEnum):
+    PACK = "PACK"
+    SPREAD = "SPREAD"
+    STRICT_PACK = "STRICT_PACK"
+    STRICT_SPREAD = "STRICT_SPREAD"
+
+
+class Gang(_Frozen):
+    """A placement group waiting for resources: all bundles or none."""
+
+    bundles: tuple[Resources, ...]
+    strategy: GangStrategy = GangStrategy.PACK
+    count: int = 1
+    bundle_selectors: tuple[dict[str, str], ...] = ()
+
+
+class Constraint(_Frozen):
+    """`request_resources()`: the cluster must have capacity (not free space) for these."""
+
+    shape: Resources
+    count: int = 1
+
+
+class UpscalingMode(StrEnum):
+    CONSERVATIVE = "Conservative"
+    DEFAULT = "Default"
+    AGGRESSIVE = "Aggressive"
+
+
+class ResizePolicy(StrEnum):
+    RIGHT_SIZE = "right-size"  # smallest step-rounded size that fits what was placed
+    MAX = "max"  # Ray's behaviour: one step to the group maximum
+
+
+class PlannerSettings(_Frozen):
+    idle_timeout_s: float = 60.0
+    max_workers: int | None = Field(default=None, description="cluster-wide cap on workers")
+    upscaling_mode: UpscalingMode = UpscalingMode.DEFAULT
+    resize_policy: ResizePolicy = ResizePolicy.RIGHT_SIZE
+    cpu_step: int = Field(default=1000, gt=0, description="millicores")
+    memory_step: int = Field(default=GIB, gt=0, description="bytes")
+
+
+class ClusterSnapshot(_Frozen):
+    """Everything one decision needs; time enters only through `idle_s`."""
+
+    name: str = "cluster"
+    groups: dict[str, GroupSpec]
+    pods: tuple[PodView, ...] = ()
+    demands: tuple[Demand, ...] = ()
+    gangs: tuple[Gang, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    settings: PlannerSettings = Field(default_factory=PlannerSettings)
+
+
+class ResizeAction(_Frozen):
+    pod: str
+    group: str
+    cpu: int = Field(description="absolute target millicores")
+    memory: int = Field(description="absolute target bytes")
+    from_cpu: int
+    from_memory: int
+    reason: str
+
+    @property
+    def shrinks(self) -> bool:
+        return self.cpu < self.from_cpu or self.memory < self.from_memory
+
+
+class TerminateAction(_Frozen):
+    pod: str
+    group: str
+    reason: str
+
+
+class LaunchAction(_Frozen):
+    group: str
+    count: int
+    reason: str
+
+
+class Infeasible(_Frozen):
+    demands: int = 0
+    gangs: int = 0
+    constraints: int = 0
+
+
+class Plan(_Frozen):
+    launch: tuple[LaunchAction, ...] = ()
+    resize: tuple[ResizeAction, ...] = ()
+    terminate: tuple[TerminateAction, ...] = ()
+    infeasible: Infeasible = Field(default_factory=Infeasible)
+    notes: tuple[str, ...] = Field(default=(), description="why some demand was not served")
+
+    @property
+    def launch_by_group(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for a in self.launch:
+            out[a.group] = out.get(a.group, 0) + a.count
+        return out
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.launch or self.resize or self.terminate)
