@@ -92,12 +92,15 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Plan one reconcile tick from a scenario file and print the plan as JSON."""
-        err = Console(stderr=True)
         try:
             doc = _read(scenario)
+        except ScenarioError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            raise typer.Exit(code=2) from None
+        try:
             snap = load_scenario(doc)
         except ScenarioError as exc:
-            err.print(f"error: {scenario}: {exc}", markup=False, highlight=False)
+            sys.stderr.write(f"error: {scenario}: {exc}\n")
             raise typer.Exit(code=2) from None
         updates: dict[str, object] = {}
         if resize_policy is not None:

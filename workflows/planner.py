@@ -146,6 +146,8 @@ class _Planner:
         self.new_serial = 0
         # undo log of the gang being placed: bin id -> (bin, state before)
         self.txn: dict[int, tuple[_Bin, _BinState]] | None = None
+        self.capacity_bins: list[_Bin] = []
+        self.free_bins: list[_Bin] = []
         # groups' live worker counts, used for caps
         self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}
         for p in sorted(snap.pods, key=lambda p: p.name):
@@ -651,6 +653,7 @@ class _Planner:
             self.notes.append(f"cannot place: {shapes}")
         infeasible = Infeasible(demands=left_d, gangs=gangs_left, constraints=left_c)
 
+        self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
         resizes = self._resizes(cbins, dbins)
         self._idle(dbins, cbins, resizes)
         return Plan(
