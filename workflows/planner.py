@@ -185,7 +185,7 @@ class _Planner:
     def total_workers(self) -> int:
         return sum(self.worker_count(g.name) for g in self.snap.groups.values() if not g.is_head)
 
-    def launch_room(self, g: GroupSpec) -> int:
+    def launch_room(self, g: GroupSpec, *, rate_limited: bool = True) -> int:
         """How many more pods of this group this plan may launch."""
         if g.is_head:
             return 0
@@ -194,7 +194,7 @@ class _Planner:
             room = min(room, g.max_workers - self.worker_count(g.name))
         if self.settings.max_workers is not None:
             room = min(room, self.settings.max_workers - self.total_workers())
-        if self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
+        if rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
             pods = [p for p in self.pods_by_group.get(g.name, []) if p.name not in self.terminate]
             running = sum(1 for p in pods if p.phase == PodPhase.RUNNING)
             pending = len(pods) - running + self.launch[g.name]
@@ -207,8 +207,14 @@ class _Planner:
             if g.is_head:
                 continue
             missing = g.min_workers - self.worker_count(g.name)
-            if missing > 0:
-                self.add_launch(g, missing, f"min_workers={g.min_workers}")
+            count = min(missing, self.launch_room(g, rate_limited=False))
+            if count > 0:
+                self.add_launch(g, count, f"min_workers={g.min_workers}")
+            if missing > count:
+                self.notes.append(
+                    f"group {g.name}: {missing - count} pod(s) short of min_workers="
+                    f"{g.min_workers}, held back by max_workers"
+                )
 
     def enforce_max(self) -> None:
         def removable(pods: Iterable[PodView]) -> list[PodView]:

@@ -189,6 +189,12 @@ def test_min_workers_are_launched() -> None:
     assert "min_workers=2" in p.launch[0].reason
 
 
+def test_min_workers_never_break_the_cluster_maximum() -> None:
+    p = plan(snapshot([group(min_workers=3)], [], settings=PlannerSettings(max_workers=2)))
+    assert p.launch_by_group == {"g1": 2}
+    assert "1 pod(s) short of min_workers=3, held back by max_workers" in p.notes[0]
+
+
 def test_group_max_removes_pending_then_idle_never_busy() -> None:
     pods = [
         pod("busy1", idle_s=0, free_cpu=0),
