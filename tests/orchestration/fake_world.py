@@ -1,0 +1,111 @@
+"""A scripted Ray cluster on Kubernetes behind the reconcile workflow's activities."""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from workflows.contracts import (
+    Act,
+    EventInput,
+    Observation,
+    ObserveInput,
+    ScaleInput,
+    WaitInput,
+)
+from workflows.ippr import ConfigError
+from workflows.model import ClusterSnapshot, Demand, PodPhase, PodView
+from workflows.resources import Resources
+
+
+class FakeWorld:
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self.found = True
+        self.config_errors: tuple[ConfigError, ...] = ()
+        self.fail_observe = 0
+        self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
+        self.resizing: set[str] = set()
+        self.scales: list[ScaleInput] = []
+        self.events: list[EventInput] = []
+        self.observed = 0
+        self.version = 0
+
+    def set_demands(self, *demands: tuple[Resources, int]) -> None:
+        self.snapshot = self.snapshot.model_copy(
+            update={"demands": tuple(Demand(shape=s, count=n) for s, n in demands)}
+        )
+        self.version += 1
+
+    def resized(self, name: str, cpu: int, memory: int) -> None:
+        """The Raylet took its new size: it holds more, and the demand it ran is gone."""
+        pods = []
+        for p in self.snapshot.pods:
+            if p.name == name:
+                grow = Resources.of(cpu=cpu - p.total.cpu, memory=memory - p.total.memory)
+                p = p.model_copy(update={"total": p.total + grow, "available": p.available + grow})
+            pods.append(p)
+        self.snapshot = self.snapshot.model_copy(update={"pods": tuple(pods), "demands": ()})
+        self.version += 1
+
+    def activities(self) -> list[object]:
+        @activity.defn(name=Act.OBSERVE)
+        async def observe(inp: ObserveInput) -> Observation:
+            self.observed += 1
+            if self.fail_observe:
+                self.fail_observe -= 1
+                raise ApplicationError("list pods: timed out", type="K8sUnavailable")
+            return Observation(
+                found=self.found,
+                snapshot=self.snapshot,
+                config_errors=self.config_errors,
+                replicas=dict(self.replicas),
+                resource_version=str(self.version),
+                gcs_address="127.0.0.1:6379",
+                gcs_version=self.version,
+                pods_version=str(self.version),
+                resizing=tuple(sorted(self.resizing)),
+            )
+
+        @activity.defn(name=Act.WAIT_FOR_CHANGE)
+        async def wait(inp: WaitInput) -> bool:
+            loop = asyncio.get_running_loop()
+            until = loop.time() + min(inp.timeout_s, 0.3)
+            while loop.time() < until:
+                if self.version != inp.gcs_version:
+                    return True
+                activity.heartbeat()
+                await asyncio.sleep(0.01)
+            return False
+
+        @activity.defn(name=Act.SCALE)
+        async def scale(inp: ScaleInput) -> None:
+            self.scales.append(inp)
+            pods = list(self.snapshot.pods)
+            for group, n in inp.replicas.items():
+                have = [p for p in pods if p.group == group]
+                for i in range(n - len(have)):
+                    g = self.snapshot.groups[group]
+                    pods.append(
+                        PodView(
+                            name=f"{group}-new-{len(self.scales)}-{i}",
+                            group=group,
+                            phase=PodPhase.PENDING,
+                            total=g.resources,
+                            available=g.resources,
+                        )
+                    )
+            gone = {n for names in inp.workers_to_delete.values() for n in names}
+            self.snapshot = self.snapshot.model_copy(
+                update={"pods": tuple(p for p in pods if p.name not in gone)}
+            )
+            self.replicas = dict(inp.replicas)
+            self.version += 1
+
+        @activity.defn(name=Act.EVENT)
+        async def event(inp: EventInput) -> None:
+            self.events.append(inp)
+
+        return [observe, wait, scale, event]

@@ -1,0 +1,248 @@
+"""The reconcile loop against the real time-skipping server, with a scripted cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+from temporalio import activity
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from workflows.contracts import (
+    Act,
+    PatchResizeInput,
+    PatchResizeResult,
+    ProgressState,
+    RayletResizeInput,
+    RayletResizeResult,
+    ReconcileStatus,
+    ResizeProgress,
+    ResizeRequest,
+    ResizeState,
+    SetStatusInput,
+    WaitResizeInput,
+)
+from workflows.ippr import ConfigError
+from workflows.model import ResizePolicy
+from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
+from workflows.resize_workflow import PodResizeWorkflow
+
+from ..workflows.kit import group, pod, res, snapshot
+from .fake_world import FakeWorld
+
+
+class ResizeRecorder:
+    """Stands in for the resize saga's activities: records every pod patch."""
+
+    def __init__(self, world: FakeWorld) -> None:
+        self.world = world
+        self.requests: list[ResizeRequest] = []
+        self.hold = False
+
+    def workflow_activities(self) -> list[object]:
+        @activity.defn(name=Act.PATCH_RESIZE)
+        async def patch(inp: PatchResizeInput) -> PatchResizeResult:
+            self.world.resizing.add(inp.pod)
+            return PatchResizeResult(generation=2)
+
+        @activity.defn(name=Act.WAIT_RESIZE)
+        async def wait(inp: WaitResizeInput) -> ResizeProgress:
+            while self.hold:
+                activity.heartbeat()
+                await asyncio.sleep(0.02)
+            return ResizeProgress(state=ProgressState.DONE, cpu=inp.cpu, memory=inp.memory)
+
+        @activity.defn(name=Act.RESIZE_RAYLET)
+        async def raylet(inp: RayletResizeInput) -> RayletResizeResult:
+            self.world.resized(inp.pod, inp.cpu, inp.memory)
+            return RayletResizeResult(cpu=inp.cpu, memory=inp.memory)
+
+        @activity.defn(name=Act.SET_STATUS)
+        async def status(inp: SetStatusInput) -> None:
+            self.world.resizing.discard(inp.pod)
+
+        return [patch, wait, raylet, status]
+
+
+@asynccontextmanager
+async def reconciling(
+    env: WorkflowEnvironment, world: FakeWorld, recorder: ResizeRecorder | None = None, **kw: object
+) -> AsyncIterator[WorkflowHandle[ReconcileWorkflow, str]]:
+    queue = f"q-{uuid.uuid4()}"
+    recorder = recorder or ResizeRecorder(world)
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[ReconcileWorkflow, PodResizeWorkflow],
+        activities=[*world.activities(), *recorder.workflow_activities()],
+        max_cached_workflows=0,  # every task replays: non-determinism fails here
+    ):
+        ns = f"ns-{uuid.uuid4().hex[:6]}"
+        handle = await env.client.start_workflow(
+            ReconcileWorkflow.run,
+            ReconcileInput(namespace=ns, cluster="demo", tick_s=0.5, **kw),  # type: ignore[arg-type]
+            id=f"reconcile/{ns}/demo",
+            task_queue=queue,
+        )
+        try:
+            yield handle
+        finally:
+            if (await handle.describe()).status.name != "COMPLETED":  # type: ignore[union-attr]
+                await handle.terminate("test over")
+
+
+async def until(check: Callable[[], object], seconds: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not check():
+        if loop.time() > end:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def status_of(handle: WorkflowHandle) -> ReconcileStatus:
+    """Query with retries: a query can land while a run is handing over to the next."""
+    for _ in range(10):
+        try:
+            return await handle.query(ReconcileWorkflow.status, rpc_timeout=timedelta(seconds=5))
+        except RPCError:
+            await asyncio.sleep(0.2)
+    return await handle.query(ReconcileWorkflow.status)
+
+
+async def children(env: WorkflowEnvironment, handle: WorkflowHandle) -> list[ResizeState]:
+    ns = handle.id.split("/")[1]
+    out = []
+    for name in ("w1", "w2", "w3"):
+        try:
+            child = env.client.get_workflow_handle(f"resize/{ns}/{name}")
+            out.append(await child.query(PodResizeWorkflow.state))
+        except Exception:
+            continue
+    return out
+
+
+async def test_pending_demand_starts_one_resize_saga_per_pod(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.resizing or world.observed > 3)
+        ns = handle.id.split("/")[1]
+        child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+        state = await child.result()
+        status = await status_of(handle)
+    assert (state.from_cpu, state.cpu) == (1000, 2000)
+    assert status.resizes_started == 1
+    assert any("grow w1" in d.summary for d in status.decisions)
+    assert any(e.reason == "Reconciled" and "grow w1" in e.message for e in world.events)
+
+
+async def test_launches_scale_the_group_with_absolute_replicas(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group(max_cpu=None)], [pod("w1", free_cpu=0)], [(res(1), 2)]))
+    async with reconciling(ts_env, world):
+        await until(lambda: world.scales)
+        await asyncio.sleep(1.0)  # more ticks: the pending pods count, so no second launch
+    assert world.scales[0].replicas == {"headgroup": 1, "g1": 3}
+    assert len(world.scales) == 1
+
+
+async def test_config_error_means_no_action_until_fixed(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    world.config_errors = (
+        ConfigError(group="g1", field="max-cpu", problem="'x' is not a quantity", fix="use 4"),
+    )
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 3)
+        status = await status_of(handle)
+        assert status.config_errors == ("group 'g1', max-cpu: 'x' is not a quantity; use 4",)
+        assert not world.resizing and status.resizes_started == 0
+        assert [e.reason for e in world.events] == ["InvalidIPPRConfig"]
+        assert world.events[0].warning
+        world.config_errors = ()
+        world.version += 1
+        await until(lambda: (len(world.events) >= 2 and world.resizing) or world.observed > 40)
+        status = await status_of(handle)
+    assert status.config_errors == ()
+    assert world.events[1].reason == "IPPRConfigValid"
+
+
+async def test_failed_read_takes_no_action(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group(max_cpu=None)], [pod("w1", free_cpu=0)], [(res(1), 2)]))
+    world.fail_observe = 3  # one whole tick's attempts fail
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 3)
+        status = await status_of(handle)
+        await until(lambda: world.scales)
+    assert status.last_error.startswith("observe failed, no action this tick")
+
+
+async def test_concurrent_resizes_are_capped(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1"), pod("w2"), pod("w3")], [(res(2), 3)]))
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder, max_concurrent_resizes=2) as handle:
+        await until(lambda: len(world.resizing) >= 2)
+        await asyncio.sleep(1.0)
+        assert len(world.resizing) == 2
+        status = await status_of(handle)
+        assert status.resizes_started == 2
+        recorder.hold = False
+        await until(lambda: len(world.resizing) == 0 and world.observed > 0)
+
+
+async def test_deleted_raycluster_ends_the_workflow(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1")]))
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 1)
+        world.found = False
+        result = await asyncio.wait_for(handle.result(), 20)
+    assert result == "RayCluster deleted"
+
+
+async def test_pause_stops_acting_and_resume_continues(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1")]))
+    async with reconciling(ts_env, world) as handle:
+        await handle.signal(ReconcileWorkflow.pause)
+        await until(lambda: world.observed >= 1)
+        world.set_demands((res(2), 1))
+        await asyncio.sleep(1.0)
+        assert not world.resizing
+        assert (await status_of(handle)).paused
+        await handle.signal(ReconcileWorkflow.resume)
+        await until(lambda: world.snapshot.demands == ())  # resized, the demand ran
+        status = await status_of(handle)
+    assert status.resizes_started == 1
+
+
+async def test_continue_as_new_keeps_decisions(ts_env: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    async with reconciling(ts_env, world, max_ticks_per_run=2) as handle:
+        await until(lambda: world.observed >= 6)
+        status = await status_of(handle)
+        desc = await handle.describe()
+    assert desc.run_id != handle.result_run_id  # a later run of the same workflow
+    assert status.ticks >= 5
+    assert any("grow w1" in d.summary for d in status.decisions)
+    assert status.resizes_started == 1
+
+
+async def test_right_size_policy_comes_from_the_worker_settings(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    from workflows.model import PlannerSettings
+
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    async with reconciling(
+        ts_env, world, settings=PlannerSettings(resize_policy=ResizePolicy.MAX)
+    ) as handle:
+        ns = handle.id.split("/")[1]
+        await until(lambda: world.observed >= 2)
+        state = await ts_env.client.get_workflow_handle_for(
+            PodResizeWorkflow.run, f"resize/{ns}/w1"
+        ).result()
+    assert state.cpu == 4000

@@ -1,0 +1,408 @@
+"""ReconcileWorkflow (`reconcile/<namespace>/<cluster>`): observe → plan → act → wait.
+
+One per RayCluster. Observing and acting are activities; planning is the pure `plan()`.
+Waiting is event-driven: an activity long-polls the GCS resource-state version and the
+pods, and returns as soon as either moves (the tick interval is only an upper bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.contracts import (
+        Act,
+        Decision,
+        Err,
+        EventInput,
+        Observation,
+        ObserveInput,
+        ReconcileStatus,
+        ResizeRequest,
+        ScaleInput,
+        WaitInput,
+    )
+    from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
+    from workflows.planner import plan
+    from workflows.resize_workflow import (
+        POD_NAME,
+        RAY_CLUSTER,
+        RAY_NAMESPACE,
+        PodResizeWorkflow,
+        resize_workflow_id,
+    )
+    from workflows.resources import CPU, MEMORY, Resources, units_to_float
+
+KEEP_DECISIONS = 50
+
+
+def reconcile_workflow_id(namespace: str, cluster: str) -> str:
+    return f"reconcile/{namespace}/{cluster}"
+
+
+class ReconcileCarry(BaseModel):
+    """Everything that outlives one run: exactly what continue-as-new carries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ticks: int = 0
+    paused: bool = False
+    decisions: tuple[Decision, ...] = ()
+    config_errors: tuple[str, ...] = ()
+    resizes_started: int = 0
+
+
+class ReconcileInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    cluster: str
+    gcs_address: str | None = None
+    tick_s: float = 5.0
+    max_concurrent_resizes: int = 100
+    resize_poll_interval_s: float = 0.2
+    resize_poll_window_s: float = 30.0
+    settings: PlannerSettings = Field(default_factory=PlannerSettings)
+    max_ticks_per_run: int = 200  # continue-as-new at the latest after this many ticks
+    carry: ReconcileCarry = Field(default_factory=ReconcileCarry)
+
+
+def scale_request(obs: Observation, p: Plan) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
+    """Absolute replicas per group and who to delete: current spec plus the plan."""
+    replicas = dict(obs.replicas)
+    to_delete: dict[str, list[str]] = {}
+    for action in p.launch:
+        replicas[action.group] = replicas.get(action.group, 0) + action.count
+    for t in p.terminate:
+        replicas[t.group] = max(0, replicas.get(t.group, 0) - 1)
+        to_delete.setdefault(t.group, []).append(t.pod)
+    return replicas, {g: tuple(sorted(names)) for g, names in to_delete.items()}
+
+
+def describe_plan(p: Plan) -> list[str]:
+    lines = []
+    for a in p.launch:
+        lines.append(f"launch {a.count} × {a.group}: {a.reason}")
+    for r in p.resize:
+        lines.append(f"{'shrink' if r.shrinks else 'grow'} {r.pod}: {r.reason}")
+    for t in p.terminate:
+        lines.append(f"remove {t.pod}: {t.reason}")
+    return lines
+
+
+@workflow.defn(name="ReconcileWorkflow")
+class ReconcileWorkflow:
+    @workflow.init
+    def __init__(self, inp: ReconcileInput) -> None:
+        # state from the input is set here, before any signal of the first task runs
+        self.inp: ReconcileInput | None = inp
+        self.carry = inp.carry
+        self.paused = inp.carry.paused
+        self.woken = False
+        self.last_plan: Plan | None = None
+        self.last_error = ""
+        self.decisions: list[Decision] = list(inp.carry.decisions)
+
+    @workflow.signal
+    def pause(self) -> None:
+        self.paused = True
+        self.woken = True
+
+    @workflow.signal
+    def resume(self) -> None:
+        self.paused = False
+        self.woken = True
+
+    @workflow.signal
+    def wake(self) -> None:
+        """Reconcile now instead of at the next change or tick."""
+        self.woken = True
+
+    @workflow.query
+    def status(self) -> ReconcileStatus:
+        inp = self.inp
+        return ReconcileStatus(
+            namespace=inp.namespace if inp else "",
+            cluster=inp.cluster if inp else "",
+            paused=self.paused,
+            ticks=self.carry.ticks,
+            last_plan=self.last_plan,
+            config_errors=self.carry.config_errors,
+            decisions=tuple(self.decisions),
+            resizes_started=self.carry.resizes_started,
+            last_error=self.last_error,
+        )
+
+    @workflow.run
+    async def run(self, inp: ReconcileInput) -> str:
+        ticks_this_run = 0
+        while True:
+            if self.paused:
+                await workflow.wait_condition(lambda: not self.paused)
+            self.woken = False
+            obs = await self._observe(inp)
+            if obs is not None and not obs.found:
+                workflow.logger.info("RayCluster %s/%s is gone: done", inp.namespace, inp.cluster)
+                return "RayCluster deleted"
+            if obs is not None and not self.paused:
+                await self._reconcile(inp, obs)
+            self.carry = self.carry.model_copy(update={"ticks": self.carry.ticks + 1})
+            ticks_this_run += 1
+            if (
+                workflow.info().is_continue_as_new_suggested()
+                or ticks_this_run >= inp.max_ticks_per_run
+            ):
+                carry = self.carry.model_copy(
+                    update={"paused": self.paused, "decisions": tuple(self.decisions)}
+                )
+                workflow.continue_as_new(inp.model_copy(update={"carry": carry}))
+            await self._wait(inp, obs)
+
+    # --- observe ------------------------------------------------------------------------
+    async def _observe(self, inp: ReconcileInput) -> Observation | None:
+        try:
+            obs: Observation = await workflow.execute_activity(
+                Act.OBSERVE,
+                ObserveInput(
+                    namespace=inp.namespace, cluster=inp.cluster, gcs_address=inp.gcs_address
+                ),
+                result_type=Observation,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3,
+                    initial_interval=timedelta(milliseconds=200),
+                    non_retryable_error_types=[Err.FORBIDDEN, Err.RAY_AUTH],
+                ),
+            )
+        except ActivityError as exc:
+            # a failed read is "unknown", never "nothing": no action this tick
+            self.last_error = f"observe failed, no action this tick: {_message(exc)}"
+            workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, self.last_error)
+            return None
+        self.last_error = ""
+        return obs
+
+    # --- decide and act --------------------------------------------------------------------
+    async def _reconcile(self, inp: ReconcileInput, obs: Observation) -> None:
+        errors = tuple(str(e) for e in obs.config_errors)
+        if errors != self.carry.config_errors:
+            self.carry = self.carry.model_copy(update={"config_errors": errors})
+            if errors:
+                await self._event(
+                    inp,
+                    "InvalidIPPRConfig",
+                    "raysize takes no action until ray.io/ippr is fixed: " + "; ".join(errors),
+                    warning=True,
+                )
+            else:
+                await self._event(inp, "IPPRConfigValid", "ray.io/ippr is valid again")
+        if errors or obs.snapshot is None:
+            return
+        snapshot = obs.snapshot.model_copy(
+            update={"settings": _merge_settings(inp.settings, obs.snapshot.settings)}
+        )
+        p = plan(snapshot)
+        self.last_plan = p
+        if p.is_empty:
+            return
+        started = await self._start_resizes(inp, obs, p)
+        scaled = False
+        if p.launch or p.terminate:
+            scaled = await self._scale(inp, obs, p)
+        lines = describe_plan(p)
+        if not scaled and (p.launch or p.terminate):
+            lines = [ln for ln in lines if ln.startswith(("grow", "shrink"))]
+        if lines:
+            summary = f"tick {self.carry.ticks}: " + "; ".join(lines)
+            self.decisions.append(
+                Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(lines))
+            )
+            del self.decisions[:-KEEP_DECISIONS]
+            workflow.logger.info("%s/%s %s", inp.namespace, inp.cluster, summary)
+            await self._event(inp, "Reconciled", summary[:1000])
+        self.carry = self.carry.model_copy(
+            update={"resizes_started": self.carry.resizes_started + started}
+        )
+
+    async def _start_resizes(self, inp: ReconcileInput, obs: Observation, p: Plan) -> int:
+        in_flight = set(obs.resizing)
+        budget = max(0, inp.max_concurrent_resizes - len(in_flight))
+        snapshot = obs.snapshot
+        assert snapshot is not None
+        pods = {x.name: x for x in snapshot.pods}
+        todo: list[ResizeAction] = []
+        for r in p.resize:
+            if r.pod in in_flight:
+                continue
+            if len(todo) >= budget:
+                self.decisions.append(
+                    Decision(
+                        tick=self.carry.ticks,
+                        summary=f"held {len(p.resize) - len(todo)} resize(s): "
+                        f"{inp.max_concurrent_resizes} already running",
+                    )
+                )
+                break
+            todo.append(r)
+        results = await asyncio.gather(
+            *(self._start_one(inp, r, pods[r.pod].raylet_id or "", snapshot) for r in todo)
+        )
+        return sum(results)
+
+    async def _start_one(
+        self, inp: ReconcileInput, r: ResizeAction, node_id: str, snapshot: ClusterSnapshot
+    ) -> int:
+        """Start the pod's resize saga, or send the new target to the one running."""
+        ippr = snapshot.groups[r.group].ippr
+        req = ResizeRequest(
+            namespace=inp.namespace,
+            cluster=inp.cluster,
+            pod=r.pod,
+            group=r.group,
+            node_id=node_id,
+            from_cpu=r.from_cpu,
+            from_memory=r.from_memory,
+            cpu=r.cpu,
+            memory=r.memory,
+            timeout_s=ippr.resize_timeout_s if ippr else 60,
+            reason=r.reason,
+            poll_interval_s=inp.resize_poll_interval_s,
+            poll_window_s=inp.resize_poll_window_s,
+        )
+        wf_id = resize_workflow_id(inp.namespace, r.pod)
+        try:
+            await workflow.start_child_workflow(
+                PodResizeWorkflow.run,
+                req,
+                id=wf_id,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(RAY_CLUSTER, inp.cluster),
+                        SearchAttributePair(RAY_NAMESPACE, inp.namespace),
+                        SearchAttributePair(POD_NAME, r.pod),
+                    ]
+                ),
+                memo={
+                    "from": _size(r.from_cpu, r.from_memory),
+                    "to": _size(r.cpu, r.memory),
+                    "reason": r.reason,
+                },
+            )
+            return 1
+        except WorkflowAlreadyStartedError:
+            await workflow.get_external_workflow_handle(wf_id).signal(
+                PodResizeWorkflow.retarget, req
+            )
+            return 0
+
+    async def _scale(self, inp: ReconcileInput, obs: Observation, p: Plan) -> bool:
+        replicas, to_delete = scale_request(obs, p)
+        try:
+            await workflow.execute_activity(
+                Act.SCALE,
+                ScaleInput(
+                    namespace=inp.namespace,
+                    cluster=inp.cluster,
+                    resource_version=obs.resource_version,
+                    replicas=replicas,
+                    workers_to_delete=to_delete,
+                ),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3,
+                    # a conflict means our read is stale: plan again on fresh state
+                    non_retryable_error_types=["Conflict", Err.FORBIDDEN, Err.INVALID],
+                ),
+            )
+            return True
+        except ActivityError as exc:
+            self.last_error = f"scaling skipped this tick: {_message(exc)}"
+            return False
+
+    async def _event(
+        self, inp: ReconcileInput, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        try:
+            await workflow.execute_activity(
+                Act.EVENT,
+                EventInput(
+                    namespace=inp.namespace,
+                    kind="RayCluster",
+                    name=inp.cluster,
+                    reason=reason,
+                    message=message,
+                    warning=warning,
+                ),
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError as exc:  # an event is a courtesy: never block on it
+            workflow.logger.warning("event %s not recorded: %s", reason, _message(exc))
+
+    # --- wait -----------------------------------------------------------------------------
+    async def _wait(self, inp: ReconcileInput, obs: Observation | None) -> None:
+        if self.woken:
+            return
+        if obs is None or not obs.gcs_address:
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self.woken, timeout=inp.tick_s)
+            return
+        watch = workflow.start_activity(
+            Act.WAIT_FOR_CHANGE,
+            WaitInput(
+                namespace=inp.namespace,
+                cluster=inp.cluster,
+                gcs_address=obs.gcs_address,
+                gcs_version=obs.gcs_version,
+                pods_version=obs.pods_version,
+                timeout_s=inp.tick_s,
+            ),
+            start_to_close_timeout=timedelta(seconds=inp.tick_s + 30),
+            heartbeat_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
+        woken = asyncio.ensure_future(workflow.wait_condition(lambda: self.woken))
+        try:
+            await workflow.wait([watch, woken], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (watch, woken):
+                if not task.done():
+                    task.cancel()
+        if watch.done() and watch.exception() is not None:
+            # the watch failed (GCS restarting?): don't spin, wait out the tick
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self.woken, timeout=inp.tick_s)
+
+
+def _merge_settings(base: PlannerSettings, cluster: PlannerSettings) -> PlannerSettings:
+    """The cluster's own autoscalerOptions win over the worker's defaults."""
+    return base.model_copy(
+        update={
+            "idle_timeout_s": cluster.idle_timeout_s,
+            "upscaling_mode": cluster.upscaling_mode,
+            "max_workers": cluster.max_workers
+            if cluster.max_workers is not None
+            else base.max_workers,
+        }
+    )
+
+
+def _size(cpu: int, memory: int) -> str:
+    mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
+    return f"{units_to_float(cpu, CPU):g} CPU, {mem}"
+
+
+def _message(exc: ActivityError) -> str:
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        return cause.message
+    return str(cause or exc)
