@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -240,13 +240,21 @@ class Driver:
     The script talks back with JSON lines on stdout; `expect()` waits for one.
     """
 
-    def __init__(self, cluster: LocalRayCluster, script: str, *, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        cluster: LocalRayCluster,
+        script: str,
+        *,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ):
         full_env = cluster.base_env()
         full_env.update(env or {})
         full_env["RAY_ADDRESS"] = cluster.address
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-c", script],
+            [sys.executable, "-u", "-c", script, *args],
             env=full_env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -287,6 +295,12 @@ class Driver:
             if message.get("event") == event:
                 return message
 
+    def send(self, command: str) -> None:
+        """One line on the driver's stdin."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command.encode() + b"\n")
+        self.proc.stdin.flush()
+
     def stderr_tail(self) -> str:
         return b"".join(self._stderr).decode(errors="replace")[-3000:]
 
@@ -298,12 +312,3 @@ class Driver:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def running_driver(cluster: LocalRayCluster, script: str) -> Iterator[Driver]:
-    driver = Driver(cluster, script)
-    try:
-        yield driver
-    finally:
-        driver.stop()
