@@ -9,6 +9,7 @@ node died). Every amount is a `Resources` (millicores, bytes, 1/10000 units).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
@@ -17,7 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
 from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
 from workflows.model import GangStrategy
-from workflows.resources import QuantityError, Resources, float_to_units
+from workflows.resources import CPU, MEMORY, QuantityError, Resources, float_to_units
+
+_EXACT_SCALES = frozenset({CPU, MEMORY})
+_OTHER = "other"  # stands for every other name: all are counted in 1/10000 units
 
 
 class RayProtocolError(Exception):
@@ -175,17 +179,28 @@ class NodeInfo(_Frozen):
 # --- parsing --------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=8192)
+def _units(scale_name: str, value: float) -> int:
+    # A large cluster repeats the same few amounts thousands of times: convert each once.
+    return float_to_units(value, scale_name)
+
+
 def ray_amounts(amounts: Mapping[str, float], *, what: str) -> Resources:
     """Ray's float map → exact `Resources`; a negative amount stays negative."""
     units: dict[str, int] = {}
     try:
-        for name, value in amounts.items():
-            if value < 0:
-                units[name] = -float_to_units(-value, name, what=f"{what}.{name}")
-            else:
-                units[name] = float_to_units(value, name, what=f"{what}.{name}")
-    except QuantityError as exc:
-        raise RayProtocolError(f"unreadable amount in the reply: {exc}") from exc
+        for name in amounts:  # faster than .items() on a protobuf map
+            value = amounts[name]
+            scale_name = name if name in _EXACT_SCALES else _OTHER
+            units[name] = -_units(scale_name, -value) if value < 0 else _units(scale_name, value)
+    except QuantityError:
+        # Convert again, uncached and with the real name, for a message that says which.
+        for name in amounts:
+            try:
+                float_to_units(abs(amounts[name]), name, what=f"{what}.{name}")
+            except QuantityError as exc:
+                raise RayProtocolError(f"unreadable amount in the reply: {exc}") from exc
+        raise
     return Resources(units)
 
 

@@ -93,7 +93,14 @@ def _cpu(r: Resources) -> str:
 
 
 def _memory(r: Resources) -> str:
-    return Resources({MEMORY: r.memory}).to_k8s().get("memory", "0") if r.memory > 0 else "0"
+    """Bytes as the shortest exact quantity ("2Gi", "1G"), else approximately."""
+    amount = r.memory
+    if amount <= 0:
+        return str(amount)
+    for suffix, factor in (("Gi", 2**30), ("G", 10**9), ("Mi", 2**20), ("M", 10**6)):
+        if amount % factor == 0:
+            return f"{amount // factor}{suffix}"
+    return f"~{amount / 2**30:.2f}Gi"
 
 
 def _shape(r: Resources) -> str:

@@ -11,7 +11,7 @@ import json
 import sys
 
 from google.protobuf import descriptor_pb2
-from ray.core.generated import (  # type: ignore[import-untyped]
+from ray.core.generated import (
     autoscaler_pb2,
     common_pb2,
     gcs_pb2,

@@ -76,7 +76,7 @@ def test_every_rpc_raysize_calls_is_defined() -> None:
     } <= services
 
 
-def _field(files, message: str, field: str) -> descriptor_pb2.FieldDescriptorProto:
+def _field(files, message: str, field: str):
     package, _, name = message.rpartition(".")
     for f in files:
         if f.package == package:
@@ -86,7 +86,7 @@ def _field(files, message: str, field: str) -> descriptor_pb2.FieldDescriptorPro
     raise LookupError(message)
 
 
-def _map_value(files, message: str, entry: str) -> descriptor_pb2.FieldDescriptorProto:
+def _map_value(files, message: str, entry: str):
     package, _, name = message.rpartition(".")
     m = next(m for f in files if f.package == package for m in f.message_type if m.name == name)
     return next(
