@@ -51,6 +51,25 @@ def timed(fn: Callable[[], object], calls: int, warmup: int = 10) -> list[float]
     return out
 
 
+def timed_pair(
+    ours: Callable[[], object], raw: Callable[[], object], calls: int, warmup: int = 10
+) -> tuple[list[float], list[float]]:
+    """Both, interleaved call by call, so load from elsewhere hits both alike."""
+    for _ in range(warmup):
+        ours()
+        raw()
+    a, b = [], []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        ours()
+        t1 = time.perf_counter()
+        raw()
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+    return a, b
+
+
 def raw_call(channel: grpc.Channel, path: str) -> Any:
     """The same RPC with no (de)serialisation at all: bytes in, bytes out."""
     return channel.unary_unary(path, _registered_method=True)
@@ -199,8 +218,9 @@ def bench_cluster(address: str, token: str | None, node: str | None, calls: int)
         metadata = (("authorization", f"Bearer {token}"),) if token else ()
         raw_state = raw_call(channel, STATE)
         empty = pb.GetClusterResourceStateRequest().SerializeToString()
-        ours = timed(client.cluster_state, calls)
-        raw = timed(lambda: raw_state(empty, timeout=10, metadata=metadata), calls)
+        ours, raw = timed_pair(
+            client.cluster_state, lambda: raw_state(empty, timeout=10, metadata=metadata), calls
+        )
         print(row(f"cluster_state(), {len(state.nodes)} nodes", ours, raw))
 
         workers = [n for n in state.alive_nodes if n.total.cpu > 0]
@@ -227,8 +247,7 @@ def bench_cluster(address: str, token: str | None, node: str | None, calls: int)
             i += 1
             raw_resize(requests[i % 2], timeout=10, metadata=metadata)
 
-        ours = timed(resize, calls)
-        raw = timed(resize_raw, calls)
+        ours, raw = timed_pair(resize, resize_raw, calls)
         print(row(f"resize_raylet() via the GCS, {calls} calls", ours, raw))
         restored = client.resize_raylet(target, before.cpu / 1000, float(before.memory))
         print(f"  (restored {target[:12]} to {restored.describe()})")
@@ -265,8 +284,9 @@ def bench_large(nodes: int, shapes: int, gangs: int, calls: int) -> None:
         raw_state = raw_call(channel, STATE)
         empty = pb.GetClusterResourceStateRequest().SerializeToString()
         payload = raw_state(empty, timeout=30)
-        ours = timed(client.cluster_state, calls, warmup=3)
-        raw = timed(lambda: raw_state(empty, timeout=30), calls, warmup=3)
+        ours, raw = timed_pair(
+            client.cluster_state, lambda: raw_state(empty, timeout=30), calls, warmup=3
+        )
         print(
             f"synthetic reply: {nodes} nodes, {shapes} demand shapes, {gangs} gangs, "
             f"{size / 2**20:.1f} MiB"
