@@ -223,7 +223,7 @@ def map_rpc_error(err: grpc.RpcError, *, target: str, what: str, sent_token: boo
         return cls(f"{what}: {text}" if text != status else f"{what}: Ray said {status}")
     if code == grpc.StatusCode.UNAUTHENTICATED:
         hint = (
-            "the token sent is wrong"
+            f"the token sent is wrong; check {TOKEN_ENV} or {TOKEN_PATH_ENV}"
             if sent_token
             else f"no token was sent; set {TOKEN_ENV} or {TOKEN_PATH_ENV}, or pass one"
         )
