@@ -23,17 +23,35 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import Message
 
+from activities.ray_errors import (
+    RayError,
+    RayInvalidArgument,
+    RayletNotFound,
+    RayReplyError,
+    RayUnauthenticated,
+    RayUnavailable,
+)
 from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
 from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
 from activities.ray_state import (
     ClusterState,
     NodeInfo,
-    RayProtocolError,
     parse_cluster_state,
     parse_node_infos,
     ray_amounts,
 )
 from workflows.resources import CPU, MEMORY, Resources
+
+__all__ = [
+    "RayError",
+    "RayGcsClient",
+    "RayInvalidArgument",
+    "RayReplyError",
+    "RayUnauthenticated",
+    "RayUnavailable",
+    "RayletNotFound",
+    "TlsConfig",
+]
 
 DEFAULT_TIMEOUT_S: Final = 10.0
 NODE_ID_BYTES: Final = 28
@@ -43,42 +61,6 @@ _DETAILS_TRAILER: Final = "grpc-status-details-bin"
 # A large cluster's state is well above gRPC's 4 MiB default.
 _MAX_MESSAGE_BYTES: Final = 512 * 1024 * 1024
 _RESIZABLE: Final = frozenset({CPU, MEMORY})
-
-
-class RayError(Exception):
-    """A call to Ray failed. `retryable`: trying the same call again may succeed."""
-
-    retryable: bool = True
-
-
-class RayUnavailable(RayError):
-    """The GCS or the Raylet could not be reached, or did not answer in time."""
-
-    retryable = True
-
-
-class RayletNotFound(RayError):
-    """The Raylet is dead or was never known to the GCS."""
-
-    retryable = False
-
-
-class RayInvalidArgument(RayError):
-    """The request is wrong; refused by raysize before sending, or by Ray."""
-
-    retryable = False
-
-
-class RayUnauthenticated(RayError):
-    """The cluster requires a token and none, or a wrong one, was sent."""
-
-    retryable = False
-
-
-class RayReplyError(RayError):
-    """Ray answered with something raysize cannot read (see `RayProtocolError`)."""
-
-    retryable = False
 
 
 # Ray status names (the `details` of an ABORTED reply) → exception class.
@@ -207,7 +189,7 @@ def _error_text(err: grpc.RpcError) -> str:
         if key == _DETAILS_TRAILER:
             text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
             if text.strip():
-                return str(text.strip())
+                return text.strip()
     return str(err.details() or "").strip()
 
 
@@ -330,10 +312,7 @@ class RayGcsClient:
             "read cluster state",
             timeout,
         )
-        try:
-            return parse_cluster_state(reply)
-        except RayProtocolError as exc:
-            raise RayReplyError(f"read cluster state: {exc}") from exc
+        return parse_cluster_state(reply)
 
     def nodes(
         self, *, alive_only: bool = False, timeout: float | None = None
@@ -374,7 +353,4 @@ class RayGcsClient:
         )
         what = f"resize Raylet {raw.hex()}"
         reply = self._call(self._resize_raylet_resource_instances, request, what, timeout)
-        try:
-            return ray_amounts(reply.total_resources, what="resize reply")
-        except RayProtocolError as exc:
-            raise RayReplyError(f"{what}: {exc}") from exc
+        return ray_amounts(reply.total_resources, what=f"{what}: reply")

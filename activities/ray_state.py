@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from activities.ray_errors import RayReplyError
 from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
 from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
 from workflows.model import GangStrategy
@@ -22,10 +23,6 @@ from workflows.resources import CPU, MEMORY, QuantityError, Resources, float_to_
 
 _EXACT_SCALES = frozenset({CPU, MEMORY})
 _OTHER = "other"  # stands for every other name: all are counted in 1/10000 units
-
-
-class RayProtocolError(Exception):
-    """A reply from Ray that raysize cannot read (an incompatible Ray version)."""
 
 
 class _Frozen(BaseModel):
@@ -199,7 +196,7 @@ def ray_amounts(amounts: Mapping[str, float], *, what: str) -> Resources:
             try:
                 float_to_units(abs(amounts[name]), name, what=f"{what}.{name}")
             except QuantityError as exc:
-                raise RayProtocolError(f"unreadable amount in the reply: {exc}") from exc
+                raise RayReplyError(f"unreadable amount in the reply: {exc}") from exc
         raise
     return Resources(units)
 
@@ -216,7 +213,7 @@ def _selectors(selectors: Iterable[rpc_pb2.LabelSelector]) -> tuple[LabelSelecto
             elif c.operator == rpc_pb2.LABEL_OPERATOR_NOT_IN:
                 op = LabelOperator.NOT_IN
             else:
-                raise RayProtocolError(f"label selector on {c.label_key!r} has no operator")
+                raise RayReplyError(f"label selector on {c.label_key!r} has no operator")
             constraints.append(
                 LabelConstraint(key=c.label_key, operator=op, values=tuple(c.label_values))
             )
@@ -266,11 +263,11 @@ def _gang(gang: autoscaler_pb2.GangResourceRequest) -> PendingGang:
     pg_id, sep, rest = gang.details.partition(":")
     strategy, sep2, state = rest.partition("|")
     if not (sep and sep2 and pg_id):
-        raise RayProtocolError(f"unreadable placement group details {gang.details!r}")
+        raise RayReplyError(f"unreadable placement group details {gang.details!r}")
     try:
         strategy_value = GangStrategy(strategy)
     except ValueError as exc:
-        raise RayProtocolError(f"placement group {pg_id}: unknown strategy {strategy!r}") from exc
+        raise RayReplyError(f"placement group {pg_id}: unknown strategy {strategy!r}") from exc
     # The v2 scheduler reads bundle_selectors[0]; `requests` is the legacy copy.
     requests = (
         gang.bundle_selectors[0].resource_requests if gang.bundle_selectors else gang.requests

@@ -10,6 +10,7 @@ import pytest
 from activities.ray_gcs import (
     RayGcsClient,
     RayInvalidArgument,
+    RayReplyError,
     RayUnauthenticated,
     RayUnavailable,
     TlsConfig,
@@ -22,7 +23,6 @@ from activities.ray_proto import ray_rpc_pb2 as rpc
 from activities.ray_state import (
     LabelOperator,
     NodeStatus,
-    RayProtocolError,
     parse_cluster_state,
 )
 from tests.ray.harness import free_port
@@ -211,7 +211,7 @@ def test_a_negative_free_amount_is_kept_not_rejected() -> None:
     ids=["details", "strategy", "nan", "operator"],
 )
 def test_an_unreadable_reply_is_a_protocol_error(bad) -> None:
-    with pytest.raises(RayProtocolError):
+    with pytest.raises(RayReplyError):
         parse_cluster_state(bad)
 
 
