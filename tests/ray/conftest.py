@@ -107,4 +107,14 @@ def restore_workers(gcs: RayGcsClient, worker_ids: dict[str, str]) -> Iterator[N
             return applied.cpu == original.cpu and applied.memory == original.memory
 
         wait_for(restored, timeout=60, what=f"worker {node_id[:12]} back to 1 CPU")
+
+    def gcs_caught_up() -> bool:
+        # The GCS's own view lags a resize by about a second: the next test reads it.
+        totals = {n.node_id: n.total for n in gcs.cluster_state().nodes}
+        return all(
+            (totals[i].cpu, totals[i].memory) == (original.cpu, original.memory)
+            for i in worker_ids.values()
+        )
+
+    wait_for(gcs_caught_up, timeout=30, what="the GCS to see the workers restored")
     clear_constraints(gcs.address)
