@@ -25,6 +25,9 @@ def _mount() -> None:
     from worker import cli_plan
 
     cli_plan.register(app)
+    from worker import cli_ray
+
+    cli_ray.register(app)
 
 
 _mount()

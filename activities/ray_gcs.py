@@ -1,0 +1,356 @@
+"""A client for the Ray GCS: read nodes and demands, resize Raylets.
+
+It speaks Ray's gRPC protocol with raysize's own minimal protos (`activities.ray_proto`)
+and never imports `ray`. One channel is opened per client and reused; every call carries
+a deadline, and the token when there is one. Errors come back as typed exceptions whose
+`retryable` flag tells a retry policy what to do.
+
+Ray reports a failed RPC as gRPC `ABORTED` with Ray's status name ("NotFound",
+"InvalidArgument", …) as the details, and the readable message as raw UTF-8 in the
+`grpc-status-details-bin` trailer (not a `google.rpc.Status`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+import grpc
+from google.protobuf.message import Message
+
+from activities.ray_errors import (
+    RayError,
+    RayInvalidArgument,
+    RayletNotFound,
+    RayReplyError,
+    RayUnauthenticated,
+    RayUnavailable,
+)
+from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
+from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
+from activities.ray_state import (
+    ClusterState,
+    NodeInfo,
+    parse_cluster_state,
+    parse_node_infos,
+    ray_amounts,
+)
+from workflows.resources import CPU, MEMORY, Resources
+
+__all__ = [
+    "RayError",
+    "RayGcsClient",
+    "RayInvalidArgument",
+    "RayReplyError",
+    "RayUnauthenticated",
+    "RayUnavailable",
+    "RayletNotFound",
+    "TlsConfig",
+]
+
+DEFAULT_TIMEOUT_S: Final = 10.0
+NODE_ID_BYTES: Final = 28
+TOKEN_ENV: Final = "RAY_AUTH_TOKEN"
+TOKEN_PATH_ENV: Final = "RAY_AUTH_TOKEN_PATH"
+_DETAILS_TRAILER: Final = "grpc-status-details-bin"
+# A large cluster's state is well above gRPC's 4 MiB default.
+_MAX_MESSAGE_BYTES: Final = 512 * 1024 * 1024
+_RESIZABLE: Final = frozenset({CPU, MEMORY})
+
+
+# Ray status names (the `details` of an ABORTED reply) → exception class.
+_RAY_STATUS: Final[dict[str, type[RayError]]] = {
+    "NotFound": RayletNotFound,
+    "InvalidArgument": RayInvalidArgument,
+    "Invalid": RayInvalidArgument,
+    "Disconnected": RayUnavailable,
+    "IOError": RayUnavailable,
+    "TimedOut": RayUnavailable,
+    "RpcError": RayUnavailable,
+    "Unauthenticated": RayUnauthenticated,
+}
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Mutual TLS: Ray's GCS (RAY_USE_TLS=1) accepts nothing less.
+
+    `server_name` overrides the name checked against the server certificate, for when
+    the address dialled is not in its SANs.
+    """
+
+    ca_cert: Path
+    cert: Path
+    key: Path
+    server_name: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> TlsConfig | None:
+        """Ray's own settings: RAY_USE_TLS, RAY_TLS_CA_CERT, RAY_TLS_SERVER_CERT/KEY."""
+        env = os.environ if env is None else env
+        if env.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+            return None
+        try:
+            return cls(
+                ca_cert=Path(env["RAY_TLS_CA_CERT"]),
+                cert=Path(env["RAY_TLS_SERVER_CERT"]),
+                key=Path(env["RAY_TLS_SERVER_KEY"]),
+            )
+        except KeyError as exc:
+            raise RayInvalidArgument(f"RAY_USE_TLS is set but {exc.args[0]} is not") from None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        try:
+            ca, cert, key = (p.read_bytes() for p in (self.ca_cert, self.cert, self.key))
+        except OSError as exc:
+            raise RayInvalidArgument(f"cannot read a TLS file: {exc}") from None
+        return grpc.ssl_channel_credentials(
+            root_certificates=ca, private_key=key, certificate_chain=cert
+        )
+
+
+def resolve_token(token: str | None = None, env: Mapping[str, str] | None = None) -> str | None:
+    """The token to send: the argument, else $RAY_AUTH_TOKEN, else $RAY_AUTH_TOKEN_PATH's file."""
+    env = os.environ if env is None else env
+    if token and token.strip():
+        return token.strip()
+    if env.get(TOKEN_ENV, "").strip():
+        return env[TOKEN_ENV].strip()
+    path = env.get(TOKEN_PATH_ENV, "").strip()
+    if path:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError as exc:
+            raise RayUnauthenticated(
+                f"cannot read the token file {TOKEN_PATH_ENV}={path}: {exc.strerror}"
+            ) from None
+        if not text:
+            raise RayUnauthenticated(f"the token file {TOKEN_PATH_ENV}={path} is empty")
+        return text
+    return None
+
+
+def node_id_bytes(node_id: str | bytes) -> bytes:
+    """A node ID as the 28 raw bytes the wire wants (from 56 hex characters or raw)."""
+    if isinstance(node_id, bytes):
+        raw = node_id
+    else:
+        try:
+            raw = bytes.fromhex(node_id)
+        except ValueError:
+            raise RayInvalidArgument(f"node id {node_id!r} is not hexadecimal") from None
+    if len(raw) != NODE_ID_BYTES:
+        raise RayInvalidArgument(
+            f"node id must be {NODE_ID_BYTES} bytes ({2 * NODE_ID_BYTES} hex characters), "
+            f"got {len(raw)} bytes"
+        )
+    return raw
+
+
+def resize_request(resources: Mapping[str, float] | Resources) -> dict[str, float]:
+    """Check a resize target before it goes out; Ray itself checks almost nothing.
+
+    The Raylet deletes a resource set to 0 or less and accepts any custom name, so only
+    CPU and memory, both present, finite and strictly positive, are let through.
+    """
+    amounts: Mapping[str, Any] = (
+        resources.to_ray() if isinstance(resources, Resources) else resources
+    )
+    extra = sorted(set(amounts) - _RESIZABLE)
+    if extra:
+        raise RayInvalidArgument(f"only CPU and memory can be resized, not {', '.join(extra)}")
+    out: dict[str, float] = {}
+    for name in (CPU, MEMORY):
+        if name not in amounts:
+            raise RayInvalidArgument(f"a resize needs both CPU and memory; {name} is missing")
+        value = amounts[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise RayInvalidArgument(f"{name}: {value!r} is not a number")
+        if not math.isfinite(value):
+            raise RayInvalidArgument(f"{name}: {value!r} is not a finite number")
+        if value <= 0:
+            raise RayInvalidArgument(
+                f"{name}: {value!r} must be > 0 (the Raylet would delete the resource)"
+            )
+        if name == MEMORY and value != int(value):
+            raise RayInvalidArgument(f"memory: {value!r} is not a whole number of bytes")
+        out[name] = float(value)
+    return out
+
+
+def _error_text(err: grpc.RpcError) -> str:
+    """Ray's readable message from the trailer, else gRPC's details."""
+    for key, value in err.trailing_metadata() or ():
+        if key == _DETAILS_TRAILER:
+            text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+            if text.strip():
+                return text.strip()
+    return str(err.details() or "").strip()
+
+
+def map_rpc_error(err: grpc.RpcError, *, target: str, what: str, sent_token: bool) -> RayError:
+    """One gRPC failure → the typed exception with a one-line, actionable message."""
+    code = err.code()
+    text = _error_text(err)
+    if code == grpc.StatusCode.ABORTED:
+        status = str(err.details() or "")
+        cls = _RAY_STATUS.get(status, RayError)
+        if cls is RayUnavailable:
+            return RayUnavailable(f"{what}: {target} is unreachable ({status}: {text})")
+        return cls(f"{what}: {text}" if text != status else f"{what}: Ray said {status}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        hint = (
+            f"the token sent is wrong; check {TOKEN_ENV} or {TOKEN_PATH_ENV}"
+            if sent_token
+            else f"no token was sent; set {TOKEN_ENV} or {TOKEN_PATH_ENV}, or pass one"
+        )
+        return RayUnauthenticated(f"{what}: {target} refused the call ({text}): {hint}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return RayUnavailable(f"{what}: {target} did not answer in time")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return RayUnavailable(f"{what}: cannot reach {target}: {text}")
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return RayInvalidArgument(f"{what}: {text}")
+    return RayError(f"{what}: {target} failed with {code.name}: {text}")
+
+
+class RayGcsClient:
+    """The Ray GCS at `address` ("host:port", the head's --port, 6379 by default)."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str | None = None,
+        tls: TlsConfig | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if not address or ":" not in address:
+            raise RayInvalidArgument(f"GCS address {address!r} is not host:port")
+        if not timeout > 0:
+            raise RayInvalidArgument(f"timeout {timeout!r} must be > 0 seconds")
+        self.address = address
+        self.timeout = timeout
+        resolved = resolve_token(token)
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {resolved}"),) if resolved else ()
+        )
+        options: list[tuple[str, Any]] = [
+            ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+        ]
+        if tls is not None:
+            if tls.server_name:
+                options.append(("grpc.ssl_target_name_override", tls.server_name))
+            self._channel = grpc.secure_channel(address, tls.credentials(), options=options)
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
+        # Built once: the per-call cost is then serialising and the round trip.
+        self._get_cluster_resource_state = self._method(
+            "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState",
+            autoscaler_pb2.GetClusterResourceStateRequest,
+            autoscaler_pb2.GetClusterResourceStateReply,
+        )
+        self._resize_raylet_resource_instances = self._method(
+            "/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances",
+            autoscaler_pb2.ResizeRayletResourceInstancesRequest,
+            autoscaler_pb2.ResizeRayletResourceInstancesReply,
+        )
+        self._get_all_node_info = self._method(
+            "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+            rpc_pb2.GetAllNodeInfoRequest,
+            rpc_pb2.GetAllNodeInfoReply,
+        )
+
+    def _method(
+        self, path: str, request_type: type[Message], reply_type: type[Message]
+    ) -> grpc.UnaryUnaryMultiCallable:
+        return self._channel.unary_unary(
+            path,
+            request_serializer=request_type.SerializeToString,
+            response_deserializer=reply_type.FromString,
+            _registered_method=True,
+        )
+
+    # --- lifecycle --------------------------------------------------------------------
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> RayGcsClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- calls ------------------------------------------------------------------------
+    def _call(self, method: Any, request: Any, what: str, timeout: float | None) -> Any:
+        try:
+            return method(
+                request,
+                timeout=self.timeout if timeout is None else timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise map_rpc_error(
+                err, target=f"Ray GCS {self.address}", what=what, sent_token=bool(self._metadata)
+            ) from err
+
+    def cluster_state(self, *, timeout: float | None = None) -> ClusterState:
+        """Nodes, pending demands, placement groups and constraints, in one call."""
+        reply = self._call(
+            self._get_cluster_resource_state,
+            autoscaler_pb2.GetClusterResourceStateRequest(),
+            "read cluster state",
+            timeout,
+        )
+        return parse_cluster_state(reply)
+
+    def nodes(
+        self, *, alive_only: bool = False, timeout: float | None = None
+    ) -> tuple[NodeInfo, ...]:
+        """Every Raylet the GCS has registered, dead ones too unless `alive_only`."""
+        request = rpc_pb2.GetAllNodeInfoRequest()
+        if alive_only:
+            request.state_filter = rpc_pb2.GcsNodeInfo.ALIVE
+        reply = self._call(self._get_all_node_info, request, "list nodes", timeout)
+        return parse_node_infos(reply)
+
+    def resize_raylet(
+        self,
+        node_id: str | bytes,
+        cpu: float,
+        memory: float,
+        *,
+        timeout: float | None = None,
+    ) -> Resources:
+        """Set the Raylet's logical CPU (cores) and memory (bytes), through the GCS.
+
+        Returns the totals the Raylet applied: a downsize below what is in use is clamped
+        to what is in use, so the reply, not the request, is the truth.
+        """
+        return self.resize_raylet_resources(node_id, {CPU: cpu, MEMORY: memory}, timeout=timeout)
+
+    def resize_raylet_resources(
+        self,
+        node_id: str | bytes,
+        resources: Mapping[str, float] | Resources,
+        *,
+        timeout: float | None = None,
+    ) -> Resources:
+        """`resize_raylet` from a map of Ray amounts, or from exact `Resources`."""
+        raw = node_id_bytes(node_id)
+        request = autoscaler_pb2.ResizeRayletResourceInstancesRequest(
+            node_id=raw, resources=resize_request(resources)
+        )
+        what = f"resize Raylet {raw.hex()}"
+        reply = self._call(self._resize_raylet_resource_instances, request, what, timeout)
+        return ray_amounts(reply.total_resources, what=f"{what}: reply")

@@ -1,0 +1,132 @@
+"""`resize_raylet()` against a real Ray 2.60: upsizing runs work, downsizing clamps."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from activities.ray_gcs import RayGcsClient, RayInvalidArgument, RayletNotFound
+from tests.ray.conftest import WORKER_MEMORY
+from tests.ray.harness import Driver, LocalRayCluster, wait_for
+from workflows.resources import Resources
+
+PENDING_TWO_CPU_TASK = """
+import json
+import ray
+
+ray.init()
+
+@ray.remote(num_cpus=2)
+def multiply(x):
+    return {"value": x * 7, "node": ray.get_runtime_context().get_node_id()}
+
+ref = multiply.remote(6)
+print(json.dumps({"event": "submitted"}))
+print(json.dumps({"event": "done", **ray.get(ref)}))
+input()
+"""
+
+HOLD_ON_NODE = """
+import json, sys, time
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ray.init()
+
+@ray.remote(num_cpus=1, memory=600_000_000)
+def hold():
+    time.sleep(3600)
+
+pinned = NodeAffinitySchedulingStrategy(sys.argv[1], soft=False)
+ref = hold.options(scheduling_strategy=pinned).remote()
+print(json.dumps({"event": "submitted"}))
+input()
+"""
+
+
+def test_upsizing_a_worker_runs_a_pending_two_cpu_task(
+    cluster: LocalRayCluster,
+    gcs: RayGcsClient,
+    worker_ids: dict[str, str],
+    restore_workers: None,
+) -> None:
+    worker = worker_ids["worker-1"]
+    with Driver(cluster, PENDING_TWO_CPU_TASK) as driver:
+        driver.expect("submitted")
+        wait_for(
+            lambda: any(d.shape.cpu == 2000 for d in gcs.cluster_state().demands),
+            timeout=30,
+            what="the 2-CPU task to be reported pending",
+        )
+
+        applied = gcs.resize_raylet(worker, 4, 4_000_000_000)
+
+        assert (applied.cpu, applied.memory) == (4000, 4_000_000_000)
+        done = driver.expect("done", timeout=60)
+        assert done["value"] == 42
+        assert done["node"] == worker
+    node = wait_for(
+        lambda: next(n for n in gcs.cluster_state().nodes if n.node_id == worker).total.cpu == 4000,
+        timeout=10,
+        what="the GCS to see the new total",
+    )
+    assert node
+
+
+def test_downsizing_below_what_is_in_use_returns_the_clamped_totals(
+    cluster: LocalRayCluster,
+    gcs: RayGcsClient,
+    worker_ids: dict[str, str],
+    restore_workers: None,
+) -> None:
+    worker = worker_ids["worker-2"]
+    with Driver(cluster, HOLD_ON_NODE, args=(worker,)) as driver:
+        driver.expect("submitted")
+        wait_for(
+            lambda: (
+                next(n for n in gcs.cluster_state().nodes if n.node_id == worker).available.cpu == 0
+            ),
+            timeout=30,
+            what="the task to hold worker-2's CPU",
+        )
+
+        applied = gcs.resize_raylet(worker, 0.5, 500_000_000)
+
+        # The Raylet keeps what the task holds: 1 CPU and 600 MB, not what was asked.
+        assert (applied.cpu, applied.memory) == (1000, 600_000_000)
+
+    def shrunk() -> Resources | None:
+        applied = gcs.resize_raylet(worker, 0.5, 500_000_000)
+        return applied if applied.cpu == 500 else None
+
+    applied = wait_for(shrunk, timeout=30, what="the resize to apply once the task is gone")
+    assert applied.memory == 500_000_000
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ({"CPU": 0, "memory": WORKER_MEMORY}, "must be > 0"),
+        ({"CPU": -1, "memory": WORKER_MEMORY}, "must be > 0"),
+        ({"CPU": float("nan"), "memory": WORKER_MEMORY}, "not a finite number"),
+        ({"CPU": 1, "memory": WORKER_MEMORY, "GPU": 1}, "not GPU"),
+    ],
+    ids=["zero", "negative", "nan", "gpu"],
+)
+def test_zero_negative_nan_and_gpu_are_refused_and_the_node_is_unchanged(
+    gcs: RayGcsClient, worker_ids: dict[str, str], target, message
+) -> None:
+    worker = worker_ids["worker-1"]
+    before = next(n for n in gcs.cluster_state().nodes if n.node_id == worker).total
+    with pytest.raises(RayInvalidArgument, match=message):
+        gcs.resize_raylet_resources(worker, target)
+    after = next(n for n in gcs.cluster_state().nodes if n.node_id == worker).total
+    assert after == before and after.cpu > 0
+
+
+def test_an_unknown_node_is_raylet_not_found(gcs: RayGcsClient) -> None:
+    unknown = os.urandom(28).hex()
+    with pytest.raises(RayletNotFound, match=f"Raylet {unknown} is not alive") as caught:
+        gcs.resize_raylet(unknown, 1, WORKER_MEMORY)
+    assert caught.value.retryable is False
