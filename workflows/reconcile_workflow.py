@@ -214,6 +214,9 @@ class ReconcileWorkflow:
         if p.is_empty:
             return
         started = await self._start_resizes(inp, obs, p)
+        self.carry = self.carry.model_copy(
+            update={"resizes_started": self.carry.resizes_started + started}
+        )
         scaled = False
         if p.launch or p.terminate:
             scaled = await self._scale(inp, obs, p)
@@ -228,9 +231,6 @@ class ReconcileWorkflow:
             del self.decisions[:-KEEP_DECISIONS]
             workflow.logger.info("%s/%s %s", inp.namespace, inp.cluster, summary)
             await self._event(inp, "Reconciled", summary[:1000])
-        self.carry = self.carry.model_copy(
-            update={"resizes_started": self.carry.resizes_started + started}
-        )
 
     async def _start_resizes(self, inp: ReconcileInput, obs: Observation, p: Plan) -> int:
         in_flight = set(obs.resizing)
