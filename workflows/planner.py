@@ -564,16 +564,44 @@ class _Planner:
             used.add(id(b))
         return True
 
+    def _fits_totals(self, gang: Gang, totals: list[list[int]]) -> bool:
+        """Could Ray place this gang on the registered nodes if they were empty?"""
+        shapes = sorted((self.shape(b) for b in gang.bundles), key=self.size_key)
+
+        def fits(shape: Shape, t: list[int]) -> bool:
+            return all(t[i] >= a for i, a in shape)
+
+        if gang.strategy == GangStrategy.STRICT_PACK:
+            whole: Counter[int] = Counter()
+            for shape in shapes:
+                for i, a in shape:
+                    whole[i] += a
+            return any(fits(tuple(whole.items()), t) for t in totals)
+        if gang.strategy == GangStrategy.STRICT_SPREAD:
+            free = sorted(range(len(totals)), key=lambda k: sum(totals[k]))
+            for shape in shapes:
+                k = next((k for k in free if fits(shape, totals[k])), None)
+                if k is None:
+                    return False
+                free.remove(k)
+            return True
+        return all(any(fits(shape, t) for t in totals) for shape in shapes)
+
     def _pick_bin(
         self, bins: Sequence[_Bin], shape: Shape, sel: Selector, grow: bool, exclude: set[int]
     ) -> _Bin | None:
         best: tuple[int, str, _Bin] | None = None
+        i0, a0 = shape[0] if shape else (0, 0)
+        fit = self.fit
         for b in bins:
-            if id(b) in exclude:
+            # cheap first test on one resource before the full fit
+            if b.free[i0] + (b.headroom[i0] if grow else 0) < a0 or id(b) in exclude:
                 continue
-            n = self.fit(b, shape, grow)
+            n = fit(b, shape, grow)
             if n and b.matches(sel) and (best is None or (n, b.key) < best[:2]):
                 best = (n, b.key, b)
+                if n == 1:  # the tightest possible fit: in list order, deterministic
+                    break
         return best[2] if best else None
 
     def _launch_one(self, bins: list[_Bin], shape: Shape, sel: Selector) -> _Bin | None:
@@ -628,6 +656,18 @@ class _Planner:
             self.new_bins(cb.group, 1)[0] for cb in cbins if cb.pod is None
         )  # planned pods start empty
 
+        # Ray retries a placement group that fits no node's *total* only when a node
+        # registers (docs/ray-infeasible-pg.md): growing pods in place would not get it
+        # placed, so such a gang is planned on free room and new pods only.
+        registered = [
+            self.vec(p.total)
+            for p in self.snap.pods
+            if p.phase == PodPhase.RUNNING and p.name not in self.terminate
+        ]
+        registered += [b.ceiling for b in dbins if b.pod is None or b.pod.phase == PodPhase.PENDING]
+        unique = [list(t) for t in sorted({tuple(t) for t in registered})]
+        growable = {id(g): self._fits_totals(g, unique) for g in self.snap.gangs}
+
         gangs_left = 0
         pending_gangs: list[tuple[Gang, int]] = []
         for gang in self.snap.gangs:
@@ -638,12 +678,17 @@ class _Planner:
         d_items = self._items(self.snap.demands, DEMAND)
         self.place_items(d_items, dbins, grow=False)
         for i, (gang, left) in enumerate(pending_gangs):
-            while left and self.place_gang(gang, dbins, grow=True, launch=False):
+            while (
+                left
+                and growable[id(gang)]
+                and self.place_gang(gang, dbins, grow=True, launch=False)
+            ):
                 left -= 1
             pending_gangs[i] = (gang, left)
         self.place_items(d_items, dbins, grow=True)
         for gang, left in pending_gangs:
-            while left and self.place_gang(gang, dbins, grow=True, launch=True):
+            grow = growable[id(gang)]
+            while left and self.place_gang(gang, dbins, grow=grow, launch=True):
                 left -= 1
             gangs_left += left
         self.launch_for_items(d_items, dbins)

@@ -276,7 +276,12 @@ def test_strict_pack_needs_one_pod_for_every_bundle() -> None:
     assert p.resize == () and p.launch == ()  # does not fit on one pod, no pod can hold 3
     assert p.infeasible.gangs == 1
     p = plan(snapshot([group(cpu=2)], pods, gangs=(g,)))
-    assert sizes(p) == {"w1": (3, 2)}  # one pod grown to hold all three
+    # fits no registered pod's total, so Ray would only retry it when a node registers:
+    # a new pod (it can grow to 4 CPUs), not an in-place resize
+    assert p.resize == () and p.launch_by_group == {"g1": 1}
+    busy = [pod("w1", cpu=4, free_cpu=1), pod("w2", cpu=2, free_cpu=2)]
+    p = plan(snapshot([group(cpu=2, max_cpu=6)], busy, gangs=(g,)))
+    assert sizes(p) == {"w1": (6, 2)}  # w1 is 4 CPUs when empty: growing it works
 
 
 def test_pack_prefers_one_pod_but_may_split() -> None:
@@ -315,7 +320,20 @@ def test_gang_is_all_or_nothing() -> None:
 
 def test_gang_grows_a_pod_in_place_before_launching() -> None:
     g = gang(GangStrategy.PACK, res(1), res(1))
+    p = plan(snapshot([group()], [pod("w1", cpu=2, free_cpu=1)], gangs=(g,)))
+    assert sizes(p) == {"w1": (3, 2)} and p.launch == ()
+
+
+def test_gang_that_fits_no_registered_node_gets_a_new_pod_not_a_resize() -> None:
+    # Ray only retries such a placement group when a node registers: growing w1 to 3
+    # CPUs would leave it pending forever (docs/ray-infeasible-pg.md)
+    g = gang(GangStrategy.STRICT_PACK, res(1.5), res(1.5))
     p = plan(snapshot([group()], [pod("w1")], gangs=(g,)))
+    assert p.resize == ()
+    assert p.launch_by_group == {"g1": 1}
+    # a gang that fits a node's total, once that node is empty, may use growth
+    small = gang(GangStrategy.STRICT_PACK, res(0.5), res(0.5))
+    p = plan(snapshot([group()], [pod("w1", free_cpu=0.5)], gangs=(small,)))
     assert sizes(p) == {"w1": (2, 2)} and p.launch == ()
 
 
