@@ -101,6 +101,19 @@ class Api:
         self._denied.clear()
 
     # --- entry point ----------------------------------------------------------------
+    def internal(self, method: str, path: str, body: object = None, content_type: str = "") -> Obj:
+        """A request from a controller inside the sandbox: no faults, no RBAC; raises ApiError."""
+        parts = [p for p in path.split("/") if p]
+        route = self._route(parts)
+        verb = _verb(method, route, {})
+        headers = {"content-type": content_type} if content_type else {}
+        raw = b"" if body is None else dumps(body)
+        response = self._dispatch(verb, route, {}, headers, raw, None)
+        result: Obj = json.loads(response.body)
+        if response.code >= 400:
+            raise ApiError(response.code, result.get("reason", ""), result.get("message", ""))
+        return result
+
     def handle(
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> Response:
@@ -583,10 +596,10 @@ class ApiServer:
 
     def stop(self) -> None:
         self.api.stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
         if self._thread is not None:
+            self._server.shutdown()
             self._thread.join(timeout=5)
+        self._server.server_close()
 
 
 __all__ = ["ALL", "Api", "ApiServer", "Response", "clone"]
