@@ -71,7 +71,7 @@ def canonicalize_resources(pod: Obj) -> None:
 
 
 # --- defaults (SetDefaults_Pod) -------------------------------------------------------
-def _default_container(c: Obj, *, resize_policy: bool) -> None:
+def _default_container(c: Obj) -> None:
     c.setdefault("terminationMessagePath", "/dev/termination-log")
     c.setdefault("terminationMessagePolicy", "File")
     image = str(c.get("image", ""))
@@ -82,16 +82,17 @@ def _default_container(c: Obj, *, resize_policy: bool) -> None:
         requests = resources.setdefault("requests", {})
         for name, value in limits.items():
             requests.setdefault(name, value)
-    if resize_policy and (resources.get("requests") or resources.get("limits")):
-        present = {p.get("resourceName") for p in c.get("resizePolicy") or []}
-        policies = list(c.get("resizePolicy") or [])
-        for name in QOS_RESOURCES:
-            if name not in present and (
-                name in (resources.get("requests") or {}) or name in (resources.get("limits") or {})
-            ):
-                policies.append({"resourceName": name, "restartPolicy": "NotRequired"})
-        if policies:
-            c["resizePolicy"] = policies
+
+
+def _default_requests(pod: Obj) -> None:
+    """Decoding defaults requests to limits, on every write, not only on create."""
+    spec = pod.get("spec") or {}
+    for c in _containers(spec) + _containers(spec, "initContainers"):
+        resources = c.get("resources")
+        if isinstance(resources, dict) and resources.get("limits"):
+            requests = resources.setdefault("requests", {})
+            for name, value in resources["limits"].items():
+                requests.setdefault(name, value)
 
 
 def apply_defaults(pod: Obj) -> None:
@@ -104,10 +105,8 @@ def apply_defaults(pod: Obj) -> None:
     spec.setdefault("enableServiceLinks", True)
     spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
     spec.setdefault("priority", 0)
-    for c in _containers(spec):
-        _default_container(c, resize_policy=True)
-    for c in _containers(spec, "initContainers"):
-        _default_container(c, resize_policy=_is_sidecar(c))
+    for c in _containers(spec) + _containers(spec, "initContainers"):
+        _default_container(c)
 
 
 # --- QoS (qos.ComputePodQOS) ----------------------------------------------------------
@@ -260,6 +259,7 @@ def _spec_diff(old: Obj, new: Obj, path: str = "spec") -> list[str]:
 def prepare_update(old: Obj, new: Obj) -> None:
     """The main resource cannot change status; spec changes bump the generation."""
     canonicalize_resources(new)
+    _default_requests(new)
     new["status"] = old.get("status", {})
     _keep_system_metadata(old, new)
     if new.get("spec") != old.get("spec"):
@@ -324,6 +324,7 @@ def prepare_status_update(old: Obj, new: Obj) -> None:
 def prepare_resize(old: Obj, new: Obj) -> None:
     """`dropNonResizeUpdates`: only container resources and resizePolicy come from the request."""
     canonicalize_resources(new)
+    _default_requests(new)
     old_spec = old.get("spec") or {}
     new_spec = new.get("spec") or {}
     spec = json.loads(json.dumps(old_spec))

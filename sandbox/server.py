@@ -448,10 +448,19 @@ class Api:
                 return Response(
                     200, dumps(self.store.update(r.name, route.namespace, route.name, terminate))
                 )
-        if r is NAMESPACES and route.name == "default":
-            raise errors.ApiError(
-                403, "Forbidden", 'namespaces "default" is forbidden: this namespace may not be deleted'
-            )
+        if r is NAMESPACES:
+            if route.name == "default":
+                raise errors.ApiError(
+                    403,
+                    "Forbidden",
+                    'namespaces "default" is forbidden: this namespace may not be deleted',
+                )
+            self.store.get(r.name, "", route.name)
+            for other in ALL:  # the namespace controller's job, done at once
+                if other.namespaced:
+                    items, _ = self.store.list(other.name, route.name)
+                    for item in items:
+                        self.store.remove(other.name, route.name, item["metadata"]["name"])
         removed = self.store.remove(r.name, route.namespace, route.name, precondition)
         if r is PODS or r.group:
             return Response(200, dumps(removed))

@@ -255,6 +255,8 @@ class Store:
                 continue
             if w.namespace is not None and obj["metadata"].get("namespace", "") != w.namespace:
                 continue
+            if not w.accept(obj):
+                continue
             w.events.put((kind, obj))
 
     def watch(
@@ -269,7 +271,7 @@ class Store:
         with self.lock:
             if since in (None, "", "0"):
                 for (ns, _), e in sorted(self._objects.get(resource, {}).items()):
-                    if namespace is None or ns == namespace:
+                    if (namespace is None or ns == namespace) and accept(e.obj):
                         w.events.put(("ADDED", e.obj))
             else:
                 try:
@@ -280,7 +282,7 @@ class Store:
                 if start < oldest - 1 and start < self._rv:
                     raise gone(f"too old resource version: {start} ({oldest - 1})")
                 for rv, res, kind, obj in self._history:
-                    if rv > start and res == resource and (
+                    if rv > start and res == resource and accept(obj) and (
                         namespace is None or obj["metadata"].get("namespace", "") == namespace
                     ):
                         w.events.put((kind, obj))

@@ -20,6 +20,8 @@ def _mount() -> None:
     from worker import cli_plan
 
     cli_plan.register(app)
+    from worker import cli_sandbox
+    cli_sandbox.register(app)
 
 
 _mount()
