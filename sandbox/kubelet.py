@@ -620,7 +620,8 @@ def record_event(
     event = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{involved['name']}.{secrets.token_hex(8)}"},
+        # client-go's recorder names events `<object>.<UnixNano in hex>`.
+        "metadata": {"name": f"{involved['name']}.{_event_clock():x}"},
         "involvedObject": involved,
         "reason": reason,
         "message": message,
@@ -634,6 +635,18 @@ def record_event(
         "reportingInstance": host,
     }
     return store.create("events", involved.get("namespace", ""), event)
+
+
+_last_event_ns = 0
+_event_lock = threading.Lock()
+
+
+def _event_clock() -> int:
+    """Strictly increasing nanoseconds, so two events never share a name."""
+    global _last_event_ns
+    with _event_lock:
+        _last_event_ns = max(time.time_ns(), _last_event_ns + 1)
+        return _last_event_ns
 
 
 def _resize_message(prefix: str, pod: Obj, generation: int, error: str = "") -> str:
