@@ -16,6 +16,11 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """raysize: in-place resize and scale-out of Ray clusters on Kubernetes."""
+
+
 def _mount() -> None:
     from worker import cli_plan
 

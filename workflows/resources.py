@@ -160,8 +160,8 @@ def float_to_units(value: object, name: str, *, what: str | None = None) -> int:
         raise QuantityError(f"{label}: {value!r} is negative")
     scaled = value * scale_of(name)
     nearest = round(scaled)
-    units = int(nearest) if abs(scaled - nearest) < 1e-6 * max(1.0, abs(scaled)) else math.ceil(
-        scaled
+    units = (
+        int(nearest) if abs(scaled - nearest) < 1e-6 * max(1.0, abs(scaled)) else math.ceil(scaled)
     )
     if units > MAX_UNITS:
         raise QuantityError(f"{label}: {value!r} is too large")
@@ -202,10 +202,7 @@ class Resources(Mapping[str, int]):
         if not isinstance(amounts, Mapping):
             raise QuantityError(f"{what}: expected an object of resource name → amount")
         return cls(
-            {
-                str(n): float_to_units(v, str(n), what=f"{what}.{n}")
-                for n, v in amounts.items()
-            }
+            {str(n): float_to_units(v, str(n), what=f"{what}.{n}") for n, v in amounts.items()}
         )
 
     @classmethod
@@ -229,9 +226,7 @@ class Resources(Mapping[str, int]):
         return self._items.get(MEMORY, 0)
 
     def to_ray(self) -> dict[str, float | int]:
-        return {
-            n: (v if n == MEMORY else units_to_float(v, n)) for n, v in self._items.items()
-        }
+        return {n: (v if n == MEMORY else units_to_float(v, n)) for n, v in self._items.items()}
 
     def to_k8s(self) -> dict[str, str]:
         out: dict[str, str] = {}

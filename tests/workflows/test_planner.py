@@ -1,0 +1,406 @@
+"""The planner's decisions, starting with the seed pull request's four example cases.
+
+Cluster shape of the seed: a head with CPU=0 and WorkerGroup1 of 1 CPU pods that can be
+resized to 4 CPU. Ray's one-step-to-max behaviour is the `max` policy; raysize's default
+right-sizes (the smallest whole-core size that fits).
+"""
+
+from __future__ import annotations
+
+from workflows.model import (
+    Constraint,
+    Demand,
+    Gang,
+    GangStrategy,
+    PlannerSettings,
+    PodPhase,
+    PodResize,
+    ResizePolicy,
+    ResizeState,
+    UpscalingMode,
+)
+from workflows.planner import plan
+from workflows.resources import GIB
+
+from .kit import cores, group, pod, res, snapshot
+
+RAY = PlannerSettings(resize_policy=ResizePolicy.MAX)
+
+
+def sizes(p) -> dict[str, tuple[float, float]]:
+    return {r.pod: (r.cpu / 1000, r.memory / GIB) for r in p.resize}
+
+
+# --- the seed's example cases --------------------------------------------------------------
+
+
+def test_case_1_resizing_an_existing_node() -> None:
+    # T1: one idle 1-CPU worker, a pending {CPU: 2}
+    snap = snapshot([group()], [pod("w1", idle_s=5)], [(res(2), 1)], settings=RAY)
+    p = plan(snap)
+    assert sizes(p) == {"w1": (4, 8)}  # Ray: one step to the max
+    assert p.launch == ()
+    assert "1 × {CPU: 2} pending → grow 1 CPU/2Gi → 4 CPU/8Gi" in p.resize[0].reason
+    # raysize's default: only what the demand needs, in whole cores
+    right = plan(snapshot([group()], [pod("w1", idle_s=5)], [(res(2), 1)]))
+    assert sizes(right) == {"w1": (2, 2)}
+    assert right.launch == ()
+    # T2: resized, the request is consumed: nothing more to do
+    t2 = plan(snapshot([group()], [pod("w1", cpu=4, mem_gib=8, free_cpu=2)], [], settings=RAY))
+    assert t2.is_empty
+
+
+def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker() -> None:
+    snap = snapshot([group()], [pod("w1", idle_s=5)], [(res(2), 1), (res(4), 1)], settings=RAY)
+    p = plan(snap)
+    assert sizes(p) == {"w1": (4, 8)}
+    assert p.launch_by_group == {"g1": 1}
+    # T2: w1 is at 4 and busy with the 4-CPU task; the new worker runs at 1 CPU
+    t2 = plan(
+        snapshot(
+            [group()],
+            [pod("w1", cpu=4, mem_gib=8, free_cpu=0), pod("w2", idle_s=1)],
+            [(res(2), 1)],
+            settings=RAY,
+        )
+    )
+    assert sizes(t2) == {"w2": (4, 8)}
+    assert t2.launch == ()
+
+
+def test_case_3_scaling_out_with_ippr_capacity_considerations() -> None:
+    p = plan(snapshot([group()], [], [(res(2), 1)], settings=RAY))
+    assert p.launch_by_group == {"g1": 1}  # one 1-CPU pod: it can grow to 4
+    assert p.resize == ()
+    # T2: it registered; now it is case 1
+    t2 = plan(snapshot([group()], [pod("w1", idle_s=1)], [(res(2), 1)], settings=RAY))
+    assert sizes(t2) == {"w1": (4, 8)} and t2.launch == ()
+
+
+def test_case_4_ippr_timeout() -> None:
+    # T1: resize w1
+    assert sizes(plan(snapshot([group()], [pod("w1")], [(res(2), 1)], settings=RAY))) == {
+        "w1": (4, 8)
+    }
+    # T2: the resize timed out: it is rolled back and the plan scales out
+    timed_out = PodResize(cpu=cores(4), memory=8 * GIB, state=ResizeState.TIMED_OUT)
+    t2 = plan(
+        snapshot([group()], [pod("w1", resize=timed_out, failed=True)], [(res(2), 1)], settings=RAY)
+    )
+    assert t2.resize == ()
+    assert t2.launch_by_group == {"g1": 1}
+    # T3: w1 is marked failed and never resized again; w2 grows
+    t3 = plan(snapshot([group()], [pod("w1", failed=True), pod("w2")], [(res(2), 1)], settings=RAY))
+    assert sizes(t3) == {"w2": (4, 8)}
+    assert t3.launch == ()
+
+
+# --- resize eligibility -------------------------------------------------------------------
+
+
+def test_deferred_suggestion_caps_the_next_target() -> None:
+    p = plan(snapshot([group()], [pod("w1", suggested_cpu=3)], [(res(4), 1)]))
+    assert sizes(p) == {}  # 4 CPU can't fit a pod capped at 3
+    assert p.launch_by_group == {"g1": 1}
+    p = plan(snapshot([group()], [pod("w1", suggested_cpu=3)], [(res(3), 1)], settings=RAY))
+    assert sizes(p) == {"w1": (3, 8)}
+
+
+def test_failed_pod_is_never_resized_again() -> None:
+    p = plan(snapshot([group()], [pod("w1", failed=True)], [(res(2), 1)]))
+    assert p.resize == ()
+    assert p.launch_by_group == {"g1": 1}
+
+
+def test_in_flight_resize_counts_at_its_target() -> None:
+    inflight = PodResize(cpu=cores(4), memory=8 * GIB, state=ResizeState.IN_PROGRESS)
+    p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(2), 1)]))
+    assert p.is_empty  # the 2 CPUs fit the 4 it is growing to
+    p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(2), 2), (res(1), 1)]))
+    assert p.resize == ()  # no second resize while one is in flight
+    assert p.launch_by_group == {"g1": 1}
+
+
+def test_deferred_resize_counts_at_the_suggested_size() -> None:
+    deferred = PodResize(cpu=cores(4), memory=8 * GIB, state=ResizeState.DEFERRED)
+    p = plan(snapshot([group()], [pod("w1", resize=deferred, suggested_cpu=2)], [(res(3), 1)]))
+    assert p.launch_by_group == {"g1": 1}  # counted at 2, not 4
+
+
+def test_pending_pod_with_ippr_headroom_prevents_an_extra_launch() -> None:
+    p = plan(snapshot([group()], [pod("w1", phase=PodPhase.PENDING)], [(res(3), 1)]))
+    assert p.is_empty
+    # without IPPR a pending 1-CPU pod can't take it: launch is needed (and fits nowhere)
+    no_ippr = plan(
+        snapshot([group(max_cpu=None)], [pod("w1", phase=PodPhase.PENDING)], [(res(3), 1)])
+    )
+    assert no_ippr.launch == ()
+    assert no_ippr.infeasible.demands == 1
+
+
+def test_launches_no_more_pods_than_the_demands_need() -> None:
+    # 6 × 2 CPU: pods of 1 CPU growable to 4 each hold two → 3 pods, not 12 or 6
+    p = plan(snapshot([group()], [], [(res(2), 6)]))
+    assert p.launch_by_group == {"g1": 3}
+
+
+def test_pods_not_running_or_without_raylet_are_not_resized() -> None:
+    p = plan(snapshot([group()], [pod("w1", raylet_id=None)], [(res(2), 1)]))
+    assert p.resize == ()
+
+
+def test_group_without_ippr_scales_out_only() -> None:
+    p = plan(snapshot([group(max_cpu=None, cpu=2)], [pod("w1", cpu=2, free_cpu=0)], [(res(2), 2)]))
+    assert p.resize == ()
+    assert p.launch_by_group == {"g1": 2}
+
+
+# --- right-sizing ---------------------------------------------------------------------------
+
+
+def test_right_size_grows_only_what_is_needed_rounded_to_the_step() -> None:
+    p = plan(snapshot([group()], [pod("w1", free_cpu=0.5)], [(res(1.2), 1)]))
+    assert sizes(p) == {"w1": (2, 2)}  # 0.5 free + 0.7 more → 1.7 → rounded to 2 cores
+    p = plan(snapshot([group()], [pod("w1")], [(res(0, 3), 1)]))
+    assert sizes(p) == {"w1": (1, 3)}  # memory only, rounded to 1 GiB, CPU untouched
+    fine = PlannerSettings(cpu_step=250)
+    p = plan(snapshot([group()], [pod("w1", free_cpu=0.5)], [(res(1.2), 1)], settings=fine))
+    assert sizes(p) == {"w1": (1.75, 2)}
+
+
+def test_right_size_never_exceeds_the_maximum() -> None:
+    p = plan(snapshot([group(max_cpu=3.5)], [pod("w1")], [(res(3.2), 1)]))
+    assert sizes(p) == {"w1": (3.5, 2)}
+
+
+def test_several_demands_share_one_growth() -> None:
+    p = plan(snapshot([group()], [pod("w1")], [(res(1), 3)]))
+    assert sizes(p) == {"w1": (3, 2)}
+    # one fits the free CPU it has; the other two are why it grows
+    assert p.resize[0].reason == "2 × {CPU: 1} pending → grow 1 CPU/2Gi → 3 CPU/2Gi"
+
+
+# --- caps -------------------------------------------------------------------------------
+
+
+def test_min_workers_are_launched() -> None:
+    p = plan(snapshot([group(min_workers=2)], [pod("w1")]))
+    assert p.launch_by_group == {"g1": 1}
+    assert "min_workers=2" in p.launch[0].reason
+
+
+def test_min_workers_never_break_the_cluster_maximum() -> None:
+    p = plan(snapshot([group(min_workers=3)], [], settings=PlannerSettings(max_workers=2)))
+    assert p.launch_by_group == {"g1": 2}
+    assert "1 pod(s) short of min_workers=3, held back by max_workers" in p.notes[0]
+
+
+def test_group_max_removes_pending_then_idle_never_busy() -> None:
+    pods = [
+        pod("busy1", idle_s=0, free_cpu=0),
+        pod("busy2", idle_s=0, free_cpu=0),
+        pod("idle", idle_s=5),
+        pod("pend", phase=PodPhase.PENDING),
+    ]
+    p = plan(snapshot([group(max_workers=1)], pods))
+    assert [t.pod for t in p.terminate] == ["idle", "pend"]
+    assert all("max_workers=1" in t.reason for t in p.terminate)
+
+
+def test_group_max_caps_launches() -> None:
+    p = plan(snapshot([group(max_workers=2, max_cpu=None)], [pod("w1", free_cpu=0)], [(res(1), 5)]))
+    assert p.launch_by_group == {"g1": 1}
+    assert p.infeasible.demands == 4
+
+
+def test_cluster_max_caps_launches_across_groups() -> None:
+    groups = [group("a", max_cpu=None), group("b", max_cpu=None)]
+    p = plan(snapshot(groups, [], [(res(1), 5)], settings=PlannerSettings(max_workers=3)))
+    assert sum(p.launch_by_group.values()) == 3
+    assert p.infeasible.demands == 2
+
+
+def test_cluster_max_removes_idle_pods() -> None:
+    pods = [pod("a1", "a", idle_s=100), pod("b1", "b", idle_s=3), pod("b2", "b", free_cpu=0)]
+    p = plan(snapshot([group("a"), group("b")], pods, settings=PlannerSettings(max_workers=1)))
+    assert [t.pod for t in p.terminate] == ["a1", "b1"]
+
+
+# --- request_resources -----------------------------------------------------------------------
+
+
+def test_constraints_count_capacity_not_usage() -> None:
+    busy = pod("w1", cpu=4, mem_gib=8, free_cpu=0)
+    p = plan(
+        snapshot(
+            [group(max_cpu=None, cpu=4, mem_gib=8)],
+            [busy],
+            constraints=(Constraint(shape=res(1), count=4),),
+        )
+    )
+    assert p.is_empty  # 4 CPUs exist, even if busy
+    p = plan(
+        snapshot(
+            [group(max_cpu=None, cpu=4, mem_gib=8)],
+            [busy],
+            constraints=(Constraint(shape=res(1), count=6),),
+        )
+    )
+    assert p.launch_by_group == {"g1": 1}
+
+
+def test_constraints_can_be_met_by_growing_and_keep_pods_from_idling_out() -> None:
+    p = plan(
+        snapshot(
+            [group()], [pod("w1", idle_s=1000)], constraints=(Constraint(shape=res(3), count=1),)
+        )
+    )
+    assert sizes(p) == {"w1": (3, 2)}
+    assert p.terminate == ()
+    grown = pod("w1", cpu=3, idle_s=1000)
+    p = plan(snapshot([group()], [grown], constraints=(Constraint(shape=res(3), count=1),)))
+    assert p.is_empty  # not shrunk back, not removed: the constraint needs it
+
+
+# --- gangs ------------------------------------------------------------------------------
+
+
+def gang(strategy: GangStrategy, *bundles, count: int = 1) -> Gang:
+    return Gang(bundles=tuple(bundles), strategy=strategy, count=count)
+
+
+def test_strict_pack_needs_one_pod_for_every_bundle() -> None:
+    pods = [pod("w1", cpu=2, free_cpu=2), pod("w2", cpu=2, free_cpu=2)]
+    g = gang(GangStrategy.STRICT_PACK, res(1), res(1), res(1))
+    p = plan(snapshot([group(max_cpu=None, cpu=2)], pods, gangs=(g,)))
+    assert p.resize == () and p.launch == ()  # does not fit on one pod, no pod can hold 3
+    assert p.infeasible.gangs == 1
+    p = plan(snapshot([group(cpu=2)], pods, gangs=(g,)))
+    assert sizes(p) == {"w1": (3, 2)}  # one pod grown to hold all three
+
+
+def test_pack_prefers_one_pod_but_may_split() -> None:
+    pods = [pod("w1", cpu=2, free_cpu=2), pod("w2", cpu=2, free_cpu=2)]
+    g = gang(GangStrategy.PACK, res(1), res(1), res(1))
+    p = plan(snapshot([group(max_cpu=None, cpu=2)], pods, gangs=(g,)))
+    assert p.is_empty and p.infeasible.gangs == 0
+
+
+def test_strict_spread_needs_distinct_pods() -> None:
+    pods = [pod("w1", cpu=4, free_cpu=4)]
+    g = gang(GangStrategy.STRICT_SPREAD, res(1), res(1))
+    p = plan(snapshot([group(max_cpu=None, cpu=4)], pods, gangs=(g,)))
+    assert p.launch_by_group == {"g1": 1}  # second bundle needs a second pod
+    p = plan(snapshot([group(max_cpu=None, cpu=4, max_workers=1)], pods, gangs=(g,)))
+    assert p.launch == () and p.infeasible.gangs == 1
+
+
+def test_spread_falls_back_to_sharing_a_pod() -> None:
+    pods = [pod("w1", cpu=4, free_cpu=4)]
+    g = gang(GangStrategy.SPREAD, res(1), res(1))
+    p = plan(snapshot([group(max_cpu=None, cpu=4, max_workers=1)], pods, gangs=(g,)))
+    assert p.is_empty and p.infeasible.gangs == 0
+
+
+def test_gang_is_all_or_nothing() -> None:
+    # 2 free CPUs on w1, no room anywhere else: a 3-bundle gang places nothing at all
+    pods = [pod("w1", cpu=2, free_cpu=2)]
+    g = gang(GangStrategy.STRICT_SPREAD, res(1), res(1), res(1))
+    p = plan(snapshot([group(max_cpu=None, cpu=2, max_workers=2)], pods, [(res(2), 1)], gangs=(g,)))
+    # the gang failed as a whole, so its bundles did not take w1's room: the task gets it
+    assert p.infeasible.gangs == 1
+    assert p.infeasible.demands == 0
+    assert p.launch == ()
+
+
+def test_gang_grows_a_pod_in_place_before_launching() -> None:
+    g = gang(GangStrategy.PACK, res(1), res(1))
+    p = plan(snapshot([group()], [pod("w1")], gangs=(g,)))
+    assert sizes(p) == {"w1": (2, 2)} and p.launch == ()
+
+
+def test_gang_count_places_each_copy() -> None:
+    g = gang(GangStrategy.STRICT_PACK, res(2), res(2), count=3)
+    p = plan(snapshot([group()], [], gangs=(g,)))
+    assert p.launch_by_group == {"g1": 3}
+
+
+# --- label selectors --------------------------------------------------------------------------
+
+
+def test_label_selectors_pick_matching_pods_and_groups() -> None:
+    groups = [
+        group("cpu"),
+        group("gpu", GPU=1, labels={"ray.io/node-group": "gpu", "accel": "a100"}),
+    ]
+    pods = [pod("c1", "cpu", cpu=4, mem_gib=8)]
+    sel = Demand(shape=res(1), count=1, label_selector={"accel": "a100"})
+    p = plan(snapshot(groups, pods, demands=None).model_copy(update={"demands": (sel,)}))
+    assert p.launch_by_group == {"gpu": 1}
+    neg = Demand(shape=res(1), count=1, label_selector={"accel": "!a100"})
+    p = plan(snapshot(groups, pods).model_copy(update={"demands": (neg,)}))
+    assert p.is_empty
+    in_ = Demand(shape=res(1), count=1, label_selector={"ray.io/node-group": "in(gpu,tpu)"})
+    p = plan(snapshot(groups, pods).model_copy(update={"demands": (in_,)}))
+    assert p.launch_by_group == {"gpu": 1}
+
+
+def test_cpu_work_avoids_gpu_groups() -> None:
+    groups = [group("cpu", max_cpu=None), group("gpu", GPU=1, max_cpu=None)]
+    p = plan(snapshot(groups, [], [(res(1), 1)]))
+    assert p.launch_by_group == {"cpu": 1}
+
+
+# --- idle --------------------------------------------------------------------------------------
+
+
+def test_idle_pod_past_timeout_is_removed() -> None:
+    p = plan(snapshot([group()], [pod("w1", idle_s=61), pod("w2", idle_s=59)]))
+    assert [t.pod for t in p.terminate] == ["w1"]
+    assert "idle 61s ≥ 60s" in p.terminate[0].reason
+
+
+def test_idle_removal_respects_min_workers() -> None:
+    p = plan(snapshot([group(min_workers=1)], [pod("w1", idle_s=100), pod("w2", idle_s=200)]))
+    assert len(p.terminate) == 1
+
+
+def test_idle_grown_pod_shrinks_back_to_its_template_first() -> None:
+    p = plan(snapshot([group()], [pod("w1", cpu=4, mem_gib=8, idle_s=100)]))
+    assert p.terminate == ()
+    assert sizes(p) == {"w1": (1, 2)}
+    assert p.resize[0].shrinks
+    assert "shrink 4 CPU/8Gi → 1 CPU/2Gi" in p.resize[0].reason
+    # next tick, back at template size and still idle: removed
+    p = plan(snapshot([group()], [pod("w1", idle_s=130)]))
+    assert [t.pod for t in p.terminate] == ["w1"]
+
+
+def test_idle_pod_with_work_to_take_is_kept() -> None:
+    p = plan(snapshot([group()], [pod("w1", idle_s=100)], [(res(1), 1)]))
+    assert p.is_empty
+
+
+# --- upscaling modes -----------------------------------------------------------------------
+
+
+def test_conservative_mode_limits_pending_pods_to_running_ones() -> None:
+    cons = PlannerSettings(upscaling_mode=UpscalingMode.CONSERVATIVE)
+    pods = [pod("w1", free_cpu=0), pod("w2", free_cpu=0)]
+    demand = [(res(4), 10)]
+    g = group(max_cpu=None, cpu=4, mem_gib=8, max_workers=100)
+    busy = [pod("w1", cpu=4, mem_gib=8, free_cpu=0), pod("w2", cpu=4, mem_gib=8, free_cpu=0)]
+    assert plan(snapshot([g], busy, demand, settings=cons)).launch_by_group == {"g1": 2}
+    assert plan(snapshot([g], busy, demand)).launch_by_group == {"g1": 10}
+    aggressive = PlannerSettings(upscaling_mode=UpscalingMode.AGGRESSIVE)
+    assert plan(snapshot([g], busy, demand, settings=aggressive)).launch_by_group == {"g1": 10}
+    # nothing running yet: one at a time
+    assert plan(snapshot([g], [], demand, settings=cons)).launch_by_group == {"g1": 1}
+    del pods
+
+
+def test_plan_is_deterministic() -> None:
+    snap = snapshot(
+        [group("a"), group("b")], [pod("a1", "a"), pod("b1", "b")], [(res(2), 5), (res(0.5), 7)]
+    )
+    assert plan(snap) == plan(snap)

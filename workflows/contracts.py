@@ -1,0 +1,240 @@
+"""What the workflows ask of the activities, and what they get back.
+
+Each activity is called by name with one of these models, so workflows never import
+activity code. Amounts are exact integers: millicores and bytes.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workflows.ippr import ConfigError, IpprStatus
+from workflows.model import ClusterSnapshot, Plan
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# --- activity names ---------------------------------------------------------------------
+class Act:
+    OBSERVE = "observe_cluster"
+    WAIT_FOR_CHANGE = "wait_for_change"
+    SCALE = "scale_groups"
+    EVENT = "record_event"
+    RESIZE_RAYLET = "resize_raylet"
+    PATCH_RESIZE = "patch_pod_resize"
+    WAIT_RESIZE = "wait_pod_resize"
+    SET_STATUS = "set_ippr_status"
+    LIST_CLUSTERS = "list_rayclusters"
+    ENSURE_RECONCILERS = "ensure_reconcilers"
+
+
+# --- errors (ApplicationError types) ------------------------------------------------------
+class Err:
+    POD_GONE = "PodGone"
+    RAYLET_GONE = "RayletNotFound"
+    INVALID = "Invalid"
+    FORBIDDEN = "Forbidden"
+    CLUSTER_GONE = "RayClusterGone"
+    RAY_INVALID = "RayInvalidArgument"
+    RAY_AUTH = "RayUnauthenticated"
+
+
+# --- resize saga ---------------------------------------------------------------------------
+class RayletResizeInput(_M):
+    namespace: str
+    cluster: str
+    pod: str
+    node_id: str
+    cpu: int
+    memory: int
+
+
+class RayletResizeResult(_M):
+    cpu: int
+    memory: int
+
+
+class PatchResizeInput(_M):
+    namespace: str
+    pod: str
+    cpu: int = Field(description="absolute size: the limit if the container has one")
+    memory: int
+    status: IpprStatus = Field(description="ray.io/ippr-status to write after the patch")
+
+
+class PatchResizeResult(_M):
+    generation: int
+
+
+class ProgressState(StrEnum):
+    DONE = "done"
+    IN_PROGRESS = "in_progress"
+    DEFERRED = "deferred"
+    INFEASIBLE = "infeasible"
+    ERROR = "error"
+    POD_GONE = "pod_gone"
+
+
+class WaitResizeInput(_M):
+    namespace: str
+    pod: str
+    cpu: int
+    memory: int
+    generation: int
+    poll_interval_s: float = 0.2
+    window_s: float = 30.0  # return IN_PROGRESS after this long, so the workflow can time out
+
+
+class ResizeProgress(_M):
+    """Where a pod's resize stands. The gaps let the workflow turn a kubelet report
+    (which speaks of requests) into the size to ask for next (which is a limit)."""
+
+    state: ProgressState
+    message: str = ""
+    reason: str = ""
+    cpu: int = 0  # what the container actually runs with (status.resources)
+    memory: int = 0
+    cpu_gap: int = 0  # limit − request
+    memory_gap: int = 0
+    other_cpu_requests: int = 0  # the pod's other containers
+    other_memory_requests: int = 0
+
+
+class SetStatusInput(_M):
+    namespace: str
+    pod: str
+    status: IpprStatus
+
+
+class ResizeRequest(_M):
+    """Start (or retarget) the resize of one pod."""
+
+    namespace: str
+    cluster: str
+    pod: str
+    group: str
+    node_id: str
+    from_cpu: int
+    from_memory: int
+    cpu: int
+    memory: int
+    timeout_s: int
+    reason: str = ""
+    max_attempts: int = 3
+    poll_interval_s: float = 0.2
+    poll_window_s: float = 30.0
+
+
+class ResizePhase(StrEnum):
+    STARTING = "Starting"
+    SHRINKING_RAYLET = "ShrinkingRaylet"
+    PATCHING = "Patching"
+    POLLING = "Polling"
+    SYNCING_RAYLET = "SyncingRaylet"
+    ROLLING_BACK = "RollingBack"
+    DONE = "Done"
+
+
+class ResizeOutcome(StrEnum):
+    PENDING = "Pending"
+    SUCCEEDED = "Succeeded"
+    ROLLED_BACK = "RolledBack"
+    CANCELED = "Canceled"
+    POD_GONE = "PodGone"
+    FAILED = "Failed"
+
+
+class AttemptRecord(_M):
+    cpu: int
+    memory: int
+    result: str
+
+
+class ResizeState(_M):
+    """What `temporal workflow query --name state` returns for a resize."""
+
+    pod: str
+    phase: ResizePhase
+    outcome: ResizeOutcome
+    from_cpu: int
+    from_memory: int
+    cpu: int
+    memory: int
+    paused: bool = False
+    attempts: tuple[AttemptRecord, ...] = ()
+    raylet_cpu: int | None = None
+    raylet_memory: int | None = None
+    detail: str = ""
+
+
+# --- reconcile ---------------------------------------------------------------------------
+class ObserveInput(_M):
+    namespace: str
+    cluster: str
+    gcs_address: str | None = None
+
+
+class Observation(_M):
+    found: bool = True
+    snapshot: ClusterSnapshot | None = None
+    config_errors: tuple[ConfigError, ...] = ()
+    ippr_enabled: bool = False
+    replicas: dict[str, int] = Field(default_factory=dict)
+    workers_to_delete: tuple[str, ...] = ()
+    resource_version: str = ""
+    gcs_address: str = ""
+    gcs_version: int = 0
+    pods_version: str = ""
+    resizing: tuple[str, ...] = Field(
+        default=(), description="pods with a resize in flight (conditions or resizing-at)"
+    )
+
+
+class WaitInput(_M):
+    namespace: str
+    cluster: str
+    gcs_address: str
+    gcs_version: int
+    pods_version: str
+    timeout_s: float
+
+
+class ScaleInput(_M):
+    namespace: str
+    cluster: str
+    resource_version: str
+    replicas: dict[str, int]
+    workers_to_delete: dict[str, tuple[str, ...]]
+
+
+class EventInput(_M):
+    namespace: str
+    kind: str  # "RayCluster" | "Pod"
+    name: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+class Decision(_M):
+    tick: int
+    summary: str
+    reasons: tuple[str, ...] = ()
+
+
+class ReconcileStatus(_M):
+    """What `temporal workflow query --name status` returns for a cluster."""
+
+    namespace: str
+    cluster: str
+    paused: bool
+    ticks: int
+    last_plan: Plan | None = None
+    config_errors: tuple[str, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    resizes_started: int = 0
+    last_error: str = ""

@@ -1,0 +1,560 @@
+"""The `ray.io/ippr` RayCluster annotation and the `ray.io/ippr-status` pod annotation.
+
+Accepts exactly Ray's format (Ray 2.60, `IPPRSpecsSchema`):
+
+    {"groups": {"<group>": {"max-cpu": "4" | 4, "max-memory": "8Gi" | 8589934592,
+                            "resize-timeout": 60}}}
+
+with the head group named `headgroup`, and applies Ray's pod-template rules. It also
+rejects what Ray lets through and fails on later: invalid JSON, wrong types, unknown
+groups, a maximum below the template size, a non-positive timeout. Every problem is
+reported at once, each naming the group, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from workflows.model import HEAD_GROUP, GroupSpec, IpprLimits, PlannerSettings, UpscalingMode
+from workflows.resources import (
+    CPU,
+    MEMORY,
+    QuantityError,
+    Resources,
+    float_to_units,
+    quantity_to_units,
+    units_to_float,
+)
+
+IPPR_ANNOTATION = "ray.io/ippr"
+IPPR_STATUS_ANNOTATION = "ray.io/ippr-status"
+NOT_REQUIRED = "NotRequired"
+GPU_KEYS = ("nvidia.com/gpu", "amd.com/gpu")
+
+
+class ConfigError(BaseModel):
+    """One problem in a RayCluster's IPPR configuration."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group: str | None
+    field: str
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        where = f"group {self.group!r}, " if self.group else ""
+        return f"{where}{self.field}: {self.problem}; {self.fix}"
+
+
+class GroupSpecs(BaseModel):
+    """The groups of a RayCluster as the planner sees them, or why they can't be used."""
+
+    model_config = ConfigDict(frozen=True)
+
+    groups: dict[str, GroupSpec]
+    errors: tuple[ConfigError, ...] = ()
+    ippr_enabled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _template_container(group: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    try:
+        containers = group["template"]["spec"]["containers"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(containers, list) or not containers or not isinstance(containers[0], dict):
+        return None
+    return containers[0]
+
+
+def _size_of(resources: Mapping[str, Any], key: str, name: str, what: str) -> int | None:
+    """Ray's rule: a container's size is its limit when set, else its request."""
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    value = limits.get(key) or requests.get(key)
+    if value is None:
+        return None
+    return quantity_to_units(value, name, what=what)
+
+
+def _parse_start_param_resources(raw: object) -> dict[str, float]:
+    """rayStartParams.resources is a JSON object string, often wrapped in quotes."""
+    text = str(raw).strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1].replace('\\"', '"')
+    parsed = json.loads(text)
+    if not isinstance(parsed, dict):
+        raise ValueError("not an object")
+    return {str(k): float(v) for k, v in parsed.items()}
+
+
+def _parse_labels(raw: object) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in str(raw).split(","):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigError]) -> Resources:
+    """The Ray resources a new pod of this group registers with."""
+    container = _template_container(group)
+    units: dict[str, int] = {}
+    if container is not None:
+        resources = container.get("resources") or {}
+        for key, rname in (("cpu", CPU), ("memory", MEMORY)):
+            try:
+                size = _size_of(resources, key, rname, f"resources.{key}")
+            except QuantityError as exc:
+                errors.append(
+                    ConfigError(
+                        group=name,
+                        field=f"template.spec.containers[0].resources.{key}",
+                        problem=str(exc),
+                        fix="use a Kubernetes quantity such as 2, 1500m or 8Gi",
+                    )
+                )
+                size = None
+            if size is not None:
+                units[rname] = size
+        limits = resources.get("limits") or {}
+        for key in GPU_KEYS:
+            if key in limits:
+                try:
+                    units["GPU"] = quantity_to_units(limits[key], "GPU", what=key)
+                except QuantityError as exc:
+                    errors.append(
+                        ConfigError(
+                            group=name,
+                            field=f"template.spec.containers[0].resources.limits.{key}",
+                            problem=str(exc),
+                            fix="use a whole number of GPUs",
+                        )
+                    )
+    params = group.get("rayStartParams") or {}
+    for param, rname in (("num-cpus", CPU), ("num-gpus", "GPU"), ("memory", MEMORY)):
+        if param in params:
+            try:
+                units[rname] = float_to_units(float(params[param]), rname, what=param)
+            except (ValueError, QuantityError) as exc:
+                errors.append(
+                    ConfigError(
+                        group=name,
+                        field=f"rayStartParams.{param}",
+                        problem=f"{params[param]!r} is not a number ({exc})",
+                        fix="give a plain number",
+                    )
+                )
+    if "resources" in params:
+        try:
+            for rname, amount in _parse_start_param_resources(params["resources"]).items():
+                units[rname] = float_to_units(amount, rname, what=f"resources.{rname}")
+        except (ValueError, QuantityError) as exc:
+            errors.append(
+                ConfigError(
+                    group=name,
+                    field="rayStartParams.resources",
+                    problem=f"{params['resources']!r} is not a JSON object of numbers ({exc})",
+                    fix="write it like '{\"custom\": 1}'",
+                )
+            )
+    return Resources(units)
+
+
+def _worker_groups(raycluster: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    spec = raycluster.get("spec") or {}
+    out: dict[str, Mapping[str, Any]] = {}
+    for g in spec.get("workerGroupSpecs") or []:
+        if isinstance(g, dict) and isinstance(g.get("groupName"), str):
+            out[g["groupName"]] = g
+    return out
+
+
+def _opt_int(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+def read_group_specs(raycluster: Mapping[str, Any]) -> GroupSpecs:
+    """Read every group of a RayCluster and validate its `ray.io/ippr` annotation."""
+    errors: list[ConfigError] = []
+    spec = raycluster.get("spec") or {}
+    raw_groups: dict[str, Mapping[str, Any]] = {}
+    head = spec.get("headGroupSpec")
+    if isinstance(head, dict):
+        raw_groups[HEAD_GROUP] = head
+    raw_groups.update(_worker_groups(raycluster))
+
+    annotations = (raycluster.get("metadata") or {}).get("annotations") or {}
+    raw_annotation = annotations.get(IPPR_ANNOTATION)
+    limits = parse_ippr_annotation(raw_annotation, raw_groups, errors) if raw_annotation else {}
+
+    groups: dict[str, GroupSpec] = {}
+    for name, g in raw_groups.items():
+        is_head = name == HEAD_GROUP
+        resources = _group_resources(name, g, errors)
+        replicas_min = 0 if is_head else (_opt_int(g.get("minReplicas")) or 0)
+        replicas_max = None if is_head else _opt_int(g.get("maxReplicas"))
+        labels = {"ray.io/node-group": name}
+        params = g.get("rayStartParams") or {}
+        if "labels" in params:
+            labels.update(_parse_labels(params["labels"]))
+        groups[name] = GroupSpec(
+            name=name,
+            resources=resources,
+            min_workers=replicas_min,
+            max_workers=replicas_max,
+            labels=labels,
+            ippr=limits.get(name),
+            is_head=is_head,
+        )
+    return GroupSpecs(groups=groups, errors=tuple(errors), ippr_enabled=bool(raw_annotation))
+
+
+def parse_ippr_annotation(
+    raw: object,
+    raw_groups: Mapping[str, Mapping[str, Any]],
+    errors: list[ConfigError],
+) -> dict[str, IpprLimits]:
+    """Validate the annotation against the cluster's groups; append every problem."""
+    field = f"metadata.annotations[{IPPR_ANNOTATION}]"
+    example = '{"groups": {"<group>": {"max-cpu": "4", "max-memory": "8Gi", "resize-timeout": 60}}}'
+    if not isinstance(raw, str):
+        errors.append(
+            ConfigError(
+                group=None,
+                field=field,
+                problem="is not a string",
+                fix=f"set it to a JSON string like {example}",
+            )
+        )
+        return {}
+    try:
+        doc = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        errors.append(
+            ConfigError(
+                group=None,
+                field=field,
+                problem=f"is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+                fix=f"write it like {example}",
+            )
+        )
+        return {}
+    if not isinstance(doc, dict):
+        errors.append(
+            ConfigError(
+                group=None,
+                field=field,
+                problem=f"is a JSON {type(doc).__name__}, not an object",
+                fix=f"write it like {example}",
+            )
+        )
+        return {}
+    groups_doc = doc.get("groups")
+    if groups_doc is None:
+        return {}  # Ray accepts an annotation with no groups: IPPR on no group
+    if not isinstance(groups_doc, dict):
+        errors.append(
+            ConfigError(
+                group=None,
+                field="groups",
+                problem=f"is {type(groups_doc).__name__}, not an object",
+                fix=f"map each group name to its limits: {example}",
+            )
+        )
+        return {}
+
+    known = sorted(raw_groups)
+    out: dict[str, IpprLimits] = {}
+    for name, entry in groups_doc.items():
+        if name not in raw_groups:
+            errors.append(
+                ConfigError(
+                    group=name,
+                    field="groups",
+                    problem="is not a group of this RayCluster",
+                    fix=f"use one of: {', '.join(known)} (the head group is {HEAD_GROUP!r})",
+                )
+            )
+            continue
+        if not isinstance(entry, dict):
+            errors.append(
+                ConfigError(
+                    group=name,
+                    field="groups",
+                    problem=(f"the entry is {type(entry).__name__}, not an object"),
+                    fix='give {"max-cpu": ..., "max-memory": ..., "resize-timeout": ...}',
+                )
+            )
+            continue
+        limits = _parse_group_limits(name, entry, raw_groups[name], errors)
+        if limits is not None:
+            out[name] = limits
+    return out
+
+
+def _parse_group_limits(
+    name: str,
+    entry: Mapping[str, Any],
+    group: Mapping[str, Any],
+    errors: list[ConfigError],
+) -> IpprLimits | None:
+    before = len(errors)
+
+    def err(fld: str, problem: str, fix: str) -> None:
+        errors.append(ConfigError(group=name, field=fld, problem=problem, fix=fix))
+
+    max_cpu: int | None = None
+    if "max-cpu" not in entry:
+        err("max-cpu", "is missing", 'add "max-cpu", a quantity string like "4" or a number')
+    else:
+        v = entry["max-cpu"]
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            err(
+                "max-cpu",
+                f"{v!r} is {type(v).__name__}",
+                'use a string quantity like "4" or "1500m", or a number',
+            )
+        else:
+            try:
+                max_cpu = quantity_to_units(v, CPU, what="max-cpu")
+                if max_cpu <= 0:
+                    err("max-cpu", f"{v!r} is zero", "give a positive CPU amount")
+                    max_cpu = None
+            except QuantityError as exc:
+                err(
+                    "max-cpu",
+                    str(exc).removeprefix("max-cpu: "),
+                    'use a quantity like "4", "1500m" or 4',
+                )
+
+    max_memory: int | None = None
+    if "max-memory" not in entry:
+        err("max-memory", "is missing", 'add "max-memory", a quantity like "8Gi" or bytes')
+    else:
+        v = entry["max-memory"]
+        if isinstance(v, bool) or not isinstance(v, str | int):
+            err(
+                "max-memory",
+                f"{v!r} is {type(v).__name__}",
+                'use a string quantity like "8Gi" or an integer number of bytes',
+            )
+        else:
+            try:
+                max_memory = quantity_to_units(v, MEMORY, what="max-memory")
+                if max_memory <= 0:
+                    err("max-memory", f"{v!r} is zero", "give a positive memory amount")
+                    max_memory = None
+            except QuantityError as exc:
+                err(
+                    "max-memory",
+                    str(exc).removeprefix("max-memory: "),
+                    'use a quantity like "8Gi", "512Mi" or an integer of bytes',
+                )
+
+    timeout: int | None = None
+    if "resize-timeout" not in entry:
+        err("resize-timeout", "is missing", 'add "resize-timeout", whole seconds like 60')
+    else:
+        v = entry["resize-timeout"]
+        if isinstance(v, bool) or not isinstance(v, int):
+            err(
+                "resize-timeout",
+                f"{v!r} is {type(v).__name__}, not an integer",
+                "give whole seconds like 60",
+            )
+        elif v <= 0:
+            err("resize-timeout", f"{v} is not positive", "give whole seconds, at least 1")
+        else:
+            timeout = v
+
+    _check_template(name, group, errors, max_cpu, max_memory)
+    if len(errors) > before or max_cpu is None or max_memory is None or timeout is None:
+        return None
+    return IpprLimits(max_cpu=max_cpu, max_memory=max_memory, resize_timeout_s=timeout)
+
+
+def _check_template(
+    name: str,
+    group: Mapping[str, Any],
+    errors: list[ConfigError],
+    max_cpu: int | None,
+    max_memory: int | None,
+) -> None:
+    def err(fld: str, problem: str, fix: str) -> None:
+        errors.append(ConfigError(group=name, field=fld, problem=problem, fix=fix))
+
+    params = group.get("rayStartParams") or {}
+    for param in ("num-cpus", "memory"):
+        if param in params:
+            err(
+                f"rayStartParams.{param}",
+                "is set, so Ray's logical resources would not follow the pod's size",
+                f"remove {param!r} from rayStartParams; Ray reads the size from the container",
+            )
+    container = _template_container(group)
+    base = "template.spec.containers[0]"
+    if container is None:
+        err(base, "is missing", "give the group a pod template with a Ray container")
+        return
+    resources = container.get("resources") or {}
+    requests = resources.get("requests") or {}
+    for key in ("cpu", "memory"):
+        if key not in requests:
+            err(
+                f"{base}.resources.requests.{key}",
+                "is missing",
+                f"set a {key} request: it is the size a new pod starts at and the lower bound",
+            )
+    for i, policy in enumerate(container.get("resizePolicy") or []):
+        if not isinstance(policy, dict) or policy.get("resourceName") not in ("cpu", "memory"):
+            continue
+        restart = policy.get("restartPolicy")
+        if restart is not None and restart != NOT_REQUIRED:
+            err(
+                f"{base}.resizePolicy[{i}].restartPolicy",
+                f"is {restart!r} for {policy['resourceName']}, which restarts the Ray container",
+                f"set it to {NOT_REQUIRED!r} (or leave it out)",
+            )
+    for key, rname, limit in (("cpu", CPU, max_cpu), ("memory", MEMORY, max_memory)):
+        if limit is None:
+            continue
+        try:
+            size = _size_of(resources, key, rname, f"resources.{key}")
+        except QuantityError:
+            continue  # reported by _group_resources
+        if size is not None and limit < size:
+            shown = Resources({rname: size}).to_k8s()[key]
+            err(
+                f"max-{key}",
+                f"{Resources({rname: limit}).to_k8s()[key]} is below the template size {shown}",
+                f"raise max-{key} to at least {shown} or lower the template",
+            )
+
+
+def read_planner_settings(raycluster: Mapping[str, Any], base: PlannerSettings) -> PlannerSettings:
+    """KubeRay's autoscalerOptions (upscalingMode, idleTimeoutSeconds) over our defaults."""
+    options = (raycluster.get("spec") or {}).get("autoscalerOptions") or {}
+    updates: dict[str, Any] = {}
+    mode = options.get("upscalingMode")
+    if mode in {m.value for m in UpscalingMode}:
+        updates["upscaling_mode"] = UpscalingMode(mode)
+    idle = options.get("idleTimeoutSeconds")
+    if isinstance(idle, int) and not isinstance(idle, bool) and idle >= 0:
+        updates["idle_timeout_s"] = float(idle)
+    return base.model_copy(update=updates) if updates else base
+
+
+# --- ray.io/ippr-status -------------------------------------------------------------
+
+
+class IpprStatus(BaseModel):
+    """Per-pod resize record, in Ray's field names, shared with Ray's own autoscaler."""
+
+    model_config = ConfigDict(frozen=True)
+
+    raylet_id: str | None = None
+    resizing_at: int | None = None
+    suggested_max_cpu: int | None = None  # millicores
+    suggested_max_memory: int | None = None  # bytes
+    last_failed_at: int | None = None
+    last_failed_reason: str | None = None
+
+    @classmethod
+    def from_annotation(cls, raw: str | None) -> IpprStatus:
+        """Read Ray's JSON; unreadable or missing fields are treated as unset."""
+        if not raw:
+            return cls()
+        try:
+            doc = json.loads(raw)
+        except json.JSONDecodeError:
+            return cls()
+        if not isinstance(doc, dict):
+            return cls()
+
+        def num(key: str) -> float | None:
+            v = doc.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                return None
+            return v
+
+        def text(key: str) -> str | None:
+            v = doc.get(key)
+            return v if isinstance(v, str) else None
+
+        cpu = num("suggested-max-cpu")
+        mem = num("suggested-max-memory")
+        at = num("resizing-at")
+        failed_at = num("last-failed-at")
+        return cls(
+            raylet_id=text("raylet-id"),
+            resizing_at=int(at) if at is not None else None,
+            suggested_max_cpu=float_to_units(cpu, CPU) if cpu is not None and cpu >= 0 else None,
+            suggested_max_memory=int(mem) if mem is not None and mem >= 0 else None,
+            last_failed_at=int(failed_at) if failed_at is not None else None,
+            last_failed_reason=text("last-failed-reason"),
+        )
+
+    def to_annotation(self) -> str:
+        """Ray's JSON: CPU in cores (float), memory in bytes, times in Unix seconds."""
+        return json.dumps(
+            {
+                "raylet-id": self.raylet_id,
+                "resizing-at": self.resizing_at,
+                "suggested-max-cpu": (
+                    units_to_float(self.suggested_max_cpu, CPU)
+                    if self.suggested_max_cpu is not None
+                    else None
+                ),
+                "suggested-max-memory": self.suggested_max_memory,
+                "last-failed-at": self.last_failed_at,
+                "last-failed-reason": self.last_failed_reason,
+            }
+        )
+
+
+# --- kubelet messages ---------------------------------------------------------------
+
+_DEFERRED_RE = re.compile(
+    r"Node didn't have enough resource: (cpu|memory), requested: (\d+), used: (\d+), "
+    r"capacity: (\d+)"
+)
+_INFEASIBLE_RE = re.compile(
+    r"Node didn't have enough capacity: (cpu|memory), requested: (\d+), capacity: (\d+)"
+)
+
+
+class KubeletReport(BaseModel):
+    """What a Deferred/Infeasible message says the pod may still request on its node."""
+
+    model_config = ConfigDict(frozen=True)
+
+    resource: str  # "cpu" | "memory"
+    max_request: int  # millicores or bytes the pod's requests may total
+
+
+def parse_kubelet_message(reason: str, message: str | None) -> KubeletReport | None:
+    """Parse the kubelet's PodResizePending message; None when it carries no numbers."""
+    if not message:
+        return None
+    if reason == "Deferred":
+        m = _DEFERRED_RE.search(message)
+        if m:
+            return KubeletReport(resource=m.group(1), max_request=int(m.group(4)) - int(m.group(3)))
+    elif reason == "Infeasible":
+        m = _INFEASIBLE_RE.search(message)
+        if m:
+            return KubeletReport(resource=m.group(1), max_request=int(m.group(3)))
+    return None

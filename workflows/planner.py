@@ -1,0 +1,768 @@
+"""`plan(snapshot) -> Plan`: what to resize, launch and remove. Pure and deterministic.
+
+The order of decisions:
+
+1. launch pods to reach each group's `min_workers`;
+2. remove pods above a group's or the cluster's maximum (pending first, then idle; never
+   a busy pod);
+3. `request_resources` constraints, bin-packed on pod *capacity*;
+4. gangs (placement groups), then task/actor demands, bin-packed on *free* capacity.
+
+Constraints, gangs and demands are each placed in three passes: on the room pods have
+now (a resize in flight counts at its target, a pending pod at its IPPR maximum), then on
+the headroom of pods that may grow in place, then on new pods (counted at their IPPR
+maximum so no more are launched than needed). Finally idle pods are shrunk back to
+their template size if they were grown, else removed.
+
+Amounts are integer vectors indexed by resource name; a shape is stored sparsely as
+((index, amount), ...) because Ray shapes name one to three resources.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from workflows.model import (
+    ClusterSnapshot,
+    Constraint,
+    Demand,
+    Gang,
+    GangStrategy,
+    GroupSpec,
+    Infeasible,
+    LaunchAction,
+    Plan,
+    PodPhase,
+    PodView,
+    ResizeAction,
+    ResizePolicy,
+    TerminateAction,
+    UpscalingMode,
+)
+from workflows.resources import CPU, MEMORY, Resources
+
+Shape = tuple[tuple[int, int], ...]
+Selector = tuple[tuple[str, str], ...]
+
+DEMAND, GANG, CONSTRAINT = "pending", "gang bundle", "requested"
+
+
+# --- label selectors (Ray syntax: "v", "!v", "in(a,b)", "!in(a,b)") ------------------
+
+
+def _value_matches(expr: str, actual: str | None) -> bool:
+    negate = expr.startswith("!")
+    body = expr[1:] if negate else expr
+    if body.startswith("in(") and body.endswith(")"):
+        ok = actual is not None and actual in {v.strip() for v in body[3:-1].split(",")}
+    else:
+        ok = actual == body
+    return not ok if negate else ok
+
+
+def selector_matches(selector: Mapping[str, str] | Selector, labels: Mapping[str, str]) -> bool:
+    items = selector.items() if isinstance(selector, Mapping) else selector
+    return all(_value_matches(expr, labels.get(key)) for key, expr in items)
+
+
+# --- bins -------------------------------------------------------------------------------
+
+
+@dataclass(eq=False, slots=True)
+class _Bin:
+    """A pod (existing or planned) that work can be placed on."""
+
+    key: str  # pod name, or "<group>#new<i>" for a planned pod
+    group: GroupSpec
+    labels: Mapping[str, str]
+    free: list[int]
+    headroom: list[int]  # how much more it may grow in place (cpu, memory only)
+    base: list[int]  # its size before growth (totals)
+    ceiling: list[int]  # the most it may grow to
+    pod: PodView | None = None
+    grown: bool = False
+    used: bool = False
+    placed_by_growth: Counter[tuple[str, Shape]] = field(default_factory=Counter)
+    placed: Counter[tuple[str, Shape]] = field(default_factory=Counter)
+    match_cache: dict[Selector, bool] = field(default_factory=dict)
+
+    def matches(self, selector: Selector) -> bool:
+        if not selector:
+            return True
+        hit = self.match_cache.get(selector)
+        if hit is None:
+            hit = self.match_cache[selector] = selector_matches(selector, self.labels)
+        return hit
+
+
+_BinState = tuple[
+    list[int], list[int], bool, bool, Counter[tuple[str, Shape]], Counter[tuple[str, Shape]]
+]
+
+
+@dataclass(slots=True)
+class _Item:
+    """`remaining` copies of one shape (demand or constraint) still to place."""
+
+    kind: str
+    shape: Shape
+    selector: Selector
+    remaining: int
+
+
+class _Planner:
+    def __init__(self, snap: ClusterSnapshot) -> None:
+        self.snap = snap
+        self.settings = snap.settings
+        names: set[str] = {CPU, MEMORY}
+        for g in snap.groups.values():
+            names.update(g.resources)
+        for p in snap.pods:
+            names.update(p.total)
+            names.update(p.available)
+        for d in snap.demands:
+            names.update(d.shape)
+        for c in snap.constraints:
+            names.update(c.shape)
+        for gang in snap.gangs:
+            for b in gang.bundles:
+                names.update(b)
+        self.names = sorted(names)
+        self.idx = {n: i for i, n in enumerate(self.names)}
+        self.ci = self.idx[CPU]
+        self.mi = self.idx[MEMORY]
+        self.width = len(self.names)
+        # reference size per resource, to compare shapes of different kinds
+        self.ref = [1] * self.width
+        for g in snap.groups.values():
+            for i, v in enumerate(self._new_pod_capacity(g)):
+                self.ref[i] = max(self.ref[i], v)
+        self.launch: Counter[str] = Counter()
+        self.launch_reasons: dict[str, Counter[str]] = {}
+        self.terminate: dict[str, TerminateAction] = {}
+        self.notes: list[str] = []
+        self.new_serial = 0
+        # undo log of the gang being placed: bin id -> (bin, state before)
+        self.txn: dict[int, tuple[_Bin, _BinState]] | None = None
+        self.capacity_bins: list[_Bin] = []
+        self.free_bins: list[_Bin] = []
+        # groups' live worker counts, used for caps
+        self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}
+        for p in sorted(snap.pods, key=lambda p: p.name):
+            self.pods_by_group.setdefault(p.group, []).append(p)
+
+    # --- vectors -------------------------------------------------------------------------
+    def vec(self, res: Mapping[str, int]) -> list[int]:
+        out = [0] * self.width
+        for n, v in res.items():
+            out[self.idx[n]] = v
+        return out
+
+    def shape(self, res: Mapping[str, int]) -> Shape:
+        return tuple((self.idx[n], v) for n, v in sorted(res.items()) if v > 0)
+
+    def res(self, shape: Shape) -> Resources:
+        return Resources({self.names[i]: a for i, a in shape})
+
+    def size_key(self, shape: Shape) -> tuple[float, Shape]:
+        return (-sum(a / self.ref[i] for i, a in shape), shape)
+
+    def _new_pod_capacity(self, g: GroupSpec) -> list[int]:
+        """A new pod counts at its IPPR maximum: it will be grown once it runs."""
+        cap = self.vec(g.resources)
+        if g.ippr is not None:
+            cap[self.ci] = max(cap[self.ci], g.ippr.max_cpu)
+            cap[self.mi] = max(cap[self.mi], g.ippr.max_memory)
+        return cap
+
+    # --- caps ------------------------------------------------------------------------------
+    def worker_count(self, group: str) -> int:
+        live = [p for p in self.pods_by_group.get(group, []) if p.name not in self.terminate]
+        return len(live) + self.launch[group]
+
+    def total_workers(self) -> int:
+        return sum(self.worker_count(g.name) for g in self.snap.groups.values() if not g.is_head)
+
+    def launch_room(self, g: GroupSpec, *, rate_limited: bool = True) -> int:
+        """How many more pods of this group this plan may launch."""
+        if g.is_head:
+            return 0
+        room = 1 << 62
+        if g.max_workers is not None:
+            room = min(room, g.max_workers - self.worker_count(g.name))
+        if self.settings.max_workers is not None:
+            room = min(room, self.settings.max_workers - self.total_workers())
+        if rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
+            pods = [p for p in self.pods_by_group.get(g.name, []) if p.name not in self.terminate]
+            running = sum(1 for p in pods if p.phase == PodPhase.RUNNING)
+            pending = len(pods) - running + self.launch[g.name]
+            room = min(room, max(1, running) - pending)
+        return max(0, room)
+
+    # --- step 1 and 2: min and max -----------------------------------------------------------
+    def enforce_min(self) -> None:
+        for g in sorted(self.snap.groups.values(), key=lambda g: g.name):
+            if g.is_head:
+                continue
+            missing = g.min_workers - self.worker_count(g.name)
+            count = min(missing, self.launch_room(g, rate_limited=False))
+            if count > 0:
+                self.add_launch(g, count, f"min_workers={g.min_workers}")
+            if missing > count:
+                self.notes.append(
+                    f"group {g.name}: {missing - count} pod(s) short of min_workers="
+                    f"{g.min_workers}, held back by max_workers"
+                )
+
+    def enforce_max(self) -> None:
+        def removable(pods: Iterable[PodView]) -> list[PodView]:
+            cands = [p for p in pods if p.name not in self.terminate and self._is_removable(p)]
+            # pending first, then the longest idle; names keep it deterministic
+            return sorted(cands, key=lambda p: (p.phase != PodPhase.PENDING, -p.idle_s, p.name))
+
+        for g in sorted(self.snap.groups.values(), key=lambda g: g.name):
+            if g.is_head or g.max_workers is None:
+                continue
+            excess = self.worker_count(g.name) - g.max_workers
+            for p in removable(self.pods_by_group.get(g.name, []))[: max(0, excess)]:
+                self.terminate[p.name] = TerminateAction(
+                    pod=p.name,
+                    group=g.name,
+                    reason=f"group {g.name} has more than max_workers={g.max_workers}",
+                )
+        cap = self.settings.max_workers
+        if cap is not None:
+            excess = self.total_workers() - cap
+            workers = [
+                p
+                for g in self.snap.groups.values()
+                if not g.is_head
+                for p in self.pods_by_group.get(g.name, [])
+            ]
+            for p in removable(workers)[: max(0, excess)]:
+                self.terminate[p.name] = TerminateAction(
+                    pod=p.name,
+                    group=p.group,
+                    reason=f"cluster has more than max_workers={cap} workers",
+                )
+
+    def _is_removable(self, p: PodView) -> bool:
+        group = self.snap.groups.get(p.group)
+        if group is None or group.is_head:
+            return False
+        return p.phase == PodPhase.PENDING or p.idle_s > 0
+
+    def add_launch(self, g: GroupSpec, count: int, reason: str) -> None:
+        self.launch[g.name] += count
+        self.launch_reasons.setdefault(g.name, Counter())[reason] += count
+
+    # --- bins -------------------------------------------------------------------------------
+    def eligible_for_growth(self, p: PodView, g: GroupSpec) -> bool:
+        return (
+            g.ippr is not None
+            and p.phase == PodPhase.RUNNING
+            and p.raylet_id is not None
+            and p.resize is None
+            and not p.failed
+        )
+
+    def pod_bins(self, *, capacity_view: bool) -> list[_Bin]:
+        """Existing pods as bins: free room now, plus the headroom they may grow into."""
+        bins: list[_Bin] = []
+        for p in sorted(self.snap.pods, key=lambda p: p.name):
+            g = self.snap.groups.get(p.group)
+            if g is None or p.name in self.terminate:
+                continue
+            labels = {**g.labels, **p.labels}
+            if p.phase == PodPhase.PENDING:
+                cap = self._new_pod_capacity(g)
+                bins.append(
+                    _Bin(
+                        p.name, g, labels, list(cap), [0] * self.width, list(cap), list(cap), pod=p
+                    )
+                )
+                continue
+            total = self.vec(p.total)
+            free = list(total) if capacity_view else self.vec(p.available)
+            size = list(total)
+            # in flight: counts at its target; error / timed out: being rolled back to
+            # where it started, so it counts as it is now
+            if p.resize is not None and p.resize.state.in_flight:
+                target_cpu, target_mem = p.resize.cpu, p.resize.memory
+                if p.suggested_max_cpu is not None:
+                    target_cpu = min(target_cpu, max(p.suggested_max_cpu, total[self.ci]))
+                if p.suggested_max_memory is not None:
+                    target_mem = min(target_mem, max(p.suggested_max_memory, total[self.mi]))
+                free[self.ci] += target_cpu - total[self.ci]
+                free[self.mi] += target_mem - total[self.mi]
+                size[self.ci], size[self.mi] = target_cpu, target_mem
+            free = [max(0, v) for v in free]
+            headroom = [0] * self.width
+            ceiling = list(size)
+            if self.eligible_for_growth(p, g):
+                assert g.ippr is not None
+                max_cpu = g.ippr.max_cpu
+                max_mem = g.ippr.max_memory
+                if p.suggested_max_cpu is not None:
+                    max_cpu = min(max_cpu, p.suggested_max_cpu)
+                if p.suggested_max_memory is not None:
+                    max_mem = min(max_mem, p.suggested_max_memory)
+                ceiling[self.ci] = max(size[self.ci], max_cpu)
+                ceiling[self.mi] = max(size[self.mi], max_mem)
+                headroom[self.ci] = ceiling[self.ci] - size[self.ci]
+                headroom[self.mi] = ceiling[self.mi] - size[self.mi]
+            bins.append(_Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p))
+        return bins
+
+    def new_bins(self, g: GroupSpec, count: int) -> list[_Bin]:
+        cap = self._new_pod_capacity(g)
+        out = []
+        for _ in range(count):
+            self.new_serial += 1
+            out.append(
+                _Bin(
+                    f"{g.name}#new{self.new_serial}",
+                    g,
+                    g.labels,
+                    list(cap),
+                    [0] * self.width,
+                    list(cap),
+                    list(cap),
+                )
+            )
+        return out
+
+    # --- placing -----------------------------------------------------------------------------
+    @staticmethod
+    def fit(b: _Bin, shape: Shape, grow: bool) -> int:
+        best = 1 << 62
+        if grow:
+            free, head = b.free, b.headroom
+            for i, a in shape:
+                n = (free[i] + head[i]) // a
+                if n < best:
+                    best = n
+                    if not n:
+                        return 0
+        else:
+            free = b.free
+            for i, a in shape:
+                n = free[i] // a
+                if n < best:
+                    best = n
+                    if not n:
+                        return 0
+        return best
+
+    def take(self, b: _Bin, shape: Shape, k: int, kind: str) -> None:
+        """Put k copies on b, growing it into its headroom where its free room ends."""
+        if self.txn is not None and id(b) not in self.txn:
+            self.txn[id(b)] = (
+                b,
+                (
+                    list(b.free),
+                    list(b.headroom),
+                    b.grown,
+                    b.used,
+                    Counter(b.placed),
+                    Counter(b.placed_by_growth),
+                ),
+            )
+        grew = False
+        for i, a in shape:
+            need = a * k
+            if need > b.free[i]:
+                extra = need - b.free[i]
+                b.headroom[i] -= extra
+                b.free[i] = 0
+                grew = True
+            else:
+                b.free[i] -= need
+        b.used = True
+        b.placed[(kind, shape)] += k
+        if grew:
+            b.grown = True
+            b.placed_by_growth[(kind, shape)] += k
+            self._round_growth(b)
+
+    def _round_growth(self, b: _Bin) -> None:
+        """Round the size the pod grows to up to the step (or to the max): the surplus
+        becomes free room for the next placements."""
+        policy = self.settings.resize_policy
+        for i, step in ((self.ci, self.settings.cpu_step), (self.mi, self.settings.memory_step)):
+            size = b.ceiling[i] - b.headroom[i]
+            if size <= b.base[i] and policy != ResizePolicy.MAX:
+                continue
+            if policy == ResizePolicy.MAX:
+                target = b.ceiling[i]
+            else:
+                target = min(b.ceiling[i], -(-size // step) * step)
+            surplus = target - size
+            if surplus > 0:
+                b.headroom[i] -= surplus
+                b.free[i] += surplus
+
+    def place_items(
+        self,
+        items: list[_Item],
+        bins: list[_Bin],
+        grow: bool,
+    ) -> None:
+        """Best fit, largest shapes first: fill the tightest pods that still fit."""
+        for item in items:
+            kind, shape, selector, remaining = item.kind, item.shape, item.selector, item.remaining
+            if remaining <= 0:
+                continue
+            cands = []
+            for b in bins:
+                if grow and not (b.headroom[self.ci] or b.headroom[self.mi]):
+                    continue
+                n = self.fit(b, shape, grow)
+                if n and b.matches(selector):
+                    cands.append((n, b.key, b))
+            cands.sort(key=lambda c: (c[0], c[1]))
+            for n, _, b in cands:
+                k = min(n, remaining)
+                self.take(b, shape, k, kind)
+                remaining -= k
+                if not remaining:
+                    break
+                if grow:  # rounding may have opened more room on the last bin
+                    more = self.fit(b, shape, grow)
+                    if more:
+                        k = min(more, remaining)
+                        self.take(b, shape, k, kind)
+                        remaining -= k
+                        if not remaining:
+                            break
+            item.remaining = remaining
+
+    def launch_for_items(self, items: list[_Item], bins: list[_Bin]) -> None:
+        """New pods for what is left, reusing room on pods launched for earlier shapes."""
+        groups = sorted(
+            (g for g in self.snap.groups.values() if not g.is_head), key=lambda g: g.name
+        )
+        for item in items:
+            if item.remaining <= 0:
+                continue
+            kind, shape, selector = item.kind, item.shape, item.selector
+            self.place_items([item], [b for b in bins if b.pod is None], grow=False)
+            remaining = item.remaining
+            while remaining > 0:
+                choice = self._best_group(groups, shape, selector, remaining)
+                if choice is None:
+                    break
+                g, per_pod = choice
+                count = min(-(-remaining // per_pod), self.launch_room(g))
+                if count <= 0:
+                    break
+                fresh = self.new_bins(g, count)
+                bins.extend(fresh)
+                self.add_launch(g, count, f"{self.res(shape).describe()} {kind}")
+                self.place_items([item], fresh, grow=False)
+                remaining = item.remaining
+
+    def _best_group(
+        self, groups: Sequence[GroupSpec], shape: Shape, selector: Selector, remaining: int
+    ) -> tuple[GroupSpec, int] | None:
+        best: tuple[tuple[int, float, str], GroupSpec, int] | None = None
+        wanted = {i for i, _ in shape}
+        for g in groups:
+            if not selector_matches(selector, g.labels) or self.launch_room(g) <= 0:
+                continue
+            cap = self._new_pod_capacity(g)
+            per_pod = min((cap[i] // a for i, a in shape), default=0)
+            if per_pod <= 0:
+                continue
+            k = min(per_pod, remaining)
+            used = [(a * k) / cap[i] for i, a in shape]
+            # avoid pods carrying resources the shape does not need (GPUs for CPU work)
+            unneeded = sum(
+                1
+                for i, v in enumerate(cap)
+                if v and i not in wanted and i not in (self.ci, self.mi)
+            )
+            score = (unneeded, -sum(used) / len(used), g.name)
+            if best is None or score < best[0]:
+                best = (score, g, per_pod)
+        return (best[1], best[2]) if best else None
+
+    # --- gangs ---------------------------------------------------------------------------------
+    def place_gang(self, gang: Gang, bins: list[_Bin], grow: bool, launch: bool) -> bool:
+        """Place every bundle of one gang, or nothing."""
+        bundles = [
+            (
+                self.shape(b),
+                tuple(
+                    sorted(
+                        (gang.bundle_selectors[i] if i < len(gang.bundle_selectors) else {}).items()
+                    )
+                ),
+            )
+            for i, b in enumerate(gang.bundles)
+        ]
+        order = sorted(range(len(bundles)), key=lambda i: self.size_key(bundles[i][0]))
+        self.txn = {}
+        launched_before = Counter(self.launch)
+        reasons_before = {k: Counter(v) for k, v in self.launch_reasons.items()}
+        n_bins = len(bins)
+        ok = self._place_bundles(gang.strategy, bundles, order, bins, grow, launch)
+        saved, self.txn = self.txn, None
+        if ok:
+            return True
+        del bins[n_bins:]
+        for b, st in saved.values():
+            b.free, b.headroom, b.grown, b.used, b.placed, b.placed_by_growth = st
+        self.launch = launched_before
+        self.launch_reasons = reasons_before
+        return False
+
+    def _place_bundles(
+        self,
+        strategy: GangStrategy,
+        bundles: list[tuple[Shape, Selector]],
+        order: list[int],
+        bins: list[_Bin],
+        grow: bool,
+        launch: bool,
+    ) -> bool:
+        if strategy in (GangStrategy.STRICT_PACK, GangStrategy.PACK):
+            total: Counter[int] = Counter()
+            for shape, _ in bundles:
+                for i, a in shape:
+                    total[i] += a
+            whole = tuple(sorted(total.items()))
+            sel = tuple(sorted({kv for _, s in bundles for kv in s}))
+            b = self._pick_bin(bins, whole, sel, grow, exclude=set())
+            if b is None and launch:
+                b = self._launch_one(bins, whole, sel)
+            if b is not None:
+                for shape, _ in bundles:
+                    self.take(b, shape, 1, GANG)
+                return True
+            if strategy == GangStrategy.STRICT_PACK:
+                return False
+        spread = strategy in (GangStrategy.SPREAD, GangStrategy.STRICT_SPREAD)
+        used: set[int] = set()
+        for i in order:
+            shape, sel = bundles[i]
+            b = None
+            if strategy == GangStrategy.PACK and used:
+                # keep a packed gang together: the pods it already uses come first
+                b = self._pick_bin([x for x in bins if id(x) in used], shape, sel, grow, set())
+            if b is None:
+                b = self._pick_bin(bins, shape, sel, grow, exclude=used if spread else set())
+            if b is None and strategy == GangStrategy.SPREAD:
+                b = self._pick_bin(bins, shape, sel, grow, exclude=set())
+            if b is None and launch:
+                b = self._launch_one(bins, shape, sel)
+            if b is None:
+                return False
+            self.take(b, shape, 1, GANG)
+            used.add(id(b))
+        return True
+
+    def _pick_bin(
+        self, bins: Sequence[_Bin], shape: Shape, sel: Selector, grow: bool, exclude: set[int]
+    ) -> _Bin | None:
+        best: tuple[int, str, _Bin] | None = None
+        for b in bins:
+            if id(b) in exclude:
+                continue
+            n = self.fit(b, shape, grow)
+            if n and b.matches(sel) and (best is None or (n, b.key) < best[:2]):
+                best = (n, b.key, b)
+        return best[2] if best else None
+
+    def _launch_one(self, bins: list[_Bin], shape: Shape, sel: Selector) -> _Bin | None:
+        groups = sorted(
+            (g for g in self.snap.groups.values() if not g.is_head), key=lambda g: g.name
+        )
+        choice = self._best_group(groups, shape, sel, 1)
+        if choice is None:
+            return None
+        g = choice[0]
+        b = self.new_bins(g, 1)[0]
+        bins.append(b)
+        self.add_launch(g, 1, f"{GANG} {self.res(shape).describe()}")
+        return b
+
+    # --- the whole plan ------------------------------------------------------------------------
+    def run(self) -> Plan:
+        self.enforce_min()
+        self.enforce_max()
+        infeasible = Infeasible()
+
+        # constraints: on capacity
+        cbins = self.pod_bins(capacity_view=True)
+        min_new = self.launch.copy()
+        for g_name, count in sorted(min_new.items()):
+            cbins.extend(self.new_bins(self.snap.groups[g_name], count))
+        c_items = self._items(self.snap.constraints, CONSTRAINT)
+        self.place_items(c_items, cbins, grow=False)
+        self.place_items(c_items, cbins, grow=True)
+        self.launch_for_items(c_items, cbins)
+        left_c = sum(it.remaining for it in c_items)
+        if left_c:
+            self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
+
+        # demands: on free room; growth and launches from the constraints carry over
+        dbins = self.pod_bins(capacity_view=False)
+        by_key = {b.key: b for b in cbins}
+        for b in dbins:
+            cb = by_key.get(b.key)
+            if cb is None:
+                continue
+            grown = [cb.ceiling[i] - cb.headroom[i] - cb.base[i] for i in range(self.width)]
+            for i, gi in enumerate(grown):
+                if gi > 0:
+                    b.free[i] += gi
+                    b.headroom[i] -= gi
+            if cb.grown:
+                b.grown = True
+                b.placed_by_growth.update(cb.placed_by_growth)
+            b.used = b.used or cb.used
+        dbins.extend(
+            self.new_bins(cb.group, 1)[0] for cb in cbins if cb.pod is None
+        )  # planned pods start empty
+
+        gangs_left = 0
+        pending_gangs: list[tuple[Gang, int]] = []
+        for gang in self.snap.gangs:
+            left = gang.count
+            while left and self.place_gang(gang, dbins, grow=False, launch=False):
+                left -= 1
+            pending_gangs.append((gang, left))
+        d_items = self._items(self.snap.demands, DEMAND)
+        self.place_items(d_items, dbins, grow=False)
+        for i, (gang, left) in enumerate(pending_gangs):
+            while left and self.place_gang(gang, dbins, grow=True, launch=False):
+                left -= 1
+            pending_gangs[i] = (gang, left)
+        self.place_items(d_items, dbins, grow=True)
+        for gang, left in pending_gangs:
+            while left and self.place_gang(gang, dbins, grow=True, launch=True):
+                left -= 1
+            gangs_left += left
+        self.launch_for_items(d_items, dbins)
+        left_d = sum(it.remaining for it in d_items)
+        if gangs_left:
+            self.notes.append(f"{gangs_left} placement group(s) cannot be placed")
+        if left_d:
+            shapes = ", ".join(
+                f"{it.remaining} × {self.res(it.shape).describe()}"
+                for it in d_items
+                if it.remaining
+            )
+            self.notes.append(f"cannot place: {shapes}")
+        infeasible = Infeasible(demands=left_d, gangs=gangs_left, constraints=left_c)
+
+        self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
+        resizes = self._resizes(cbins, dbins)
+        self._idle(dbins, cbins, resizes)
+        return Plan(
+            launch=tuple(
+                LaunchAction(
+                    group=g,
+                    count=n,
+                    reason="; ".join(
+                        f"{c} for {r}" for r, c in sorted(self.launch_reasons.get(g, {}).items())
+                    ),
+                )
+                for g, n in sorted(self.launch.items())
+                if n > 0
+            ),
+            resize=tuple(sorted(resizes.values(), key=lambda r: r.pod)),
+            terminate=tuple(sorted(self.terminate.values(), key=lambda t: t.pod)),
+            infeasible=infeasible,
+            notes=tuple(self.notes),
+        )
+
+    def _items(self, entries: Iterable[Demand | Constraint], kind: str) -> list[_Item]:
+        merged: Counter[tuple[Shape, Selector]] = Counter()
+        for e in entries:
+            sel: Selector = ()
+            if isinstance(e, Demand):
+                sel = tuple(sorted(e.label_selector.items()))
+            shape = self.shape(e.shape)
+            if shape and e.count > 0:
+                merged[(shape, sel)] += e.count
+        items = [_Item(kind, shape, sel, n) for (shape, sel), n in merged.items()]
+        items.sort(key=lambda it: (self.size_key(it.shape), it.selector))
+        return items
+
+    def _resizes(self, cbins: list[_Bin], dbins: list[_Bin]) -> dict[str, ResizeAction]:
+        out: dict[str, ResizeAction] = {}
+        for b in dbins:
+            if b.pod is None or not b.grown:
+                continue
+            cpu = b.ceiling[self.ci] - b.headroom[self.ci]
+            mem = b.ceiling[self.mi] - b.headroom[self.mi]
+            from_cpu, from_mem = b.base[self.ci], b.base[self.mi]
+            if (cpu, mem) == (from_cpu, from_mem):
+                continue
+            what = ", ".join(
+                f"{n} × {self.res(shape).describe()} {kind}"
+                for (kind, shape), n in sorted(b.placed_by_growth.items())
+            )
+            out[b.key] = ResizeAction(
+                pod=b.key,
+                group=b.group.name,
+                cpu=cpu,
+                memory=mem,
+                from_cpu=from_cpu,
+                from_memory=from_mem,
+                reason=f"{what} → grow {_size_text(from_cpu, from_mem)} → {_size_text(cpu, mem)}",
+            )
+        return out
+
+    def _idle(self, dbins: list[_Bin], cbins: list[_Bin], resizes: dict[str, ResizeAction]) -> None:
+        timeout = self.settings.idle_timeout_s
+        used = {b.key for b in dbins if b.used} | {b.key for b in cbins if b.used}
+        for b in dbins:
+            p, g = b.pod, b.group
+            if p is None or p.name in used or p.name in self.terminate or p.name in resizes:
+                continue
+            if p.phase != PodPhase.RUNNING or p.idle_s <= 0 or p.idle_s < timeout:
+                continue
+            if p.resize is not None:
+                continue
+            template = self.vec(g.resources)
+            size = self.vec(p.total)
+            grown = size[self.ci] > template[self.ci] or size[self.mi] > template[self.mi]
+            if grown and g.ippr is not None and not p.failed and p.raylet_id is not None:
+                cpu = min(size[self.ci], template[self.ci])
+                mem = min(size[self.mi], template[self.mi])
+                resizes[p.name] = ResizeAction(
+                    pod=p.name,
+                    group=g.name,
+                    cpu=cpu,
+                    memory=mem,
+                    from_cpu=size[self.ci],
+                    from_memory=size[self.mi],
+                    reason=(
+                        f"idle {p.idle_s:g}s ≥ {timeout:g}s after growing → shrink "
+                        f"{_size_text(size[self.ci], size[self.mi])} → {_size_text(cpu, mem)}"
+                    ),
+                )
+                continue
+            if g.is_head:
+                continue
+            if self.worker_count(g.name) <= g.min_workers:
+                continue
+            self.terminate[p.name] = TerminateAction(
+                pod=p.name, group=g.name, reason=f"idle {p.idle_s:g}s ≥ {timeout:g}s"
+            )
+
+
+def _size_text(cpu: int, memory: int) -> str:
+    cores = cpu / 1000
+    mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
+    return f"{int(cores) if cores == int(cores) else cores} CPU/{mem}"
+
+
+def plan(snapshot: ClusterSnapshot) -> Plan:
+    """Decide one reconcile tick. Pure: the same snapshot always gives the same plan."""
+    return _Planner(snapshot).run()

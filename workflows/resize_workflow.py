@@ -1,0 +1,434 @@
+"""PodResizeWorkflow (`resize/<namespace>/<pod>`): the saga of one in-place pod resize.
+
+(a) shrink the Raylet first for every dimension that shrinks; its reply is the truth
+(b) PATCH pods/<pod>/resize (absolute, QoS kept) and record ray.io/ippr-status
+(c) poll the pod until the kubelet is done, bounded by the group's resize-timeout
+(d) Deferred/Infeasible with a kubelet report → ask again at the size it allows
+(e) Error, timeout or operator cancel → roll the pod (and Raylet) back, record why
+(f) done → resize the Raylet through the GCS until it takes, clear resizing-at
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.contracts import (
+        Act,
+        AttemptRecord,
+        Err,
+        PatchResizeInput,
+        PatchResizeResult,
+        ProgressState,
+        RayletResizeInput,
+        RayletResizeResult,
+        ResizeOutcome,
+        ResizePhase,
+        ResizeProgress,
+        ResizeRequest,
+        ResizeState,
+        SetStatusInput,
+        WaitResizeInput,
+    )
+    from workflows.ippr import IpprStatus, KubeletReport, parse_kubelet_message
+
+T = TypeVar("T")
+
+RAY_CLUSTER = SearchAttributeKey.for_keyword("RayCluster")
+RAY_NAMESPACE = SearchAttributeKey.for_keyword("RayNamespace")
+POD_NAME = SearchAttributeKey.for_keyword("PodName")
+RESIZE_PHASE = SearchAttributeKey.for_keyword("ResizePhase")
+RESIZE_OUTCOME = SearchAttributeKey.for_keyword("ResizeOutcome")
+SEARCH_ATTRIBUTES = (RAY_CLUSTER, RAY_NAMESPACE, POD_NAME, RESIZE_PHASE, RESIZE_OUTCOME)
+
+K8S_TIMEOUT = timedelta(seconds=30)
+K8S_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=10),
+    maximum_attempts=20,
+    non_retryable_error_types=[Err.POD_GONE, Err.INVALID, Err.FORBIDDEN],
+)
+RAYLET_SYNC_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    maximum_attempts=0,  # until it takes: a Raylet that disagrees with its pod is a bug
+    non_retryable_error_types=[Err.RAYLET_GONE, Err.POD_GONE, Err.RAY_INVALID, Err.RAY_AUTH],
+)
+
+
+def resize_workflow_id(namespace: str, pod: str) -> str:
+    return f"resize/{namespace}/{pod}"
+
+
+def next_target_from_report(
+    report: KubeletReport, progress: ResizeProgress, cpu: int, memory: int
+) -> tuple[int, int]:
+    """The kubelet speaks of total requests; our sizes are limits: add the gap back, take
+    the pod's other containers off (as Ray does)."""
+    if report.resource == "cpu":
+        allowed = report.max_request + progress.cpu_gap - progress.other_cpu_requests
+        return min(cpu, allowed), memory
+    allowed = report.max_request + progress.memory_gap - progress.other_memory_requests
+    return cpu, min(memory, allowed)
+
+
+class _Failed(Exception):
+    """The resize can't go on; roll back with this reason."""
+
+
+class _PodGone(Exception):
+    pass
+
+
+@workflow.defn(name="PodResizeWorkflow")
+class PodResizeWorkflow:
+    def __init__(self) -> None:
+        self.req: ResizeRequest | None = None
+        self.phase = ResizePhase.STARTING
+        self.outcome = ResizeOutcome.PENDING
+        self.paused = False
+        self.new_target: tuple[int, int] | None = None
+        self.cpu = 0
+        self.memory = 0
+        self.attempts: list[AttemptRecord] = []
+        self.raylet: tuple[int, int] | None = None
+        self.detail = ""
+        self.status = IpprStatus()
+
+    # --- messages ------------------------------------------------------------------------
+    @workflow.signal
+    def pause(self) -> None:
+        self.paused = True
+
+    @workflow.signal
+    def resume(self) -> None:
+        self.paused = False
+
+    @workflow.signal
+    def retarget(self, target: ResizeRequest) -> None:
+        """The planner wants another size for this pod: go there instead."""
+        self.new_target = (target.cpu, target.memory)
+
+    @workflow.query
+    def state(self) -> ResizeState:
+        req = self.req
+        return ResizeState(
+            pod=req.pod if req else "",
+            phase=self.phase,
+            outcome=self.outcome,
+            from_cpu=req.from_cpu if req else 0,
+            from_memory=req.from_memory if req else 0,
+            cpu=self.cpu,
+            memory=self.memory,
+            paused=self.paused,
+            attempts=tuple(self.attempts),
+            raylet_cpu=self.raylet[0] if self.raylet else None,
+            raylet_memory=self.raylet[1] if self.raylet else None,
+            detail=self.detail,
+        )
+
+    # --- the saga ------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, req: ResizeRequest) -> ResizeState:
+        self.req = req
+        self.cpu, self.memory = req.cpu, req.memory
+        self.status = IpprStatus(raylet_id=req.node_id)
+        workflow.upsert_search_attributes(
+            [
+                RAY_CLUSTER.value_set(req.cluster),
+                RAY_NAMESPACE.value_set(req.namespace),
+                POD_NAME.value_set(req.pod),
+                RESIZE_PHASE.value_set(self.phase.value),
+                RESIZE_OUTCOME.value_set(self.outcome.value),
+            ]
+        )
+        try:
+            await self._resize(req)
+        except _PodGone:
+            self._finish(ResizeOutcome.POD_GONE, "the pod is gone")
+        except _Failed as failure:
+            await self._roll_back(req, str(failure))
+            self._finish(ResizeOutcome.ROLLED_BACK, str(failure))
+        except (asyncio.CancelledError, ActivityError) as exc:
+            if not is_cancelled_exception(exc):
+                raise
+            workflow.logger.info("resize of %s canceled by operator: rolling back", req.pod)
+            await self._roll_back(req, "canceled by operator")
+            self._finish(ResizeOutcome.CANCELED, "canceled by operator")
+            raise
+        return self.state()
+
+    async def _resize(self, req: ResizeRequest) -> None:
+        while True:
+            await self._gate()
+            if len(self.attempts) >= req.max_attempts:
+                raise _Failed(f"gave up after {len(self.attempts)} attempts")
+            target = (self.cpu, self.memory)
+            # (a) Raylet first where the pod shrinks, so Ray never over-schedules
+            if self.cpu < req.from_cpu or self.memory < req.from_memory:
+                self._set_phase(ResizePhase.SHRINKING_RAYLET)
+                applied = await self._raylet(
+                    req, min(self.cpu, req.from_cpu), min(self.memory, req.from_memory)
+                )
+                if applied is not None:
+                    if self.cpu < req.from_cpu:
+                        self.cpu = max(self.cpu, applied.cpu)
+                    if self.memory < req.from_memory:
+                        self.memory = max(self.memory, applied.memory)
+                await self._gate()
+            # (b) ask Kubernetes
+            self._set_phase(ResizePhase.PATCHING)
+            self.status = self.status.model_copy(
+                update={"resizing_at": int(workflow.now().timestamp())}
+            )
+            patched = await self._k8s(
+                Act.PATCH_RESIZE,
+                PatchResizeInput(
+                    namespace=req.namespace,
+                    pod=req.pod,
+                    cpu=self.cpu,
+                    memory=self.memory,
+                    status=self.status,
+                ),
+                PatchResizeResult,
+            )
+            # (c) wait for the kubelet
+            self._set_phase(ResizePhase.POLLING)
+            progress = await self._poll(req, patched.generation, req.timeout_s)
+            if progress is None:
+                if self.new_target is not None:
+                    self.attempts.append(self._attempt("retargeted"))
+                    self.cpu, self.memory = self.new_target
+                    self.new_target = None
+                    continue
+                self.attempts.append(self._attempt("timed out"))
+                raise _Failed(f"Pod resize timed out after {req.timeout_s}s")
+            if progress.state == ProgressState.DONE:
+                self.attempts.append(self._attempt("done"))
+                break
+            if progress.state == ProgressState.POD_GONE:
+                raise _PodGone()
+            if progress.state == ProgressState.ERROR:
+                self.attempts.append(self._attempt("error"))
+                raise _Failed(progress.message or "Pod resize failed")
+            # (d) Deferred / Infeasible: the kubelet says how much room there is
+            self.attempts.append(self._attempt(f"{progress.reason}: {progress.message}"))
+            report = parse_kubelet_message(progress.reason, progress.message)
+            if report is None:
+                raise _Failed(f"resize {progress.reason}: {progress.message}")
+            cpu, memory = next_target_from_report(report, progress, self.cpu, self.memory)
+            cpu, memory = (
+                max(cpu, min(req.from_cpu, target[0])),
+                max(memory, min(req.from_memory, target[1])),
+            )
+            self.status = self.status.model_copy(
+                update={
+                    "suggested_max_cpu": cpu if report.resource == "cpu" else None,
+                    "suggested_max_memory": memory if report.resource == "memory" else None,
+                }
+            )
+            if (cpu, memory) == target or (cpu <= req.from_cpu and memory <= req.from_memory):
+                raise _Failed(f"resize {progress.reason}: no room on the node ({progress.message})")
+            self.detail = f"{progress.reason}: asking again at the size the node allows"
+            self.cpu, self.memory = cpu, memory
+
+        # (f) the pod has it: now the Raylet
+        await self._gate()
+        self._set_phase(ResizePhase.SYNCING_RAYLET)
+        applied = await self._raylet(req, self.cpu, self.memory, until_it_takes=True)
+        if applied is None:
+            raise _PodGone()
+        await self._set_status(req, self.status.model_copy(update={"resizing_at": None}))
+        self._finish(ResizeOutcome.SUCCEEDED, "")
+
+    async def _poll(
+        self, req: ResizeRequest, generation: int, timeout_s: int
+    ) -> ResizeProgress | None:
+        """Wait for the kubelet; None on timeout or when a new target arrives.
+
+        One activity watches the pod for a window (heartbeating), then the workflow
+        sleeps on a durable timer, backing off, until the resize timeout: the timeout
+        lives in the workflow, so it survives worker restarts and time-skipping tests.
+        """
+        deadline = workflow.now() + timedelta(seconds=timeout_s)
+        pause = 1.0
+        while True:
+            remaining = (deadline - workflow.now()).total_seconds()
+            if remaining <= 0:
+                return None
+            window = min(req.poll_window_s, remaining)
+            poll = workflow.start_activity(
+                Act.WAIT_RESIZE,
+                WaitResizeInput(
+                    namespace=req.namespace,
+                    pod=req.pod,
+                    cpu=self.cpu,
+                    memory=self.memory,
+                    generation=generation,
+                    poll_interval_s=req.poll_interval_s,
+                    window_s=window,
+                ),
+                result_type=ResizeProgress,
+                start_to_close_timeout=timedelta(seconds=window + 30),
+                heartbeat_timeout=timedelta(seconds=15),
+                retry_policy=RetryPolicy(
+                    maximum_interval=timedelta(seconds=5),
+                    non_retryable_error_types=[Err.POD_GONE, Err.FORBIDDEN],
+                ),
+            )
+            retarget = asyncio.ensure_future(
+                workflow.wait_condition(lambda: self.new_target is not None)
+            )
+            try:
+                await workflow.wait([poll, retarget], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (poll, retarget):
+                    if not task.done():
+                        task.cancel()
+            if not poll.done() or self.new_target is not None:
+                return None
+            try:
+                progress: ResizeProgress = poll.result()
+            except ActivityError as exc:
+                if _error_type(exc) == Err.POD_GONE:
+                    raise _PodGone() from exc
+                raise
+            if progress.state != ProgressState.IN_PROGRESS:
+                return progress
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self.new_target is not None,
+                    timeout=max(0.001, min(pause, remaining - window)),
+                )
+            pause = min(pause * 2, 30.0)
+
+    async def _roll_back(self, req: ResizeRequest, reason: str) -> None:
+        """Put the pod and its Raylet back where they started, and say why."""
+        self._set_phase(ResizePhase.ROLLING_BACK)
+        self.detail = reason
+        now = int(workflow.now().timestamp())
+        failed = self.status.model_copy(
+            update={"last_failed_at": now, "last_failed_reason": reason, "resizing_at": now}
+        )
+        try:
+            patched = await self._k8s(
+                Act.PATCH_RESIZE,
+                PatchResizeInput(
+                    namespace=req.namespace,
+                    pod=req.pod,
+                    cpu=req.from_cpu,
+                    memory=req.from_memory,
+                    status=failed,
+                ),
+                PatchResizeResult,
+            )
+            self.cpu, self.memory = req.from_cpu, req.from_memory
+            progress = await self._poll(req, patched.generation, req.timeout_s)
+            cpu, memory = req.from_cpu, req.from_memory
+            if progress is not None and progress.state == ProgressState.DONE:
+                cpu, memory = progress.cpu or cpu, progress.memory or memory
+            if self.raylet is not None and self.raylet != (cpu, memory):
+                await self._raylet(req, cpu, memory, until_it_takes=True)
+            await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
+        except _PodGone:
+            self.detail = f"{reason}; the pod is gone"
+
+    # --- steps ---------------------------------------------------------------------------
+    async def _gate(self) -> None:
+        """A paused saga holds here, before its next side effect."""
+        if self.paused:
+            workflow.logger.info("resize of %s paused", self.req.pod if self.req else "?")
+            await workflow.wait_condition(lambda: not self.paused)
+
+    async def _k8s(self, name: str, arg: object, result_type: type[T] | None = None) -> T:
+        try:
+            result: T = await workflow.execute_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=K8S_TIMEOUT,
+                retry_policy=K8S_RETRY,
+            )
+            return result
+        except ActivityError as exc:
+            kind = _error_type(exc)
+            if kind == Err.POD_GONE:
+                raise _PodGone() from exc
+            if kind in (Err.INVALID, Err.FORBIDDEN):
+                raise _Failed(f"Kubernetes refused the resize: {_error_message(exc)}") from exc
+            raise
+
+    async def _set_status(self, req: ResizeRequest, status: IpprStatus) -> None:
+        self.status = status
+        await self._k8s(
+            Act.SET_STATUS,
+            SetStatusInput(namespace=req.namespace, pod=req.pod, status=status),
+            type(None),
+        )
+
+    async def _raylet(
+        self, req: ResizeRequest, cpu: int, memory: int, *, until_it_takes: bool = False
+    ) -> RayletResizeResult | None:
+        """Resize the Raylet; None when its node is gone (nothing left to keep in step)."""
+        try:
+            result: RayletResizeResult = await workflow.execute_activity(
+                Act.RESIZE_RAYLET,
+                RayletResizeInput(
+                    namespace=req.namespace,
+                    cluster=req.cluster,
+                    pod=req.pod,
+                    node_id=req.node_id,
+                    cpu=cpu,
+                    memory=memory,
+                ),
+                result_type=RayletResizeResult,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RAYLET_SYNC_RETRY
+                if until_it_takes
+                else RetryPolicy(
+                    maximum_attempts=5,
+                    non_retryable_error_types=RAYLET_SYNC_RETRY.non_retryable_error_types,
+                ),
+            )
+        except ActivityError as exc:
+            if _error_type(exc) in (Err.RAYLET_GONE, Err.POD_GONE):
+                return None
+            raise
+        self.raylet = (result.cpu, result.memory)
+        return result
+
+    # --- bookkeeping ---------------------------------------------------------------------
+    def _attempt(self, result: str) -> AttemptRecord:
+        return AttemptRecord(cpu=self.cpu, memory=self.memory, result=result)
+
+    def _set_phase(self, phase: ResizePhase) -> None:
+        if phase != self.phase:
+            self.phase = phase
+            workflow.upsert_search_attributes([RESIZE_PHASE.value_set(phase.value)])
+
+    def _finish(self, outcome: ResizeOutcome, detail: str) -> None:
+        self.outcome = outcome
+        if detail:
+            self.detail = detail
+        self.phase = ResizePhase.DONE
+        workflow.upsert_search_attributes(
+            [RESIZE_PHASE.value_set(self.phase.value), RESIZE_OUTCOME.value_set(outcome.value)]
+        )
+
+
+def _error_type(exc: ActivityError) -> str | None:
+    cause = exc.cause
+    return cause.type if isinstance(cause, ApplicationError) else None
+
+
+def _error_message(exc: ActivityError) -> str:
+    cause = exc.cause
+    return cause.message if isinstance(cause, ApplicationError) else str(exc)
