@@ -576,6 +576,10 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hung up (its timeout fired) is not a server error.
+        log.debug("connection from %s ended abruptly", client_address, exc_info=True)
+
 
 class ApiServer:
     """The API server on a local port, served from a background thread."""
