@@ -29,6 +29,7 @@ class SandboxConfig:
     nodes: int = 1
     node_cpu: int = 8000  # millicores per node
     node_memory: int = 32 * GIB  # bytes per node
+    max_pods: int = 110  # per node, the kubelet's default
     with_ray: bool = False
     port: int = 0  # 0: any free port
     host: str = "127.0.0.1"
@@ -47,8 +48,8 @@ class SandboxConfig:
     def node_list(self) -> list[NodeSpec]:
         if self.node_specs is not None:
             return list(self.node_specs)
-        return [NodeSpec(f"sandbox-node-{i}", self.node_cpu, self.node_memory)
-                for i in range(self.nodes)]
+        return [NodeSpec(f"sandbox-node-{i}", self.node_cpu, self.node_memory,
+                         max_pods=self.max_pods) for i in range(self.nodes)]
 
 
 class Sandbox:

@@ -123,6 +123,10 @@ class _PodState:
     started: bool = False
     actuate_at: float | None = None
     last_error: str = ""
+    total: Amounts = field(default_factory=dict)  # allocated requests, summed
+
+    def __post_init__(self) -> None:
+        self.total = _total_requests(self.allocated)
 
 
 @dataclass(order=True)
@@ -147,6 +151,8 @@ class Kubelet:
         self.runtime: PodRuntime = runtime or NoRuntime()
         self._pod_ip = pod_ip or (lambda node, i: f"10.244.{list(self.nodes).index(node.name)}.{i}")
         self._pods: dict[tuple[str, str], _PodState] = {}
+        self._node_used: dict[str, Amounts] = {}
+        self._node_count: dict[str, int] = {}
         self._deferred: set[tuple[str, str]] = set()
         self._unscheduled: set[tuple[str, str]] = set()
         self._timers: list[_Timer] = []
@@ -227,7 +233,8 @@ class Kubelet:
         meta = event_obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         if kind == "DELETED":
-            state = self._pods.pop(key, None)
+            state = self._pods.get(key)
+            self._track(key, None)
             self._deferred.discard(key)
             self._unscheduled.discard(key)
             if state is not None:
@@ -253,24 +260,41 @@ class Kubelet:
 
     # --- scheduling and start -------------------------------------------------------------
     def _used(self, node: str, exclude: tuple[str, str] | None = None) -> Amounts:
-        used: Amounts = {"cpu": 0, "memory": 0}
-        for key, state in self._pods.items():
-            if state.node == node and key != exclude:
-                for k, v in _total_requests(state.allocated).items():
-                    used[k] += v
+        """Sum of allocated requests on `node` (kept incrementally: O(1) per question)."""
+        used = dict(self._node_used.setdefault(node, {"cpu": 0, "memory": 0}))
+        state = self._pods.get(exclude) if exclude is not None else None
+        if state is not None and state.node == node:
+            for k, v in state.total.items():
+                used[k] -= v
         return used
+
+    def _track(self, key: tuple[str, str], state: _PodState | None) -> None:
+        """Record `key`'s new state (None: gone) in the per-node totals."""
+        old = self._pods.pop(key, None)
+        if old is not None:
+            used = self._node_used.setdefault(old.node, {"cpu": 0, "memory": 0})
+            for k, v in old.total.items():
+                used[k] -= v
+            self._node_count[old.node] = self._node_count.get(old.node, 1) - 1
+        if state is not None:
+            state.total = _total_requests(state.allocated)
+            self._pods[key] = state
+            used = self._node_used.setdefault(state.node, {"cpu": 0, "memory": 0})
+            for k, v in state.total.items():
+                used[k] += v
+            self._node_count[state.node] = self._node_count.get(state.node, 0) + 1
 
     def _schedule(self, key: tuple[str, str], pod: Obj) -> None:
         want = _total_requests(_desired(pod))
         short = {"cpu": 0, "memory": 0}
         for node in self.nodes.values():
             used = self._used(node.name)
-            count = sum(1 for s in self._pods.values() if s.node == node.name)
+            count = self._node_count.get(node.name, 0)
             fits_cpu = used["cpu"] + want["cpu"] <= node.cpu
             fits_mem = used["memory"] + want["memory"] <= node.memory
             if fits_cpu and fits_mem and count < node.max_pods:
                 self._unscheduled.discard(key)
-                self._pods[key] = _PodState(node.name, _desired(pod))
+                self._track(key, _PodState(node.name, _desired(pod)))
 
                 def bind(p: Obj, node_name: str = node.name) -> Obj:
                     p["spec"]["nodeName"] = node_name
@@ -304,7 +328,9 @@ class Kubelet:
         node = self.nodes.get(pod["spec"]["nodeName"])
         if node is None:
             return  # bound to a node no kubelet here runs
-        state = self._pods.setdefault(key, _PodState(node.name, _desired(pod)))
+        if key not in self._pods:
+            self._track(key, _PodState(node.name, _desired(pod)))
+        state = self._pods[key]
         if state.started:
             return
         state.started = True
@@ -350,7 +376,7 @@ class Kubelet:
 
     def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
         self._stop_runtime(pod)
-        self._pods.pop(key, None)
+        self._track(key, None)
         self._deferred.discard(key)
         if self.store.find("pods", *key) is not None:
             try:
@@ -431,6 +457,7 @@ class Kubelet:
         # Fits: checkpoint the allocation, then report it in one status write.
         self._deferred.discard(key)
         state.allocated = desired
+        self._track(key, state)
         state.last_error = ""
 
         def accepted(p: Obj) -> Obj:

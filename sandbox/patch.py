@@ -46,7 +46,7 @@ _MISSING = _Missing()
 
 
 def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:
-    """Apply `patch` of `content_type` to a copy of `target` and return it."""
+    """Apply `patch` of `content_type` to `target` (which may be changed) and return the result."""
     if content_type == JSON_PATCH:
         if not isinstance(patch, list):
             raise bad_request(
@@ -204,7 +204,8 @@ def _index(token: str, size: int, path: str, op: str, *, allow_end: bool = False
 
 
 def json_patch(target: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
-    doc: Any = copy.deepcopy(target)
+    """Apply `ops` to `target` in place (the store hands every writer its own copy)."""
+    doc: Any = target
     for raw in ops:
         if not isinstance(raw, dict) or "op" not in raw:
             raise bad_request("json patch operation is missing 'op'")

@@ -42,6 +42,7 @@ def register(app: typer.Typer) -> None:
             DEFAULT_KUBECONFIG, "--kubeconfig", help="where to write the kubeconfig"
         ),
         port: int = typer.Option(0, "--port", help="API server port (0: any free port)"),
+        max_pods: int = typer.Option(110, "--max-pods", help="pods per node"),
         actuation_delay: float = typer.Option(
             1.0, "--actuation-delay", help="seconds the kubelet takes to actuate a resize"
         ),
@@ -52,6 +53,8 @@ def register(app: typer.Typer) -> None:
         """Run the sandbox in the foreground until Ctrl-C."""
         if nodes < 1:
             raise _fail(f"--nodes {nodes}: expected at least 1")
+        if max_pods < 1:
+            raise _fail(f"--max-pods {max_pods}: expected at least 1")
         if not 0 <= port <= 65535:
             raise _fail(f"--port {port}: expected 0..65535")
         if actuation_delay < 0 or retry_interval <= 0:
@@ -65,6 +68,7 @@ def register(app: typer.Typer) -> None:
             raise _fail("--node-cpu and --node-memory must be positive")
         config = SandboxConfig(
             nodes=nodes, node_cpu=cpu, node_memory=memory, with_ray=with_ray, port=port,
+            max_pods=max_pods,
             timing=KubeletTiming(
                 actuation_delay_s=actuation_delay,
                 retry_initial_s=min(30.0, retry_interval),
