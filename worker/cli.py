@@ -28,6 +28,8 @@ def _mount() -> None:
     from worker import cli_ray
 
     cli_ray.register(app)
+    from worker import cli_sandbox
+    cli_sandbox.register(app)
 
 
 _mount()

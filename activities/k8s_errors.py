@@ -1,0 +1,140 @@
+"""Kubernetes API failures as typed exceptions, and as the Temporal errors workflows see.
+
+| exception     | when                                    | retryable |
+| ------------- | --------------------------------------- | --------- |
+| `PodGone`     | 404 on a pod                            | no        |
+| `ClusterGone` | 404 on a RayCluster                     | no        |
+| `Conflict`    | 409 (stale resourceVersion)             | yes       |
+| `Forbidden`   | 403; names the missing RBAC rule        | no        |
+| `Invalid`     | 422 / 400; the server's message is kept | no        |
+| `Unavailable` | 429, 5xx, timeouts, connection errors   | yes       |
+
+A failed or timed-out read raises; it never looks like an empty answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+
+from workflows.contracts import Err
+
+_FORBIDDEN_RE = re.compile(
+    r'cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"'
+    r'(?: in the namespace "(?P<namespace>[^"]+)")?'
+)
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed."""
+
+    retryable = True
+    error_type = "KubernetesError"
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+    def to_application_error(self) -> ApplicationError:
+        return ApplicationError(
+            self.message, type=self.error_type, non_retryable=not self.retryable
+        )
+
+
+class PodGone(KubeError):
+    retryable = False
+    error_type = Err.POD_GONE
+
+
+class ClusterGone(KubeError):
+    retryable = False
+    error_type = Err.CLUSTER_GONE
+
+
+class NotFound(KubeError):
+    retryable = False
+    error_type = "NotFound"
+
+
+class Conflict(KubeError):
+    retryable = True
+    error_type = "Conflict"
+
+
+class Invalid(KubeError):
+    retryable = False
+    error_type = Err.INVALID
+
+
+class Unavailable(KubeError):
+    retryable = True
+    error_type = "KubernetesUnavailable"
+
+
+class Forbidden(KubeError):
+    retryable = False
+    error_type = Err.FORBIDDEN
+
+    def __init__(self, message: str, *, status: int = 403, rule: dict[str, Any] | None = None):
+        self.rule = rule
+        if rule is not None:
+            message = f"{message} (missing RBAC rule: {format_rule(rule)})"
+        super().__init__(message, status=status)
+
+
+def format_rule(rule: dict[str, Any]) -> str:
+    text = (
+        f"apiGroups: [{json.dumps(rule['apiGroups'][0])}], "
+        f"resources: [{json.dumps(rule['resources'][0])}], verbs: [{json.dumps(rule['verbs'][0])}]"
+    )
+    if rule.get("namespace"):
+        text += f" in namespace {json.dumps(rule['namespace'])}"
+    return text
+
+
+def missing_rule(message: str) -> dict[str, Any] | None:
+    """The RBAC rule a 403 message says is missing (the authorizer's wording)."""
+    m = _FORBIDDEN_RE.search(message)
+    if m is None:
+        return None
+    rule: dict[str, Any] = {
+        "apiGroups": [m.group("group")],
+        "resources": [m.group("resource")],
+        "verbs": [m.group("verb")],
+    }
+    if m.group("namespace"):
+        rule["namespace"] = m.group("namespace")
+    return rule
+
+
+def from_api_exception(exc: Any, *, kind: str = "") -> KubeError:
+    """Map a `kubernetes.client.ApiException` (or transport error) to a typed error."""
+    status = int(getattr(exc, "status", 0) or 0)
+    body = getattr(exc, "body", None)
+    message = ""
+    if body:
+        try:
+            doc = json.loads(body)
+            message = str(doc.get("message", "")) if isinstance(doc, dict) else ""
+        except (TypeError, ValueError):
+            message = str(body)[:500]
+    message = message or str(getattr(exc, "reason", "") or exc)
+    if status == 404:
+        if kind == "Pod":
+            return PodGone(message, status=status)
+        if kind == "RayCluster":
+            return ClusterGone(message, status=status)
+        return NotFound(message, status=status)
+    if status == 409:
+        return Conflict(message, status=status)
+    if status == 403:
+        return Forbidden(message, rule=missing_rule(message))
+    if status in (400, 415, 422):
+        return Invalid(message, status=status)
+    if status == 429 or status >= 500 or status == 0:
+        return Unavailable(message or repr(exc), status=status)
+    return KubeError(message, status=status)

@@ -1,0 +1,118 @@
+"""The whole sandbox in one object: API server, kubelet, operator, optional Ray processes.
+
+    with Sandbox(SandboxConfig(nodes=2)) as sb:
+        sb.write_kubeconfig(path)        # kubectl / kubernetes client now talk to it
+        sb.faults.add(FaultRule(verb="patch", resource="pods/resize", error_rate=0.2))
+
+Everything it starts is stopped by `close()`, which `__exit__` always calls.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from sandbox.faults import Faults
+from sandbox.kubeconfig import write_kubeconfig
+from sandbox.kubelet import Kubelet, KubeletTiming, NodeSpec
+from sandbox.operator import RayOperator
+from sandbox.rayprocs import RayRuntime
+from sandbox.server import Api, ApiServer
+from sandbox.store import Store
+from workflows.resources import GIB
+
+
+@dataclass
+class SandboxConfig:
+    nodes: int = 1
+    node_cpu: int = 8000  # millicores per node
+    node_memory: int = 32 * GIB  # bytes per node
+    max_pods: int = 110  # per node, the kubelet's default
+    with_ray: bool = False
+    port: int = 0  # 0: any free port
+    host: str = "127.0.0.1"
+    timing: KubeletTiming = field(default_factory=KubeletTiming)
+    fault_seed: int = 0
+    node_specs: list[NodeSpec] | None = None  # overrides nodes/node_cpu/node_memory
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1:
+            raise ValueError(f"nodes: {self.nodes}: expected at least 1")
+        if self.node_cpu <= 0 or self.node_memory <= 0:
+            raise ValueError("node capacity must be positive")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port: {self.port}: expected 0..65535")
+
+    def node_list(self) -> list[NodeSpec]:
+        if self.node_specs is not None:
+            return list(self.node_specs)
+        return [NodeSpec(f"sandbox-node-{i}", self.node_cpu, self.node_memory,
+                         max_pods=self.max_pods) for i in range(self.nodes)]
+
+
+class Sandbox:
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig()
+        self.store = Store()
+        self.faults = Faults(self.config.fault_seed)
+        self.api = Api(self.store, self.faults)
+        self.server = ApiServer(self.api, self.config.host, self.config.port)
+        self.ray: RayRuntime | None = RayRuntime() if self.config.with_ray else None
+        self.kubelet = Kubelet(
+            self.store,
+            self.config.node_list(),
+            self.config.timing,
+            runtime=self.ray,
+            pod_ip=(lambda node, i: "127.0.0.1") if self.config.with_ray else None,
+        )
+        self.operator = RayOperator(
+            self.api,
+            gcs_port=self.ray.gcs_port if self.ray is not None else None,
+            service_ip=(lambda ns, name: "127.0.0.1") if self.config.with_ray else None,
+        )
+        self._started = False
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> Sandbox:
+        try:
+            self.kubelet.start()
+            self.operator.start()
+            self.server.start()
+        except BaseException:
+            self.close()
+            raise
+        self._started = True
+        return self
+
+    def close(self) -> None:
+        """Stop everything this sandbox started; safe to call more than once."""
+        try:
+            self.server.stop()
+        finally:
+            try:
+                self.operator.stop()
+            finally:
+                try:
+                    self.kubelet.stop()
+                finally:
+                    if self.ray is not None:
+                        self.ray.close()
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
+        return write_kubeconfig(path, self.url)
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

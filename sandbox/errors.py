@@ -1,0 +1,238 @@
+"""API errors rendered as the `Status` bodies a real kube-apiserver returns.
+
+Formats follow apimachinery v0.35.0 (`pkg/api/errors`, `pkg/util/validation/field`):
+a field error is `<path>: <Type>[: <value>][: <detail>]`, several are rendered as
+`[e1, e2]` after de-duplication, and a 422 carries one cause per field error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+_REASON_OF_TYPE = {
+    "Forbidden": "FieldValueForbidden",
+    "Invalid value": "FieldValueInvalid",
+    "Required value": "FieldValueRequired",
+    "Unsupported value": "FieldValueNotSupported",
+    "Duplicate value": "FieldValueDuplicate",
+    "Not found": "FieldValueNotFound",
+}
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One validation error on one field path, rendered like `field.Error`."""
+
+    path: str
+    type: str  # "Forbidden", "Invalid value", "Required value", ...
+    detail: str = ""
+    value: Any = None
+    has_value: bool = False
+
+    def body(self) -> str:
+        parts = [self.type]
+        if self.has_value:
+            parts.append(_render_value(self.value))
+        if self.detail:
+            parts.append(self.detail)
+        return ": ".join(parts)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.body()}"
+
+    def cause(self) -> dict[str, str]:
+        return {
+            "reason": _REASON_OF_TYPE.get(self.type, "FieldValueInvalid"),
+            "message": self.body(),
+            "field": self.path,
+        }
+
+
+def forbidden(path: str, detail: str) -> FieldError:
+    return FieldError(path, "Forbidden", detail)
+
+
+def invalid(path: str, value: Any, detail: str) -> FieldError:
+    return FieldError(path, "Invalid value", detail, value, True)
+
+
+def required(path: str, detail: str = "") -> FieldError:
+    return FieldError(path, "Required value", detail)
+
+
+def _render_value(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)  # %q of a plain Go string
+    if value is None:
+        return "null"
+    if isinstance(value, bool | int | float):
+        return json.dumps(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def aggregate(errors: list[FieldError]) -> str:
+    """`utilerrors.NewAggregate(...).Error()`: one message, or `[a, b]` de-duplicated."""
+    seen: list[str] = []
+    for e in errors:
+        s = str(e)
+        if s not in seen:
+            seen.append(s)
+    if len(seen) == 1:
+        return seen[0]
+    return "[" + ", ".join(seen) + "]"
+
+
+@dataclass
+class ApiError(Exception):
+    """An error the server answers with; `status()` is the JSON body."""
+
+    code: int
+    reason: str
+    message: str
+    details: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.reason}: {self.message}"
+
+    def status(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        body["code"] = self.code
+        return body
+
+
+def _details(kind: str, name: str, group: str = "") -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name}
+    if group:
+        d["group"] = group
+    d["kind"] = kind
+    return d
+
+
+def _qualified(resource: str, group: str) -> str:
+    return f"{resource}.{group}" if group else resource
+
+
+def not_found(resource: str, name: str, group: str = "") -> ApiError:
+    return ApiError(
+        404,
+        "NotFound",
+        f'{_qualified(resource, group)} "{name}" not found',
+        _details(resource, name, group),
+    )
+
+
+def already_exists(resource: str, name: str, group: str = "") -> ApiError:
+    return ApiError(
+        409,
+        "AlreadyExists",
+        f'{_qualified(resource, group)} "{name}" already exists',
+        _details(resource, name, group),
+    )
+
+
+def conflict(resource: str, name: str, group: str = "", detail: str = "") -> ApiError:
+    detail = detail or (
+        "the object has been modified; please apply your changes to the latest version "
+        "and try again"
+    )
+    return ApiError(
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {detail}',
+        _details(resource, name, group),
+    )
+
+
+def invalid_object(kind: str, name: str, errors: list[FieldError], group: str = "") -> ApiError:
+    details = _details(kind, name, group)
+    details["causes"] = [e.cause() for e in errors]
+    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {aggregate(errors)}', details)
+
+
+def unprocessable(message: str) -> ApiError:
+    """A patch that cannot be applied (`NewGenericServerResponse(422, ...)`)."""
+    return ApiError(
+        422,
+        "Invalid",
+        "the server rejected our request due to an error in our request",
+        {"causes": [{"reason": "UnexpectedServerResponse", "message": message}]},
+    )
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def method_not_allowed(verb: str, resource: str) -> ApiError:
+    return ApiError(
+        405,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+        {"kind": resource} if resource else None,
+    )
+
+
+def unsupported_media_type(content_type: str) -> ApiError:
+    return ApiError(
+        415,
+        "UnsupportedMediaType",
+        f'the body of the request was in an unknown format - accepted media types include: '
+        f'application/json-patch+json, application/merge-patch+json, '
+        f'application/apply-patch+yaml, application/strategic-merge-patch+json'
+        + (f" (got {content_type!r})" if content_type else ""),
+    )
+
+
+def page_not_found() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+def gone(message: str) -> ApiError:
+    return ApiError(410, "Expired", message)
+
+
+def too_many_requests(retry_after_s: int = 1) -> ApiError:
+    return ApiError(
+        429,
+        "TooManyRequests",
+        "Too many requests, please try again later.",
+        {"retryAfterSeconds": retry_after_s},
+        {"Retry-After": str(retry_after_s)},
+    )
+
+
+def internal_error(message: str = "sandbox: injected fault") -> ApiError:
+    return ApiError(
+        500,
+        "InternalError",
+        f"Internal error occurred: {message}",
+        {"causes": [{"message": message}]},
+    )
+
+
+def forbidden_request(
+    verb: str, resource: str, name: str, namespace: str, user: str, group: str = ""
+) -> ApiError:
+    """RBAC denial, worded like the authorizer: names the verb, resource and group."""
+    base = resource.split("/")[0]
+    scope = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+    subject = f'{_qualified(base, group)} "{name}"' if name else _qualified(base, group)
+    return ApiError(
+        403,
+        "Forbidden",
+        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
+        f'in API group "{group}"{scope}',
+        _details(base, name, group) if name else {"group": group, "kind": base},
+    )

@@ -1,0 +1,840 @@
+"""The kubelet simulator: schedules pods onto nodes, runs them, and actuates resizes.
+
+Each resize follows K8S_RESIZE.md §2 in order: the API server bumps the generation; the
+kubelet either sets `PodResizePending` (Deferred or Infeasible, with the kubelet's exact
+messages) or accepts (`allocatedResources` + `PodResizeInProgress`); after the actuation
+delay, `containerStatuses[].resources` take the new values and the condition goes away.
+A memory limit below current usage leaves `PodResizeInProgress` with reason `Error`.
+Deferred resizes are retried, in the kubelet's priority order, when capacity frees up and
+on a ticker.
+
+Memory usage is simulated per pod with the annotation `sandbox.raysize.io/memory-usage`
+(a quantity for every container, or `name=quantity,...`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import logging
+import queue
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sandbox import pods as podlib
+from sandbox.quantity import canonical
+from sandbox.store import Obj, Store, Watcher, now_rfc3339
+from workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
+
+log = logging.getLogger(__name__)
+
+MEMORY_USAGE_ANNOTATION = "sandbox.raysize.io/memory-usage"
+PENDING = "PodResizePending"
+IN_PROGRESS = "PodResizeInProgress"
+KUBELET_VERSION = "v1.35.0-raysize-sandbox"
+
+
+class PodRuntime(Protocol):
+    """What runs a pod's containers (nothing, or real Ray processes)."""
+
+    def start(self, pod: Obj) -> None: ...
+
+    def stop(self, pod: Obj) -> None: ...
+
+
+class NoRuntime:
+    def start(self, pod: Obj) -> None:
+        return None
+
+    def stop(self, pod: Obj) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cpu: int  # millicores
+    memory: int  # bytes
+    supports_resize: bool = True
+    max_pods: int = 110
+
+
+@dataclass
+class KubeletTiming:
+    actuation_delay_s: float = 0.0
+    retry_initial_s: float = 30.0  # the allocation manager's initialRetryDelay
+    retry_interval_s: float = 180.0  # ... and its retryDelay
+    sync_interval_s: float = 10.0  # periodic pod sync: retries failed actuation
+
+
+Amounts = dict[str, int]  # "cpu" → millicores, "memory" → bytes
+ContainerAlloc = dict[str, dict[str, Amounts]]  # container → {"requests": .., "limits": ..}
+
+
+def _amounts(rl: dict[str, Any] | None) -> Amounts:
+    out: Amounts = {}
+    for key, unit in (("cpu", CPU), ("memory", MEMORY)):
+        if rl and key in rl:
+            out[key] = quantity_to_units(rl[key], unit)
+    return out
+
+
+def _desired(pod: Obj) -> ContainerAlloc:
+    out: ContainerAlloc = {}
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        out[c["name"]] = {
+            "requests": _amounts(res.get("requests")),
+            "limits": _amounts(res.get("limits")),
+        }
+    return out
+
+
+def _total_requests(alloc: ContainerAlloc) -> Amounts:
+    total: Amounts = {"cpu": 0, "memory": 0}
+    for parts in alloc.values():
+        for k, v in parts["requests"].items():
+            total[k] += v
+    return total
+
+
+def _rl_json(amounts: Amounts) -> dict[str, str]:
+    return {k: units_to_quantity(amounts[k], CPU if k == "cpu" else MEMORY) for k in sorted(amounts)}
+
+
+def _resources_json(parts: dict[str, Amounts]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if parts["limits"]:
+        out["limits"] = _rl_json(parts["limits"])
+    if parts["requests"]:
+        out["requests"] = _rl_json(parts["requests"])
+    return out
+
+
+@dataclass
+class _PodState:
+    node: str
+    allocated: ContainerAlloc
+    started: bool = False
+    actuate_at: float | None = None
+    last_error: str = ""
+    total: Amounts = field(default_factory=dict)  # allocated requests, summed
+
+    def __post_init__(self) -> None:
+        self.total = _total_requests(self.allocated)
+
+
+@dataclass(order=True)
+class _Timer:
+    at: float
+    seq: int
+    action: Callable[[], None] = field(compare=False)
+
+
+class Kubelet:
+    def __init__(
+        self,
+        store: Store,
+        nodes: list[NodeSpec],
+        timing: KubeletTiming | None = None,
+        runtime: PodRuntime | None = None,
+        pod_ip: Callable[[NodeSpec, int], str] | None = None,
+    ) -> None:
+        self.store = store
+        self.nodes = {n.name: n for n in nodes}
+        self.timing = timing or KubeletTiming()
+        self.runtime: PodRuntime = runtime or NoRuntime()
+        self._pod_ip = pod_ip or (lambda node, i: f"10.244.{list(self.nodes).index(node.name)}.{i}")
+        self._pods: dict[tuple[str, str], _PodState] = {}
+        self._node_used: dict[str, Amounts] = {}
+        self._node_count: dict[str, int] = {}
+        self._deferred: set[tuple[str, str]] = set()
+        self._unscheduled: set[tuple[str, str]] = set()
+        self._timers: list[_Timer] = []
+        self._seq = itertools.count()
+        self._ips = itertools.count(2)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watcher: Watcher | None = None
+        self._calls: queue.Queue[Callable[[], None]] = queue.Queue()
+        self.errors: list[str] = []
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def start(self) -> Kubelet:
+        for node in self.nodes.values():
+            if self.store.find("nodes", "", node.name) is None:
+                self.store.create("nodes", "", _node_object(node))
+        self._watcher = self.store.watch("pods", None, lambda o: True, None)
+        self._thread = threading.Thread(target=self._run, name="sandbox-kubelet", daemon=True)
+        self._thread.start()
+        self._after(self.timing.retry_initial_s, self._retry_ticker)
+        self._after(self.timing.sync_interval_s, self._sync_ticker)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self.store.unwatch(self._watcher)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for (ns, name), _ in list(self._pods.items()):
+            pod = self.store.find("pods", ns, name)
+            if pod is not None:
+                self._stop_runtime(pod)
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run `fn` on the kubelet thread (all kubelet state is touched only there)."""
+        self._calls.put(fn)
+
+    def retry_deferred_now(self) -> None:
+        """What the retry ticker does, on demand."""
+        self.call(lambda: self._retry_deferred("ticker"))
+
+    def _after(self, delay: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, _Timer(time.monotonic() + delay, next(self._seq), action))
+
+    def _run(self) -> None:
+        assert self._watcher is not None
+        while not self._stop.is_set():
+            now = time.monotonic()
+            while self._timers and self._timers[0].at <= now:
+                self._safely(heapq.heappop(self._timers).action)
+            while True:
+                try:
+                    self._safely(self._calls.get_nowait())
+                except queue.Empty:
+                    break
+            wait = 0.05
+            if self._timers:
+                wait = max(0.0, min(wait, self._timers[0].at - time.monotonic()))
+            try:
+                item = self._watcher.events.get(timeout=wait)
+            except queue.Empty:
+                continue
+            if item is None:
+                return
+            kind, obj = item
+            self._safely(lambda kind=kind, obj=obj: self._on_pod_event(kind, obj))
+
+    def _safely(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # a simulator bug must be visible, not kill the kubelet
+            log.exception("kubelet simulator error")
+            self.errors.append(repr(exc))
+
+    # --- pod events ---------------------------------------------------------------------
+    def _on_pod_event(self, kind: str, event_obj: Obj) -> None:
+        meta = event_obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        if kind == "DELETED":
+            state = self._pods.get(key)
+            self._track(key, None)
+            self._deferred.discard(key)
+            self._unscheduled.discard(key)
+            if state is not None:
+                self._stop_runtime(event_obj)
+                self._schedule_pending()
+                self._retry_deferred("pods_removed")
+            return
+        pod = self.store.find("pods", *key)
+        if pod is None or pod["metadata"]["uid"] != meta["uid"]:
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            self._terminate(key, pod)
+            return
+        if not (pod.get("spec") or {}).get("nodeName"):
+            self._schedule(key, pod)
+            return
+        state = self._pods.get(key)
+        if state is None:
+            self._start_pod(key, pod)
+            return
+        self._handle_resize(key, pod, "pod_updated")
+        self._maybe_actuate(key)
+
+    # --- scheduling and start -------------------------------------------------------------
+    def _used(self, node: str, exclude: tuple[str, str] | None = None) -> Amounts:
+        """Sum of allocated requests on `node` (kept incrementally: O(1) per question)."""
+        used = dict(self._node_used.setdefault(node, {"cpu": 0, "memory": 0}))
+        state = self._pods.get(exclude) if exclude is not None else None
+        if state is not None and state.node == node:
+            for k, v in state.total.items():
+                used[k] -= v
+        return used
+
+    def _track(self, key: tuple[str, str], state: _PodState | None) -> None:
+        """Record `key`'s new state (None: gone) in the per-node totals."""
+        old = self._pods.pop(key, None)
+        if old is not None:
+            used = self._node_used.setdefault(old.node, {"cpu": 0, "memory": 0})
+            for k, v in old.total.items():
+                used[k] -= v
+            self._node_count[old.node] = self._node_count.get(old.node, 1) - 1
+        if state is not None:
+            state.total = _total_requests(state.allocated)
+            self._pods[key] = state
+            used = self._node_used.setdefault(state.node, {"cpu": 0, "memory": 0})
+            for k, v in state.total.items():
+                used[k] += v
+            self._node_count[state.node] = self._node_count.get(state.node, 0) + 1
+
+    def _schedule(self, key: tuple[str, str], pod: Obj) -> None:
+        want = _total_requests(_desired(pod))
+        short = {"cpu": 0, "memory": 0}
+        for node in self.nodes.values():
+            used = self._used(node.name)
+            count = self._node_count.get(node.name, 0)
+            fits_cpu = used["cpu"] + want["cpu"] <= node.cpu
+            fits_mem = used["memory"] + want["memory"] <= node.memory
+            if fits_cpu and fits_mem and count < node.max_pods:
+                self._unscheduled.discard(key)
+                self._track(key, _PodState(node.name, _desired(pod)))
+
+                def bind(p: Obj, node_name: str = node.name) -> Obj:
+                    p["spec"]["nodeName"] = node_name
+                    _set_condition(p, "PodScheduled", "True")
+                    return p
+
+                self.store.update("pods", *key, bind)
+                self._start_pod(key, self.store.get("pods", *key))
+                return
+            short["cpu"] += 0 if fits_cpu else 1
+            short["memory"] += 0 if fits_mem else 1
+        self._unscheduled.add(key)
+        reasons = ", ".join(f"{n} Insufficient {k}" for k, n in short.items() if n)
+        message = f"0/{len(self.nodes)} nodes are available: {reasons or 'Too many pods'}."
+
+        def unschedulable(p: Obj) -> Obj:
+            _set_condition(p, "PodScheduled", "False", "Unschedulable", message)
+            return p
+
+        self.store.update("pods", *key, unschedulable)
+
+    def _schedule_pending(self) -> None:
+        for key in sorted(self._unscheduled):
+            pod = self.store.find("pods", *key)
+            if pod is None or pod["spec"].get("nodeName"):
+                self._unscheduled.discard(key)
+                continue
+            self._schedule(key, pod)
+
+    def _start_pod(self, key: tuple[str, str], pod: Obj) -> None:
+        node = self.nodes.get(pod["spec"]["nodeName"])
+        if node is None:
+            return  # bound to a node no kubelet here runs
+        if key not in self._pods:
+            self._track(key, _PodState(node.name, _desired(pod)))
+        state = self._pods[key]
+        if state.started:
+            return
+        state.started = True
+        ip = self._pod_ip(node, next(self._ips))
+        self.runtime.start(pod)
+        now = now_rfc3339()
+
+        def run(p: Obj) -> Obj:
+            status = p.setdefault("status", {})
+            status["phase"] = "Running"
+            status["hostIP"] = "127.0.0.1"
+            status["hostIPs"] = [{"ip": "127.0.0.1"}]
+            status["podIP"] = ip
+            status["podIPs"] = [{"ip": ip}]
+            status["startTime"] = now
+            status["observedGeneration"] = p["metadata"].get("generation", 1)
+            for ctype in ("PodReadyToStartContainers", "Initialized", "ContainersReady",
+                          "Ready", "PodScheduled"):
+                _set_condition(p, ctype, "True")
+            statuses = []
+            for c in p["spec"].get("containers") or []:
+                parts = state.allocated[c["name"]]
+                cs: Obj = {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": f"docker.io/library/{c.get('image', '')}@sha256:" + "0" * 64,
+                    "containerID": "containerd://" + secrets.token_hex(32),
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": now}},
+                    "lastState": {},
+                }
+                if parts["requests"]:
+                    cs["allocatedResources"] = _rl_json(parts["requests"])
+                if node.supports_resize:
+                    cs["resources"] = _resources_json(parts)
+                statuses.append(cs)
+            status["containerStatuses"] = statuses
+            return p
+
+        self.store.update("pods", *key, run)
+
+    def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
+        self._stop_runtime(pod)
+        self._track(key, None)
+        self._deferred.discard(key)
+        if self.store.find("pods", *key) is not None:
+            try:
+                self.store.remove("pods", *key)
+            except Exception:  # already gone: deleted twice is fine
+                pass
+        self._schedule_pending()
+        self._retry_deferred("pods_removed")
+
+    def _stop_runtime(self, pod: Obj) -> None:
+        try:
+            self.runtime.stop(pod)
+        except Exception as exc:
+            log.exception("stopping pod %s", pod["metadata"]["name"])
+            self.errors.append(repr(exc))
+
+    # --- resize: allocation (handlePodResourcesResize) --------------------------------------
+    def _handle_resize(self, key: tuple[str, str], pod: Obj, trigger: str) -> None:
+        state = self._pods.get(key)
+        if state is None or not state.started:
+            return
+        node = self.nodes[state.node]
+        desired = _desired(pod)
+        generation = int(pod["metadata"].get("generation", 1))
+        if desired == state.allocated:
+            self._deferred.discard(key)
+            if _condition(pod, PENDING) is not None:
+                self._write_status(key, lambda p: _remove_condition(p, PENDING))
+            return
+        if set(desired) != set(state.allocated):
+            return  # the API server forbids this; nothing to allocate
+        reason, message = "", ""
+        if podlib.MIRROR_ANNOTATION in (pod["metadata"].get("annotations") or {}):
+            reason, message = "Infeasible", "In-place resize of static-pods is not supported"
+        else:
+            want = _total_requests(desired)
+            for res, cap in (("memory", node.memory), ("cpu", node.cpu)):
+                if want[res] > cap:
+                    reason = "Infeasible"
+                    message = (
+                        f"Node didn't have enough capacity: {res}, requested: {want[res]}, "
+                        f"capacity: {cap}"
+                    )
+                    break
+            if not reason:
+                used = self._used(node.name, exclude=key)
+                for res, cap in (("cpu", node.cpu), ("memory", node.memory)):
+                    if used[res] + want[res] > cap:
+                        reason = "Deferred"
+                        message = (
+                            f"Node didn't have enough resource: {res}, requested: {want[res]}, "
+                            f"used: {used[res]}, capacity: {cap}"
+                        )
+                        break
+        if reason:
+            if reason == "Deferred":
+                self._deferred.add(key)
+            else:
+                self._deferred.discard(key)
+            previous = _condition(pod, PENDING)
+            changed = (
+                previous is None
+                or previous.get("reason") != reason
+                or previous.get("observedGeneration") != generation
+            )
+
+            def pending(p: Obj) -> Obj:
+                _set_condition(p, PENDING, "True", reason, message, generation)
+                p["status"]["observedGeneration"] = generation
+                return p
+
+            self._write_status(key, pending)
+            if changed:
+                self._event(pod, "Warning", f"Resize{reason}",
+                            _resize_message(f"Pod resize {reason}", pod, generation, message))
+            return
+
+        # Fits: checkpoint the allocation, then report it in one status write.
+        self._deferred.discard(key)
+        state.allocated = desired
+        self._track(key, state)
+        state.last_error = ""
+
+        def accepted(p: Obj) -> Obj:
+            _remove_condition(p, PENDING)
+            _remove_condition(p, IN_PROGRESS)
+            _set_condition(p, IN_PROGRESS, "True", "", "", generation)
+            p["status"]["observedGeneration"] = generation
+            for cs in p["status"].get("containerStatuses") or []:
+                parts = desired.get(cs["name"])
+                if parts is not None and parts["requests"]:
+                    cs["allocatedResources"] = _rl_json(parts["requests"])
+            return p
+
+        self._write_status(key, accepted)
+        self._event(pod, "Normal", "ResizeStarted",
+                    _resize_message("Pod resize started", pod, generation))
+        state.actuate_at = time.monotonic() + self.timing.actuation_delay_s
+        self._after(self.timing.actuation_delay_s, lambda: self._maybe_actuate(key))
+        if self._deferred:
+            self._retry_deferred("pod_updated")  # a shrink may have made room
+
+    def _retry_deferred(self, trigger: str) -> None:
+        if not self._deferred:
+            return
+        candidates = []
+        for key in list(self._deferred):
+            pod = self.store.find("pods", *key)
+            state = self._pods.get(key)
+            if pod is None or state is None:
+                self._deferred.discard(key)
+                continue
+            grows = any(
+                _total_requests(_desired(pod))[k] > _total_requests(state.allocated)[k]
+                for k in ("cpu", "memory")
+            )
+            qos_rank = 0 if podlib.pod_qos(pod) == "Guaranteed" else 1
+            pending = _condition(pod, PENDING) or {}
+            candidates.append(
+                (
+                    grows,
+                    -int((pod.get("spec") or {}).get("priority") or 0),
+                    qos_rank,
+                    str(pending.get("lastTransitionTime", "")),
+                    key,
+                    pod,
+                )
+            )
+        for *_, key, pod in sorted(candidates, key=lambda c: c[:5]):
+            self._handle_resize(key, pod, trigger)
+
+    def _retry_ticker(self) -> None:
+        self._retry_deferred("ticker")
+        self._after(self.timing.retry_interval_s, self._retry_ticker)
+
+    def _sync_ticker(self) -> None:
+        for key in list(self._pods):
+            self._maybe_actuate(key)
+        self._after(self.timing.sync_interval_s, self._sync_ticker)
+
+    # --- resize: actuation ------------------------------------------------------------------
+    def _maybe_actuate(self, key: tuple[str, str]) -> None:
+        state = self._pods.get(key)
+        pod = self.store.find("pods", *key)
+        if state is None or pod is None or not state.started:
+            return
+        if state.actuate_at is not None and time.monotonic() < state.actuate_at:
+            return
+        actual = _actual(pod)
+        if not self.nodes[state.node].supports_resize or actual is None:
+            return
+        if actual == state.allocated:
+            if _condition(pod, IN_PROGRESS) is not None:
+                self._write_status(key, lambda p: _remove_condition(p, IN_PROGRESS))
+            return
+        generation = int(pod["metadata"].get("generation", 1))
+        failures = []
+        usage = _memory_usage(pod)
+        for c in pod["spec"].get("containers") or []:
+            name = c["name"]
+            new_limit = state.allocated[name]["limits"].get("memory")
+            old_limit = (actual.get(name) or {}).get("limits", {}).get("memory")
+            policy = _policy(c, "memory")
+            if new_limit is None or policy == "RestartContainer":
+                continue
+            if old_limit is not None and new_limit >= old_limit:
+                continue
+            used = usage.get(name, usage.get("*"))
+            if used is not None and used >= new_limit:
+                failures.append(
+                    f'attempting to set container "{name}" memory limit ({new_limit}) '
+                    f"below current usage ({used})"
+                )
+        if failures:
+            detail = failures[0] if len(failures) == 1 else "[" + ", ".join(failures) + "]"
+            message = f"cannot decrease memory limits: {detail}"
+
+            def error(p: Obj) -> Obj:
+                cond = _condition(p, IN_PROGRESS)
+                since = cond.get("lastTransitionTime") if cond else None
+                _set_condition(p, IN_PROGRESS, "True", "Error", message,
+                               cond.get("observedGeneration", generation) if cond else generation)
+                if since:
+                    cond2 = _condition(p, IN_PROGRESS)
+                    assert cond2 is not None
+                    cond2["lastTransitionTime"] = since
+                return p
+
+            self._write_status(key, error)
+            if state.last_error != message:
+                state.last_error = message
+                self._event(pod, "Warning", "ResizeError",
+                            _resize_message("Pod resize error", pod, generation, message))
+            return
+        state.last_error = ""
+        allocated = state.allocated
+        restarted = {
+            c["name"]
+            for c in pod["spec"].get("containers") or []
+            for res in ("cpu", "memory")
+            if _policy(c, res) == "RestartContainer"
+            and (actual.get(c["name"]) or {}) != allocated[c["name"]]
+            and _changed(actual.get(c["name"]), allocated[c["name"]], res)
+        }
+
+        def done(p: Obj) -> Obj:
+            for cs in p["status"].get("containerStatuses") or []:
+                parts = allocated.get(cs["name"])
+                if parts is not None:
+                    cs["resources"] = _resources_json(parts)
+                    if cs["name"] in restarted:
+                        cs["restartCount"] = int(cs.get("restartCount", 0)) + 1
+            _remove_condition(p, IN_PROGRESS)
+            return p
+
+        self._write_status(key, done)
+        self._event(pod, "Normal", "ResizeCompleted",
+                    _resize_message("Pod resize completed", pod, generation))
+        self._schedule_pending()
+        self._retry_deferred("pod_resized")
+
+    # --- writes -----------------------------------------------------------------------------
+    def _write_status(self, key: tuple[str, str], change: Callable[[Obj], Obj | None]) -> None:
+        def mutate(p: Obj) -> Obj:
+            p.setdefault("status", {})
+            out = change(p)
+            return p if out is None else out
+
+        try:
+            self.store.update("pods", *key, mutate)
+        except Exception as exc:  # the pod went away meanwhile
+            log.debug("status write for %s skipped: %s", key, exc)
+
+    def _event(self, pod: Obj, type_: str, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        node = pod["spec"].get("nodeName", "")
+        record_event(
+            self.store,
+            involved={
+                "kind": "Pod",
+                "namespace": meta.get("namespace", ""),
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "apiVersion": "v1",
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            type_=type_,
+            reason=reason,
+            message=message,
+            component="kubelet",
+            host=node,
+        )
+
+
+def record_event(
+    store: Store,
+    involved: Obj,
+    type_: str,
+    reason: str,
+    message: str,
+    component: str,
+    host: str = "",
+) -> Obj:
+    now = now_rfc3339()
+    source: Obj = {"component": component}
+    if host:
+        source["host"] = host
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        # client-go's recorder names events `<object>.<UnixNano in hex>`.
+        "metadata": {"name": f"{involved['name']}.{_event_clock():x}"},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "source": source,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "type": type_,
+        "eventTime": None,
+        "reportingComponent": component,
+        "reportingInstance": host,
+    }
+    return store.create("events", involved.get("namespace", ""), event)
+
+
+_last_event_ns = 0
+_event_lock = threading.Lock()
+
+
+def _event_clock() -> int:
+    """Strictly increasing nanoseconds, so two events never share a name."""
+    global _last_event_ns
+    with _event_lock:
+        _last_event_ns = max(time.time_ns(), _last_event_ns + 1)
+        return _last_event_ns
+
+
+def _resize_message(prefix: str, pod: Obj, generation: int, error: str = "") -> str:
+    """pkg/kubelet/events/resize.go: `<prefix>: <json>` with the desired container resources."""
+    body: dict[str, Any] = {}
+    init = [
+        {"name": c["name"], "resources": c.get("resources") or {}}
+        for c in (pod["spec"].get("initContainers") or [])
+        if c.get("restartPolicy") == "Always"
+    ]
+    if init:
+        body["initContainers"] = init
+    body["containers"] = [
+        {"name": c["name"], "resources": _sorted_resources(c.get("resources") or {})}
+        for c in pod["spec"].get("containers") or []
+    ]
+    body["generation"] = generation
+    if error:
+        body["error"] = error
+    return f"{prefix}: {json.dumps(body, separators=(',', ':'))}"
+
+
+def _sorted_resources(res: Obj) -> Obj:
+    out: Obj = {}
+    for part in ("limits", "requests"):
+        if res.get(part):
+            out[part] = dict(sorted(res[part].items()))
+    return out
+
+
+def _actual(pod: Obj) -> ContainerAlloc | None:
+    out: ContainerAlloc = {}
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        res = cs.get("resources")
+        if res is None:
+            return None
+        out[cs["name"]] = {
+            "requests": _amounts(res.get("requests")),
+            "limits": _amounts(res.get("limits")),
+        }
+    return out
+
+
+def _changed(actual: dict[str, Amounts] | None, alloc: dict[str, Amounts], res: str) -> bool:
+    a = actual or {"requests": {}, "limits": {}}
+    return any(a.get(p, {}).get(res) != alloc[p].get(res) for p in ("requests", "limits"))
+
+
+def _policy(container: Obj, resource: str) -> str:
+    for p in container.get("resizePolicy") or []:
+        if p.get("resourceName") == resource:
+            return str(p.get("restartPolicy", "NotRequired"))
+    return "NotRequired"
+
+
+def _memory_usage(pod: Obj) -> dict[str, int]:
+    text = (pod["metadata"].get("annotations") or {}).get(MEMORY_USAGE_ANNOTATION)
+    if not text:
+        return {}
+    out: dict[str, int] = {}
+    try:
+        for part in text.split(","):
+            if "=" in part:
+                name, value = part.split("=", 1)
+                out[name.strip()] = quantity_to_units(value.strip(), MEMORY)
+            else:
+                out["*"] = quantity_to_units(part.strip(), MEMORY)
+    except ValueError:
+        log.warning("ignoring malformed %s annotation %r", MEMORY_USAGE_ANNOTATION, text)
+        return {}
+    return out
+
+
+def _condition(pod: Obj, ctype: str) -> Obj | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return dict(c)
+    return None
+
+
+def _remove_condition(pod: Obj, ctype: str) -> Obj:
+    status = pod.setdefault("status", {})
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != ctype]
+    status["conditions"] = conditions
+    return pod
+
+
+def _set_condition(
+    pod: Obj,
+    ctype: str,
+    status_value: str,
+    reason: str = "",
+    message: str = "",
+    observed_generation: int | None = None,
+) -> None:
+    status = pod.setdefault("status", {})
+    conditions = status.setdefault("conditions", [])
+    existing = next((c for c in conditions if c.get("type") == ctype), None)
+    cond: Obj = {"type": ctype, "status": status_value}
+    if observed_generation is not None:
+        cond["observedGeneration"] = observed_generation
+    cond["lastProbeTime"] = None
+    keep_time = existing is not None and existing.get("status") == status_value
+    cond["lastTransitionTime"] = (
+        existing["lastTransitionTime"] if keep_time and existing else now_rfc3339()
+    )
+    if reason:
+        cond["reason"] = reason
+    if message:
+        cond["message"] = message
+    if existing is not None:
+        conditions[conditions.index(existing)] = cond
+    else:
+        conditions.append(cond)
+
+
+def _node_object(node: NodeSpec) -> Obj:
+    cpu = canonical(f"{node.cpu}m")
+    memory = canonical(f"{node.memory // 1024}Ki") if node.memory % 1024 == 0 else str(node.memory)
+    resources = {"cpu": cpu, "memory": memory, "pods": str(node.max_pods)}
+    now = now_rfc3339()
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            "labels": {
+                "kubernetes.io/hostname": node.name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+            },
+        },
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+            "addresses": [
+                {"type": "InternalIP", "address": "127.0.0.1"},
+                {"type": "Hostname", "address": node.name},
+            ],
+            "nodeInfo": {
+                "kubeletVersion": KUBELET_VERSION,
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "containerRuntimeVersion": "containerd://2.1.0",
+                "osImage": "raysize sandbox",
+                "kernelVersion": "",
+                "kubeProxyVersion": "",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+            },
+        },
+    }

@@ -1,0 +1,328 @@
+"""The KubeRay operator simulator: RayCluster → pods, and the RayCluster's `status`.
+
+Like KubeRay: one head pod from `headGroupSpec.template` (`<cluster>-head-xxxxx`), and per
+worker group `replicas` pods from its template (`<cluster>-<group>-worker-xxxxx`), with
+KubeRay's labels. Pods named in `scaleStrategy.workersToDelete` are deleted and the list
+is cleared; surplus pods are deleted only when in-tree autoscaling is off (with it on,
+KubeRay leaves scale-in to the autoscaler's `workersToDelete`). The status carries
+`state`, `head.podIP`, `head.serviceIP` and `endpoints` (`gcs-server` → the head's GCS
+port, the real one with `--with-ray`).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from sandbox.errors import ApiError
+from sandbox.server import Api
+from sandbox.store import Obj, Watcher, now_rfc3339
+from workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
+
+log = logging.getLogger(__name__)
+
+HEAD_GROUP = "headgroup"
+DEFAULT_ENDPOINTS = {"client": "10001", "dashboard": "8265", "gcs-server": "6379", "metrics": "8080"}
+
+
+class RayOperator:
+    def __init__(
+        self,
+        api: Api,
+        gcs_port: Callable[[str, str], int | None] | None = None,
+        service_ip: Callable[[str, str], str] | None = None,
+    ) -> None:
+        self.api = api
+        self.store = api.store
+        self._gcs_port = gcs_port or (lambda ns, name: None)
+        self._service_ip = service_ip
+        self._services: dict[tuple[str, str], str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._clusters: Watcher | None = None
+        self._pods: Watcher | None = None
+        self._wake: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self.errors: list[str] = []
+
+    def start(self) -> RayOperator:
+        self._clusters = self.store.watch("rayclusters", None, lambda o: True, None)
+        self._pods = self.store.watch(
+            "pods", None, lambda o: "ray.io/cluster" in (o["metadata"].get("labels") or {}), None
+        )
+        for w, kind in ((self._clusters, "cluster"), (self._pods, "pod")):
+            threading.Thread(target=self._pump, args=(w, kind), daemon=True,
+                             name=f"sandbox-operator-{kind}s").start()
+        self._thread = threading.Thread(target=self._run, name="sandbox-operator", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in (self._clusters, self._pods):
+            if w is not None:
+                self.store.unwatch(w)
+        self._wake.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _pump(self, watcher: Watcher, kind: str) -> None:
+        while not self._stop.is_set():
+            item = watcher.events.get()
+            if item is None:
+                return
+            event, obj = item
+            meta = obj["metadata"]
+            if kind == "cluster":
+                key = (meta.get("namespace", ""), meta["name"])
+                if event == "DELETED":
+                    self._wake.put(("deleted:" + key[0], key[1]))
+                    continue
+            else:
+                key = (meta.get("namespace", ""), (meta.get("labels") or {})["ray.io/cluster"])
+            self._wake.put(key)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            key = self._wake.get()
+            if key is None:
+                return
+            pending = {key}
+            while True:  # coalesce a burst of events into one reconcile per cluster
+                try:
+                    more = self._wake.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    return
+                pending.add(more)
+            for ns, name in sorted(pending):
+                try:
+                    if ns.startswith("deleted:"):
+                        self._collect(ns[len("deleted:"):], name)
+                    else:
+                        self.reconcile(ns, name)
+                except ApiError as exc:
+                    log.debug("reconcile %s/%s: %s", ns, name, exc)
+                    self._wake.put((ns, name))  # conflicts and races: try again
+                except Exception as exc:
+                    log.exception("operator simulator error")
+                    self.errors.append(repr(exc))
+
+    # --- reconcile --------------------------------------------------------------------
+    def _cluster_pods(self, ns: str, name: str) -> list[Obj]:
+        items, _ = self.store.list(
+            "pods", ns, lambda o: (o["metadata"].get("labels") or {}).get("ray.io/cluster") == name
+        )
+        return items
+
+    def _collect(self, ns: str, name: str) -> None:
+        """Owner-reference garbage collection of a deleted RayCluster's pods."""
+        for pod in self._cluster_pods(ns, name):
+            self._delete_pod(ns, pod["metadata"]["name"])
+        self._services.pop((ns, name), None)
+
+    def reconcile(self, ns: str, name: str) -> None:
+        cluster = self.store.find("rayclusters", ns, name)
+        if cluster is None:
+            return
+        spec = cluster.get("spec") or {}
+        if spec.get("suspend"):
+            for pod in self._cluster_pods(ns, name):
+                self._delete_pod(ns, pod["metadata"]["name"])
+            self._write_status(cluster, self._cluster_pods(ns, name))
+            return
+        pods = [p for p in self._cluster_pods(ns, name) if not p["metadata"].get("deletionTimestamp")]
+        heads = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
+        if not heads:
+            self._create_pod(cluster, "head", HEAD_GROUP, spec.get("headGroupSpec") or {})
+        autoscaling = bool(spec.get("enableInTreeAutoscaling"))
+        cleared = False
+        groups = spec.get("workerGroupSpecs") or []
+        for group in groups:
+            gname = group.get("groupName", "")
+            members = [
+                p for p in pods
+                if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+                and p["metadata"]["labels"].get("ray.io/group") == gname
+            ]
+            to_delete = set((group.get("scaleStrategy") or {}).get("workersToDelete") or [])
+            if to_delete:
+                for pod in members:
+                    if pod["metadata"]["name"] in to_delete:
+                        self._delete_pod(ns, pod["metadata"]["name"])
+                members = [p for p in members if p["metadata"]["name"] not in to_delete]
+                cleared = True
+            replicas = 0 if group.get("suspend") else int(group.get("replicas") or 0)
+            diff = replicas - len(members)
+            for _ in range(max(0, diff)):
+                self._create_pod(cluster, "worker", gname, group)
+            if diff < 0 and not autoscaling:
+                for pod in sorted(members, key=lambda p: p["metadata"]["creationTimestamp"])[diff:]:
+                    self._delete_pod(ns, pod["metadata"]["name"])
+        if cleared:
+            self._clear_workers_to_delete(ns, name)
+        self._write_status(self.store.get("rayclusters", ns, name), self._cluster_pods(ns, name))
+
+    def _clear_workers_to_delete(self, ns: str, name: str) -> None:
+        def clear(obj: Obj) -> Obj:
+            for group in (obj.get("spec") or {}).get("workerGroupSpecs") or []:
+                strategy = group.get("scaleStrategy")
+                if isinstance(strategy, dict) and strategy.get("workersToDelete"):
+                    strategy["workersToDelete"] = []
+            return obj
+
+        current = self.store.get("rayclusters", ns, name)
+        self.api.internal(
+            "PUT", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}", clear(copy.deepcopy(current))
+        )
+
+    def _create_pod(self, cluster: Obj, node_type: str, group: str, group_spec: Obj) -> None:
+        meta = cluster["metadata"]
+        ns, name = meta.get("namespace", "default"), meta["name"]
+        template = copy.deepcopy(group_spec.get("template") or {})
+        pod_meta = template.get("metadata") or {}
+        labels = dict(pod_meta.get("labels") or {})
+        labels.update(
+            {
+                "ray.io/cluster": name,
+                "ray.io/node-type": node_type,
+                "ray.io/group": group,
+                "ray.io/identifier": f"{name}-{node_type}",
+                "ray.io/is-ray-node": "yes",
+                "app.kubernetes.io/name": "kuberay",
+                "app.kubernetes.io/created-by": "kuberay-operator",
+            }
+        )
+        prefix = f"{name}-head-" if node_type == "head" else f"{name}-{group}-worker-"
+        spec = template.get("spec") or {}
+        containers = spec.get("containers") or []
+        if containers:
+            env = [e for e in containers[0].get("env") or [] if e.get("name") not in (
+                "RAY_CLOUD_INSTANCE_ID", "RAY_NODE_TYPE_NAME", "RAY_CLUSTER_NAME")]
+            env += [
+                {"name": "RAY_CLUSTER_NAME", "value": name},
+                {"name": "RAY_CLOUD_INSTANCE_ID",
+                 "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                {"name": "RAY_NODE_TYPE_NAME", "value": group},
+            ]
+            if node_type == "worker":
+                env.append({"name": "RAY_ADDRESS",
+                            "value": f"{name}-head-svc.{ns}.svc.cluster.local:6379"})
+            containers[0]["env"] = env
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": prefix,
+                "namespace": ns,
+                "labels": labels,
+                "annotations": dict(pod_meta.get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "ray.io/v1",
+                        "kind": "RayCluster",
+                        "name": name,
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+        }
+        self.api.internal("POST", f"/api/v1/namespaces/{ns}/pods", pod)
+
+    def _delete_pod(self, ns: str, pod: str) -> None:
+        try:
+            self.api.internal("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod}")
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+    # --- status -----------------------------------------------------------------------
+    def _write_status(self, cluster: Obj, pods: list[Obj]) -> None:
+        meta = cluster["metadata"]
+        ns, name = meta.get("namespace", ""), meta["name"]
+        spec = cluster.get("spec") or {}
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        head = next((p for p in live if p["metadata"]["labels"].get("ray.io/node-type") == "head"), None)
+        workers = [p for p in live if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+        running = [p for p in workers if (p.get("status") or {}).get("phase") == "Running"]
+        groups = spec.get("workerGroupSpecs") or []
+        desired = sum(int(g.get("replicas") or 0) for g in groups if not g.get("suspend"))
+        cpu, memory = self._desired_size(spec)
+        head_running = head is not None and (head.get("status") or {}).get("phase") == "Running"
+        status: Obj = dict(cluster.get("status") or {})
+        new: Obj = {
+            "state": "suspended" if spec.get("suspend") else (
+                "ready" if head_running and len(running) >= desired else status.get("state", "")
+            ),
+            "desiredWorkerReplicas": desired,
+            "availableWorkerReplicas": len(running),
+            "readyWorkerReplicas": len(running),
+            "minWorkerReplicas": sum(int(g.get("minReplicas") or 0) for g in groups),
+            "maxWorkerReplicas": sum(int(g.get("maxReplicas") or 0) for g in groups),
+            "desiredCPU": units_to_quantity(cpu, CPU),
+            "desiredMemory": units_to_quantity(memory, MEMORY),
+            "desiredGPU": "0",
+            "desiredTPU": "0",
+            "observedGeneration": meta.get("generation", 1),
+        }
+        if not new["state"]:
+            new.pop("state")
+        endpoints = dict(DEFAULT_ENDPOINTS)
+        port = self._gcs_port(ns, name)
+        if port is not None:
+            endpoints["gcs-server"] = str(port)
+        new["endpoints"] = endpoints
+        if head is not None and head_running:
+            new["head"] = {
+                "podIP": head["status"].get("podIP", ""),
+                "podName": head["metadata"]["name"],
+                "serviceIP": self._service(ns, name),
+                "serviceName": f"{name}-head-svc",
+            }
+        merged = {**status, **new}
+        if "head" not in new:
+            merged.pop("head", None)
+        if merged == status:
+            return
+        merged["lastUpdateTime"] = now_rfc3339()
+        body = copy.deepcopy(cluster)
+        body["status"] = merged
+        body["metadata"] = {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
+        self.api.internal("PUT", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}/status", body)
+
+    def _service(self, ns: str, name: str) -> str:
+        if self._service_ip is not None:
+            return self._service_ip(ns, name)
+        key = (ns, name)
+        if key not in self._services:
+            self._services[key] = f"10.96.0.{10 + len(self._services)}"
+        return self._services[key]
+
+    @staticmethod
+    def _desired_size(spec: Obj) -> tuple[int, int]:
+        def size(template: Obj) -> tuple[int, int]:
+            cpu = mem = 0
+            for c in (template.get("spec") or {}).get("containers") or []:
+                res = c.get("resources") or {}
+                lim, req = res.get("limits") or {}, res.get("requests") or {}
+                cpu += quantity_to_units(lim.get("cpu") or req.get("cpu") or 0, CPU)
+                mem += quantity_to_units(lim.get("memory") or req.get("memory") or 0, MEMORY)
+            return cpu, mem
+
+        cpu, mem = size((spec.get("headGroupSpec") or {}).get("template") or {})
+        for g in spec.get("workerGroupSpecs") or []:
+            c, m = size(g.get("template") or {})
+            n = int(g.get("replicas") or 0)
+            cpu, mem = cpu + c * n, mem + m * n
+        return cpu, mem
+
+
+__all__ = ["RayOperator"]
+_ = Any

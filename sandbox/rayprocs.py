@@ -1,0 +1,189 @@
+"""Real Ray processes behind sandbox pods (`--with-ray`).
+
+The head pod runs a Ray head, each worker pod a `ray start` Raylet that joins it, with
+`RAY_CLOUD_INSTANCE_ID=<pod name>` and `RAY_NODE_TYPE_NAME=<group>`, sized from the pod.
+Every `ray start --block` runs in its own session and is stopped by its process group,
+never by name. Ports are free ports; the temp dir is short (Unix socket paths are
+limited to ~107 characters); the dashboard is off and the object store small.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workflows.resources import CPU, MEMORY, quantity_to_units
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+OBJECT_STORE_BYTES = 80 * 1024 * 1024
+STOP_GRACE_S = 10.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pod_size(pod: Obj) -> tuple[int, int]:
+    """(millicores, bytes) of the Ray container, as Ray reads it: limit if set, else request."""
+    container = (pod.get("spec") or {}).get("containers", [{}])[0]
+    res = container.get("resources") or {}
+    limits, requests = res.get("limits") or {}, res.get("requests") or {}
+    cpu = limits.get("cpu") or requests.get("cpu") or "1"
+    memory = limits.get("memory") or requests.get("memory") or "1Gi"
+    return quantity_to_units(cpu, CPU), quantity_to_units(memory, MEMORY)
+
+
+@dataclass
+class RayProcess:
+    pod: str
+    group: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+
+class RayRuntime:
+    """Starts and stops one `ray start --block` per pod."""
+
+    def __init__(self, ray_bin: str | None = None, temp_root: str | None = None) -> None:
+        self.ray_bin = ray_bin or str(Path(sys.executable).with_name("ray"))
+        self.root = Path(tempfile.mkdtemp(prefix="rs", dir=temp_root or "/tmp"))
+        self._lock = threading.Lock()
+        self._procs: dict[str, RayProcess] = {}  # pod uid → process
+        self._gcs: dict[tuple[str, str], int] = {}  # (namespace, cluster) → GCS port
+
+    def gcs_port(self, namespace: str, cluster: str) -> int | None:
+        with self._lock:
+            return self._gcs.get((namespace, cluster))
+
+    def processes(self) -> dict[str, RayProcess]:
+        with self._lock:
+            return dict(self._procs)
+
+    def start(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        cluster = labels.get("ray.io/cluster")
+        if not cluster:
+            return  # not a Ray pod: nothing to run
+        namespace = meta.get("namespace", "")
+        is_head = labels.get("ray.io/node-type") == "head"
+        group = labels.get("ray.io/group", "headgroup" if is_head else "")
+        millicores, memory = pod_size(pod)
+        args = [
+            self.ray_bin, "start", "--block", "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1",
+            f"--num-cpus={math.ceil(millicores / 1000)}",
+            f"--memory={memory}",
+            f"--object-store-memory={OBJECT_STORE_BYTES}",
+            f"--temp-dir={self.root}",
+            f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+        ]
+        with self._lock:
+            if is_head:
+                port = free_port()
+                self._gcs[(namespace, cluster)] = port
+                args += ["--head", f"--port={port}", "--include-dashboard=false",
+                         f"--ray-client-server-port={free_port()}"]
+            else:
+                port_or_none = self._gcs.get((namespace, cluster))
+                if port_or_none is None:
+                    log.warning("no head for %s/%s: pod %s runs without a Raylet",
+                                namespace, cluster, meta["name"])
+                    return
+                args.append(f"--address=127.0.0.1:{port_or_none}")
+        env = dict(os.environ)
+        env.update(
+            {
+                "RAY_CLOUD_INSTANCE_ID": meta["name"],
+                "RAY_NODE_TYPE_NAME": group,
+                "RAY_USAGE_STATS_ENABLED": "0",
+                "RAY_ADDRESS": "",
+            }
+        )
+        log_path = self.root / f"{meta['name']}.log"
+        with log_path.open("wb") as out:
+            proc = subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=env, start_new_session=True, cwd=self.root,
+            )
+        with self._lock:
+            self._procs[meta["uid"]] = RayProcess(meta["name"], group, proc, log_path)
+        log.info("pod %s: started %s (pid %d)", meta["name"], "Ray head" if is_head else "Raylet",
+                 proc.pid)
+
+    def stop(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        with self._lock:
+            rp = self._procs.pop(meta["uid"], None)
+            labels = meta.get("labels") or {}
+            if labels.get("ray.io/node-type") == "head":
+                self._gcs.pop((meta.get("namespace", ""), labels.get("ray.io/cluster", "")), None)
+        if rp is not None:
+            stop_process_group(rp.proc)
+
+    def close(self) -> None:
+        with self._lock:
+            procs = list(self._procs.values())
+            self._procs.clear()
+            self._gcs.clear()
+        # Workers first, then the head, so Raylets do not spin on a vanished GCS.
+        for rp in sorted(procs, key=lambda p: p.group == "headgroup"):
+            stop_process_group(rp.proc)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the process group the process leads, then SIGKILL what is left."""
+    pgid = proc.pid  # start_new_session=True: the process leads its own group
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(pgid):
+                break
+            time.sleep(0.05)
+        else:
+            continue
+        break
+    try:
+        os.killpg(pgid, signal.SIGKILL)  # stragglers that outlived their leader
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+        log.error("process %d did not exit", proc.pid)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    return True

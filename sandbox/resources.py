@@ -1,0 +1,150 @@
+"""The resource types the sandbox serves, with their discovery documents and strategies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandbox import pods
+from sandbox.errors import FieldError, invalid_object, required
+from sandbox.store import ResourceType
+
+Obj = dict[str, Any]
+
+PODS = ResourceType(
+    "pods", "Pod", "", "v1", True, "pod", ("po",), ("resize", "status"), categories=("all",)
+)
+NODES = ResourceType("nodes", "Node", "", "v1", False, "node", ("no",), ("status",))
+EVENTS = ResourceType("events", "Event", "", "v1", True, "event", ("ev",))
+NAMESPACES = ResourceType(
+    "namespaces", "Namespace", "", "v1", False, "namespace", ("ns",), ("status",)
+)
+RAYCLUSTERS = ResourceType(
+    "rayclusters", "RayCluster", "ray.io", "v1", True, "raycluster", (), ("status",),
+    categories=("all",),
+)
+
+ALL = (PODS, NODES, EVENTS, NAMESPACES, RAYCLUSTERS)
+BY_GROUP: dict[tuple[str, str], ResourceType] = {(r.group, r.name): r for r in ALL}
+GROUP_VERSIONS = {"": "v1", "ray.io": "v1"}
+
+
+def discovery_resource_list(group: str) -> Obj:
+    version = GROUP_VERSIONS[group]
+    resources: list[Obj] = []
+    for r in ALL:
+        if r.group != group:
+            continue
+        entry: Obj = {
+            "name": r.name,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": list(r.verbs),
+        }
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        if r.categories:
+            entry["categories"] = list(r.categories)
+        resources.append(entry)
+        for sub in r.subresources:
+            verbs = ["get", "patch", "update"]
+            resources.append(
+                {
+                    "name": f"{r.name}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": verbs,
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+# --- strategies: what each write may change -------------------------------------------
+def prepare_create(r: ResourceType, obj: Obj) -> None:
+    obj.setdefault("apiVersion", r.api_version)
+    obj.setdefault("kind", r.kind)
+    if r is PODS:
+        pods.prepare_create(obj)
+        pods.validate_create(obj)
+    elif r is RAYCLUSTERS:
+        obj["metadata"]["generation"] = 1
+        obj.pop("status", None)
+        _validate_raycluster(obj)
+    elif r is NODES:
+        obj.setdefault("status", {})
+    elif r is EVENTS:
+        if not obj.get("involvedObject"):
+            raise invalid_object(
+                "Event",
+                obj["metadata"].get("name", ""),
+                [required("involvedObject", "")],
+            )
+
+
+def _validate_raycluster(obj: Obj) -> None:
+    errs: list[FieldError] = []
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        errs.append(required("spec", ""))
+    else:
+        if not isinstance(spec.get("headGroupSpec"), dict):
+            errs.append(required("spec.headGroupSpec", ""))
+        for i, g in enumerate(spec.get("workerGroupSpecs") or []):
+            if not g.get("groupName"):
+                errs.append(required(f"spec.workerGroupSpecs[{i}].groupName", ""))
+    if errs:
+        raise invalid_object("RayCluster", obj["metadata"].get("name", ""), errs, "ray.io")
+
+
+def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
+    """Apply the resource's update strategy to `new` (the requested object) in place."""
+    new.setdefault("apiVersion", r.api_version)
+    new.setdefault("kind", r.kind)
+    if r is PODS:
+        if sub == "resize":
+            pods.prepare_resize(old, new)
+            pods.validate_resize(old, new)
+        elif sub == "status":
+            pods.prepare_status_update(old, new)
+        else:
+            pods.prepare_update(old, new)
+            pods.validate_update(old, new)
+        return
+    _keep_system_metadata(old, new)
+    if r.subresources and "status" in r.subresources:
+        if sub == "status":
+            new["spec"] = old.get("spec")
+            rv = new["metadata"].get("resourceVersion")
+            new["metadata"] = dict(old["metadata"])
+            if rv is not None:
+                new["metadata"]["resourceVersion"] = rv
+            if new["spec"] is None:
+                new.pop("spec")
+        else:
+            if "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+    if r is RAYCLUSTERS:
+        if sub != "status":
+            _validate_raycluster(new)
+        spec_like = {k: v for k, v in new.items() if k not in ("metadata", "status")}
+        old_like = {k: v for k, v in old.items() if k not in ("metadata", "status")}
+        if spec_like != old_like:
+            new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+
+
+def _keep_system_metadata(old: Obj, new: Obj) -> None:
+    meta = new.setdefault("metadata", {})
+    for key in ("uid", "creationTimestamp", "name", "namespace", "generation",
+                "deletionTimestamp", "deletionGracePeriodSeconds"):
+        if key in old["metadata"]:
+            meta[key] = old["metadata"][key]
+        else:
+            meta.pop(key, None)

@@ -1,0 +1,618 @@
+"""The sandbox API server: Kubernetes' REST API over HTTP for the objects raysize touches.
+
+`Api` holds the request logic (routing, verbs, preconditions, tables); `ApiServer` puts
+it behind a threaded HTTP/1.1 server that the `kubernetes` client and `kubectl` use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from sandbox import errors, openapi, tables
+from sandbox.errors import ApiError
+from sandbox.faults import Faults
+from sandbox.patch import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    apply_patch,
+)
+from sandbox.resources import ALL, BY_GROUP, GROUP_VERSIONS, NAMESPACES, PODS
+from sandbox.resources import discovery_resource_list, prepare_create, prepare_update
+from sandbox.selectors import (
+    fields_match,
+    labels_match,
+    parse_field_selector,
+    parse_label_selector,
+)
+from sandbox.store import Obj, ResourceType, Store, clone, dumps, now_rfc3339
+
+log = logging.getLogger(__name__)
+
+KUBE_VERSION = {
+    "major": "1",
+    "minor": "35",
+    "gitVersion": "v1.35.0-raysize-sandbox",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2025-12-17T00:00:00Z",
+    "goVersion": "go1.25.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+DEFAULT_USER = "system:admin"
+WATCH_TIMEOUT_S = 1800.0
+
+
+@dataclass
+class Response:
+    code: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    stream: Iterator[bytes] | None = None
+
+
+@dataclass(frozen=True)
+class Route:
+    resource: ResourceType
+    namespace: str
+    name: str
+    sub: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.resource.name}/{self.sub}" if self.sub else self.resource.name
+
+
+def _json(code: int, obj: object, headers: dict[str, str] | None = None) -> Response:
+    return Response(code, dumps(obj), dict(headers or {}))
+
+
+def _error(e: ApiError) -> Response:
+    return Response(e.code, dumps(e.status()), dict(e.headers))
+
+
+class Api:
+    def __init__(self, store: Store | None = None, faults: Faults | None = None) -> None:
+        self.store = store or Store()
+        self.faults = faults or Faults()
+        self._denied: set[tuple[str, str]] = set()
+        self.requests = 0
+        self.stopping = threading.Event()
+        self.store.create("namespaces", "", _namespace("default"))
+
+    # --- RBAC stand-in --------------------------------------------------------------
+    def deny(self, verb: str, resource: str) -> None:
+        """Refuse `verb` on `resource` (e.g. "patch", "pods/resize") with a 403."""
+        self._denied.add((verb, resource))
+
+    def allow_all(self) -> None:
+        self._denied.clear()
+
+    # --- entry point ----------------------------------------------------------------
+    def internal(self, method: str, path: str, body: object = None, content_type: str = "") -> Obj:
+        """A request from a controller inside the sandbox: no faults, no RBAC; raises ApiError."""
+        parts = [p for p in path.split("/") if p]
+        route = self._route(parts)
+        verb = _verb(method, route, {})
+        headers = {"content-type": content_type} if content_type else {}
+        raw = b"" if body is None else dumps(body)
+        response = self._dispatch(verb, route, {}, headers, raw, None)
+        result: Obj = json.loads(response.body)
+        if response.code >= 400:
+            raise ApiError(response.code, result.get("reason", ""), result.get("message", ""))
+        return result
+
+    def handle(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> Response:
+        self.requests += 1
+        url = urlsplit(target)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        parts = [p for p in url.path.split("/") if p]
+        try:
+            fixed = self._fixed(parts)
+            if fixed is not None:
+                if method != "GET":
+                    raise errors.method_not_allowed(method, "")
+                return fixed
+            route = self._route(parts)
+            verb = _verb(method, route, query)
+            if (verb, route.label) in self._denied:
+                raise errors.forbidden_request(
+                    verb, route.label, route.name, route.namespace, DEFAULT_USER,
+                    route.resource.group,
+                )
+            decision = self.faults.decide(verb, route.label, route.name)
+            if decision.latency_s:
+                time.sleep(decision.latency_s)
+            if decision.error is not None:
+                raise decision.error
+            return self._dispatch(verb, route, query, headers, body, decision.watch_disconnect_after_s)
+        except ApiError as e:
+            return _error(e)
+
+    def _fixed(self, parts: list[str]) -> Response | None:
+        path = "/" + "/".join(parts)
+        if path == "/version":
+            return _json(200, KUBE_VERSION)
+        if path in ("/healthz", "/readyz", "/livez"):
+            return Response(200, b"ok", {"Content-Type": "text/plain"})
+        if path == "/api":
+            return _json(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}
+                    ],
+                },
+            )
+        if path == "/apis":
+            groups = []
+            for g, v in GROUP_VERSIONS.items():
+                if not g:
+                    continue
+                gv = {"groupVersion": f"{g}/{v}", "version": v}
+                groups.append({"name": g, "versions": [gv], "preferredVersion": gv})
+            return _json(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        if path == "/api/v1":
+            return _json(200, discovery_resource_list(""))
+        for g, v in GROUP_VERSIONS.items():
+            if g and path == f"/apis/{g}":
+                gv = {"groupVersion": f"{g}/{v}", "version": v}
+                return _json(
+                    200,
+                    {
+                        "kind": "APIGroup",
+                        "apiVersion": "v1",
+                        "name": g,
+                        "versions": [gv],
+                        "preferredVersion": gv,
+                    },
+                )
+            if g and path == f"/apis/{g}/{v}":
+                return _json(200, discovery_resource_list(g))
+        if path == "/openapi/v3":
+            return _json(200, openapi.root())
+        if path.startswith("/openapi/v3/"):
+            doc = openapi.document(path[len("/openapi/v3/") :])
+            if doc is None:
+                raise errors.page_not_found()
+            return _json(200, doc)
+        if path.startswith("/openapi"):
+            raise errors.page_not_found()
+        return None
+
+    def _route(self, parts: list[str]) -> Route:
+        if parts[:2] == ["api", "v1"]:
+            group, rest = "", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis" and GROUP_VERSIONS.get(parts[1]) == parts[2]:
+            group, rest = parts[1], parts[3:]
+        else:
+            raise errors.page_not_found()
+        namespace = ""
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise errors.page_not_found()
+        resource = BY_GROUP.get((group, rest[0]))
+        if resource is None:
+            raise errors.page_not_found()
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and sub not in resource.subresources:
+            raise errors.page_not_found()
+        if resource.namespaced and not namespace and name:
+            raise errors.page_not_found()
+        return Route(resource, namespace, name, sub)
+
+    def _dispatch(
+        self,
+        verb: str,
+        route: Route,
+        query: dict[str, str],
+        headers: dict[str, str],
+        body: bytes,
+        disconnect_after_s: float | None,
+    ) -> Response:
+        r = route.resource
+        if verb == "get":
+            obj = self.store.get(r.name, route.namespace, route.name)
+            if _wants_table(headers):
+                return _json(200, tables.table(r, [obj], self.store.resource_version))
+            return Response(200, dumps(obj))
+        if verb == "list":
+            return self._list(route, query, headers)
+        if verb == "watch":
+            return self._watch(route, query, disconnect_after_s)
+        if verb == "create":
+            return self._create(route, _decode(body))
+        if verb == "update":
+            return self._update(route, _decode(body))
+        if verb == "patch":
+            return self._patch(route, headers, query, body)
+        if verb == "delete":
+            return self._delete(route, query, body)
+        if verb == "deletecollection":
+            items, _ = self.store.list(r.name, route.namespace or None, self._filter(route, query))
+            for item in items:
+                self._delete(Route(r, item["metadata"].get("namespace", ""),
+                                   item["metadata"]["name"], ""), {}, b"")
+            return _json(200, _list_body(r, items, self.store.resource_version))
+        raise errors.method_not_allowed(verb, r.name)
+
+    # --- verbs ---------------------------------------------------------------------
+    def _filter(self, route: Route, query: dict[str, str]) -> Callable[[Obj], bool]:
+        labels = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), route.resource.name)
+        return lambda o: labels_match(labels, o) and fields_match(fields, o)
+
+    def _list(self, route: Route, query: dict[str, str], headers: dict[str, str]) -> Response:
+        r = route.resource
+        accept = self._filter(route, query)
+        entries, rv = self.store.list_raw(r.name, route.namespace or None, accept)
+        limit = int(query.get("limit") or 0)
+        start = int(query.get("continue") or 0)
+        cont = ""
+        if start:
+            entries = entries[start:]
+        if limit and len(entries) > limit:
+            entries = entries[:limit]
+            cont = str(start + limit)
+        if _wants_table(headers):
+            return _json(200, tables.table(r, [e.obj for e in entries], rv, cont))
+        meta = {"resourceVersion": rv}
+        if cont:
+            meta["continue"] = cont
+        head = dumps(
+            {"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": meta}
+        )[:-1]
+        body = head + b',"items":[' + b",".join(e.bytes() for e in entries) + b"]}"
+        return Response(200, body)
+
+    def _watch(
+        self, route: Route, query: dict[str, str], disconnect_after_s: float | None
+    ) -> Response:
+        r = route.resource
+        accept = self._filter(route, query)
+        if route.name:
+            name = route.name
+            base = accept
+            accept = lambda o: o["metadata"]["name"] == name and base(o)  # noqa: E731
+        try:
+            watcher = self.store.watch(
+                r.name, route.namespace or None, accept, query.get("resourceVersion")
+            )
+        except ApiError as e:
+            # A watch from a compacted revision answers 200 and one ERROR event (410).
+            return Response(
+                200,
+                b"",
+                {"Content-Type": "application/json"},
+                iter([dumps({"type": "ERROR", "object": e.status()}) + b"\n"]),
+            )
+        timeout = float(query.get("timeoutSeconds") or WATCH_TIMEOUT_S)
+        if disconnect_after_s is not None:
+            timeout = min(timeout, disconnect_after_s)
+        deadline = time.monotonic() + timeout
+        store, stopping = self.store, self.stopping
+
+        def events() -> Iterator[bytes]:
+            try:
+                while not stopping.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    try:
+                        item = watcher.events.get(timeout=min(left, 0.5))
+                    except queue.Empty:
+                        continue
+                    if item is None:
+                        return
+                    kind, obj = item
+                    if not accept(obj):
+                        continue
+                    yield b'{"type":"' + kind.encode() + b'","object":' + dumps(obj) + b"}\n"
+            finally:
+                store.unwatch(watcher)
+
+        return Response(200, b"", {"Content-Type": "application/json"}, events())
+
+    def _create(self, route: Route, obj: Any) -> Response:
+        r = route.resource
+        if route.name or route.sub:
+            raise errors.method_not_allowed("create", r.name)
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the body of the request is not a JSON object")
+        meta = obj.setdefault("metadata", {})
+        if r.namespaced:
+            ns = meta.get("namespace") or route.namespace
+            if meta.get("namespace") and meta["namespace"] != route.namespace:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            if self.store.find("namespaces", "", ns) is None:
+                raise errors.not_found("namespaces", ns)
+        else:
+            ns = ""
+        for key in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
+            meta.pop(key, None)
+        prepare_create(r, obj)
+        created = self.store.create(r.name, ns, obj)
+        return Response(201, dumps(created))
+
+    def _write(
+        self, route: Route, change: Callable[[Obj], Obj]
+    ) -> Response:
+        r = route.resource
+        if not route.name:
+            raise errors.method_not_allowed("update", r.name)
+
+        def mutate(current: Obj) -> Obj:
+            current_rv = current["metadata"]["resourceVersion"]
+            new = change(current)
+            if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
+                raise errors.bad_request("the body of the request is not a JSON object")
+            meta = new.setdefault("metadata", {})
+            want = meta.get("resourceVersion")
+            if want not in (None, "") and str(want) != current_rv:
+                raise errors.conflict(r.name, route.name, r.group)
+            if meta.get("name", route.name) != route.name:
+                raise errors.bad_request(
+                    "the name of the object "
+                    f"({meta.get('name')}) does not match the name on the URL ({route.name})"
+                )
+            meta["name"] = route.name
+            if r.namespaced:
+                meta["namespace"] = route.namespace
+            prepare_update(r, route.sub, current, new)
+            meta = new["metadata"]
+            meta.pop("resourceVersion", None)
+            return new
+
+        updated = self.store.update(r.name, route.namespace, route.name, mutate)
+        return Response(200, dumps(updated))
+
+    def _update(self, route: Route, body: Any) -> Response:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request is not a JSON object")
+        return self._write(route, lambda _current: body)
+
+    def _patch(
+        self, route: Route, headers: dict[str, str], query: dict[str, str], body: bytes
+    ) -> Response:
+        content_type = headers.get("content-type", "").split(";")[0].strip()
+        if content_type == APPLY_PATCH:
+            raise errors.unsupported_media_type(content_type)
+        if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
+            raise errors.unsupported_media_type(content_type)
+        if route.resource.group and content_type == STRATEGIC_MERGE_PATCH:
+            raise errors.unsupported_media_type(content_type)
+        patch = _decode(body)
+
+        def change(current: Obj) -> Obj:
+            patched = apply_patch(content_type, current, patch)
+            return patched
+
+        return self._write(route, change)
+
+    def _delete(self, route: Route, query: dict[str, str], body: bytes) -> Response:
+        r = route.resource
+        options = _decode(body) if body.strip() else {}
+        if not isinstance(options, dict):
+            options = {}
+        precondition = ((options.get("preconditions") or {}).get("resourceVersion")) or ""
+        grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        if r is PODS:
+            current = self.store.get(r.name, route.namespace, route.name)
+            if precondition and precondition != current["metadata"]["resourceVersion"]:
+                return _error(
+                    errors.conflict(
+                        r.name,
+                        route.name,
+                        "",
+                        "Precondition failed: ResourceVersion in precondition: "
+                        f"{precondition}, ResourceVersion in object meta: "
+                        f"{current['metadata']['resourceVersion']}",
+                    )
+                )
+            bound = bool((current.get("spec") or {}).get("nodeName"))
+            finished = (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            seconds = int(
+                grace
+                if grace is not None
+                else (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            )
+            if bound and not finished and seconds > 0:
+                def terminate(pod: Obj) -> Obj:
+                    meta = pod["metadata"]
+                    if not meta.get("deletionTimestamp"):
+                        meta["deletionTimestamp"] = now_rfc3339()
+                        meta["deletionGracePeriodSeconds"] = seconds
+                    return pod
+
+                return Response(
+                    200, dumps(self.store.update(r.name, route.namespace, route.name, terminate))
+                )
+        if r is NAMESPACES:
+            if route.name == "default":
+                raise errors.ApiError(
+                    403,
+                    "Forbidden",
+                    'namespaces "default" is forbidden: this namespace may not be deleted',
+                )
+            self.store.get(r.name, "", route.name)
+            for other in ALL:  # the namespace controller's job, done at once
+                if other.namespaced:
+                    items, _ = self.store.list(other.name, route.name)
+                    for item in items:
+                        self.store.remove(other.name, route.name, item["metadata"]["name"])
+        removed = self.store.remove(r.name, route.namespace, route.name, precondition)
+        if r is PODS or r.group:
+            return Response(200, dumps(removed))
+        return _json(
+            200,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": route.name, "kind": r.name, "uid": removed["metadata"]["uid"]},
+            },
+        )
+
+
+def _namespace(name: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def _list_body(r: ResourceType, items: list[Obj], rv: str) -> Obj:
+    return {
+        "kind": f"{r.kind}List",
+        "apiVersion": r.api_version,
+        "metadata": {"resourceVersion": rv},
+        "items": items,
+    }
+
+
+def _decode(body: bytes) -> Any:
+    try:
+        return json.loads(body or b"null")
+    except ValueError as exc:
+        raise errors.bad_request(f"error decoding body: {exc}") from exc
+
+
+def _verb(method: str, route: Route, query: dict[str, str]) -> str:
+    if method == "GET":
+        if query.get("watch") in ("true", "1"):
+            return "watch"
+        return "get" if route.name else "list"
+    if method == "POST":
+        return "create"
+    if method == "PUT":
+        return "update"
+    if method == "PATCH":
+        return "patch"
+    if method == "DELETE":
+        return "delete" if route.name else "deletecollection"
+    raise errors.method_not_allowed(method, route.resource.name)
+
+
+def _wants_table(headers: dict[str, str]) -> bool:
+    accept = headers.get("accept", "")
+    first = accept.split(",")[0]
+    return "as=Table" in first
+
+
+# --- HTTP transport ------------------------------------------------------------------
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server_version = "raysize-sandbox"
+    sys_version = ""
+    api: Api
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        response = self.api.handle(self.command, self.path, headers, body)
+        self.send_response(response.code)
+        self.send_header("Content-Type", response.headers.pop("Content-Type", "application/json"))
+        self.send_header("Audit-Id", "00000000-0000-0000-0000-000000000000")
+        self.send_header("Cache-Control", "no-cache, private")
+        for k, v in response.headers.items():
+            self.send_header(k, v)
+        if response.stream is None:
+            self.send_header("Content-Length", str(len(response.body)))
+            self.end_headers()
+            self.wfile.write(response.body)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            for chunk in response.stream:
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            close = getattr(response.stream, "close", None)
+            if close is not None:
+                close()
+        self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s - %s", self.address_string(), format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hung up (its timeout fired) is not a server error.
+        log.debug("connection from %s ended abruptly", client_address, exc_info=True)
+
+
+class ApiServer:
+    """The API server on a local port, served from a background thread."""
+
+    def __init__(self, api: Api, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.api = api
+        handler = type("Handler", (_Handler,), {"api": api})
+        self._server = _Server((host, port), handler)
+        self._server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ApiServer:
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
+            name="sandbox-apiserver", daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.api.stopping.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+        self._server.server_close()
+
+
+__all__ = ["ALL", "Api", "ApiServer", "Response", "clone"]

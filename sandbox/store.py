@@ -1,0 +1,311 @@
+"""The object store behind the API server: etcd's role, in memory.
+
+Every write takes the next global `resourceVersion` (a decimal string, as etcd's
+revision), and is published to the watchers whose filter it passes. Stored objects are
+never mutated after they are stored; readers may share them, writers get a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import random
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.errors import already_exists, conflict, gone, invalid_object, not_found, required
+
+Obj = dict[str, Any]
+WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)
+
+HISTORY = 20_000  # watch events kept for `watch?resourceVersion=N`
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def clone(obj: Obj) -> Obj:
+    """A deep copy of a JSON object; faster than `copy.deepcopy` for plain JSON."""
+    out: Obj = json.loads(json.dumps(obj))
+    return out
+
+
+def dumps(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    name: str  # plural, e.g. "pods"
+    kind: str
+    group: str
+    version: str
+    namespaced: bool = True
+    singular: str = ""
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    verbs: tuple[str, ...] = (
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    )
+    categories: tuple[str, ...] = ()
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+@dataclass
+class _Entry:
+    obj: Obj
+    raw: bytes | None = None
+
+    def bytes(self) -> bytes:
+        if self.raw is None:
+            self.raw = dumps(self.obj)
+        return self.raw
+
+
+@dataclass
+class Watcher:
+    resource: str
+    namespace: str | None
+    accept: Callable[[Obj], bool]
+    events: queue.Queue[WatchEvent | None] = field(default_factory=queue.Queue)
+    closed: bool = False
+
+    def close(self) -> None:
+        self.closed = True
+        self.events.put(None)
+
+
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet
+
+
+class Store:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._rv = 1
+        self._objects: dict[str, dict[tuple[str, str], _Entry]] = {}
+        self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=HISTORY)
+        self._watchers: list[Watcher] = []
+        self._random = random.Random()
+
+    # --- reads --------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> str:
+        return str(self._rv)
+
+    def get(self, resource: str, namespace: str, name: str, *, kind: str = "") -> Obj:
+        with self.lock:
+            entry = self._objects.get(resource, {}).get((namespace, name))
+            if entry is None:
+                raise not_found(resource if not kind else kind, name, _group_of(resource))
+            return entry.obj
+
+    def find(self, resource: str, namespace: str, name: str) -> Obj | None:
+        with self.lock:
+            entry = self._objects.get(resource, {}).get((namespace, name))
+            return None if entry is None else entry.obj
+
+    def list(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        accept: Callable[[Obj], bool] | None = None,
+    ) -> tuple[list[Obj], str]:
+        items, rv = self.list_raw(resource, namespace, accept)
+        return [e.obj for e in items], rv
+
+    def list_raw(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        accept: Callable[[Obj], bool] | None = None,
+    ) -> tuple[list[_Entry], str]:
+        with self.lock:
+            entries = self._objects.get(resource, {})
+            out = [
+                e
+                for (ns, _), e in sorted(entries.items(), key=lambda kv: kv[0])
+                if (namespace is None or ns == namespace) and (accept is None or accept(e.obj))
+            ]
+            return out, str(self._rv)
+
+    def raw(self, obj: Obj) -> bytes:
+        """The cached JSON of a stored object (or a fresh encoding of any other)."""
+        meta = obj.get("metadata", {})
+        with self.lock:
+            for entries in self._objects.values():
+                entry = entries.get((meta.get("namespace", ""), meta.get("name", "")))
+                if entry is not None and entry.obj is obj:
+                    return entry.bytes()
+        return dumps(obj)
+
+    # --- writes -------------------------------------------------------------------------
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    def create(self, resource: str, namespace: str, obj: Obj) -> Obj:
+        with self.lock:
+            meta = obj.setdefault("metadata", {})
+            if not meta.get("name"):
+                prefix = meta.get("generateName")
+                if not prefix:
+                    raise invalid_object(
+                        _kind_of(obj),
+                        "",
+                        [required("metadata.name", "name or generateName is required")],
+                    )
+                entries = self._objects.setdefault(resource, {})
+                while True:
+                    suffix = "".join(self._random.choice(_NAME_CHARS) for _ in range(5))
+                    if (namespace, prefix + suffix) not in entries:
+                        break
+                meta["name"] = prefix + suffix
+            name = meta["name"]
+            entries = self._objects.setdefault(resource, {})
+            if (namespace, name) in entries:
+                raise already_exists(resource, name, _group_of(resource))
+            if namespace:
+                meta["namespace"] = namespace
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = now_rfc3339()
+            meta["resourceVersion"] = self._next_rv()
+            meta.pop("deletionTimestamp", None)
+            entries[(namespace, name)] = _Entry(obj)
+            self._publish(resource, "ADDED", obj)
+            return obj
+
+    def update(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        mutate: Callable[[Obj], Obj],
+    ) -> Obj:
+        """Read-modify-write under the lock. `mutate` gets a copy and returns the new object.
+
+        An object equal to the stored one is not written (no new resourceVersion), like the
+        real server's no-op updates.
+        """
+        with self.lock:
+            entry = self._objects.get(resource, {}).get((namespace, name))
+            if entry is None:
+                raise not_found(resource, name, _group_of(resource))
+            current = entry.obj
+            new = mutate(clone(current))
+            new.setdefault("metadata", {})["resourceVersion"] = current["metadata"][
+                "resourceVersion"
+            ]
+            if new == current:
+                return current
+            new["metadata"]["resourceVersion"] = self._next_rv()
+            meta = new["metadata"]
+            if meta.get("deletionTimestamp") and not meta.get("finalizers") and (
+                meta.get("deletionGracePeriodSeconds") in (None, 0)
+            ):
+                del self._objects[resource][(namespace, name)]
+                self._publish(resource, "DELETED", new)
+                return new
+            self._objects[resource][(namespace, name)] = _Entry(new)
+            self._publish(resource, "MODIFIED", new)
+            return new
+
+    def remove(self, resource: str, namespace: str, name: str, precondition_rv: str = "") -> Obj:
+        """Delete now (the object leaves the store)."""
+        with self.lock:
+            entry = self._objects.get(resource, {}).get((namespace, name))
+            if entry is None:
+                raise not_found(resource, name, _group_of(resource))
+            if precondition_rv and precondition_rv != entry.obj["metadata"]["resourceVersion"]:
+                raise conflict(
+                    resource,
+                    name,
+                    _group_of(resource),
+                    "Precondition failed: ResourceVersion in precondition: "
+                    f"{precondition_rv}, ResourceVersion in object meta: "
+                    f"{entry.obj['metadata']['resourceVersion']}",
+                )
+            del self._objects[resource][(namespace, name)]
+            obj = clone(entry.obj)
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._publish(resource, "DELETED", obj)
+            return obj
+
+    # --- watch --------------------------------------------------------------------------
+    def _publish(self, resource: str, kind: str, obj: Obj) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        self._history.append((rv, resource, kind, obj))
+        for w in self._watchers:
+            if w.resource != resource or w.closed:
+                continue
+            if w.namespace is not None and obj["metadata"].get("namespace", "") != w.namespace:
+                continue
+            if not w.accept(obj):
+                continue
+            w.events.put((kind, obj))
+
+    def watch(
+        self,
+        resource: str,
+        namespace: str | None,
+        accept: Callable[[Obj], bool],
+        since: str | None,
+    ) -> Watcher:
+        """Watch from `since` (exclusive); `None`/"0"/"" means "from now" after synthetic ADDs."""
+        w = Watcher(resource, namespace, accept)
+        with self.lock:
+            if since in (None, "", "0"):
+                for (ns, _), e in sorted(self._objects.get(resource, {}).items()):
+                    if (namespace is None or ns == namespace) and accept(e.obj):
+                        w.events.put(("ADDED", e.obj))
+            else:
+                try:
+                    start = int(since)
+                except ValueError as exc:
+                    raise gone(f"too old resource version: {since}") from exc
+                oldest = self._history[0][0] if self._history else self._rv + 1
+                if start < oldest - 1 and start < self._rv:
+                    raise gone(f"too old resource version: {start} ({oldest - 1})")
+                for rv, res, kind, obj in self._history:
+                    if rv > start and res == resource and accept(obj) and (
+                        namespace is None or obj["metadata"].get("namespace", "") == namespace
+                    ):
+                        w.events.put((kind, obj))
+            self._watchers.append(w)
+        return w
+
+    def unwatch(self, w: Watcher) -> None:
+        with self.lock:
+            if w in self._watchers:
+                self._watchers.remove(w)
+        w.close()
+
+    def iter_all(self, resource: str) -> Iterator[Obj]:
+        with self.lock:
+            yield from [e.obj for e in self._objects.get(resource, {}).values()]
+
+
+_GROUPS = {"rayclusters": "ray.io"}
+
+
+def _group_of(resource: str) -> str:
+    return _GROUPS.get(resource, "")
+
+
+def _kind_of(obj: Obj) -> str:
+    return str(obj.get("kind", "Object"))

@@ -1,0 +1,136 @@
+"""Fixtures: an in-process sandbox, or a real cluster when RAYSIZE_TEST_KUBECONFIG is set.
+
+The conformance tests use only `kube` (a real `kubernetes` client from a kubeconfig) and
+`ns` (a fresh namespace), so they run unchanged against a real kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from sandbox.cluster import Sandbox, SandboxConfig
+from sandbox.kubelet import KubeletTiming
+
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll until `predicate()` is truthy; fail with the last value at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s (last: {last!r})")
+
+
+def pod_body(
+    name: str,
+    *,
+    requests: dict[str, str] | None = None,
+    limits: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    containers: int = 1,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = dict(requests)
+    if limits:
+        resources["limits"] = dict(limits)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": labels or {"app": "conformance"},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {"name": f"c{i}", "image": PAUSE_IMAGE, "resources": resources}
+                for i in range(containers)
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    external = os.environ.get("RAYSIZE_TEST_KUBECONFIG")
+    if external:
+        yield external
+        return
+    sandbox = Sandbox(
+        SandboxConfig(
+            nodes=2,
+            node_cpu=8000,
+            node_memory=16 * 1024**3,
+            timing=KubeletTiming(actuation_delay_s=0.05, retry_initial_s=0.5, retry_interval_s=0.5),
+        )
+    ).start()
+    try:
+        path = tmp_path_factory.mktemp("kube") / "config"
+        sandbox.write_kubeconfig(path)
+        yield str(path)
+    finally:
+        sandbox.close()
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig: str) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture
+def core(kube: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(kube)
+
+
+@pytest.fixture
+def ns(core: client.CoreV1Api) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def make_sandbox(tmp_path: Path) -> Iterator[Callable[..., Sandbox]]:
+    """Build a private sandbox (own nodes and timing); every one is closed after the test."""
+    made: list[Sandbox] = []
+
+    def make(**kwargs: Any) -> Sandbox:
+        sb = Sandbox(SandboxConfig(**kwargs)).start()
+        made.append(sb)
+        sb.write_kubeconfig(tmp_path / f"kubeconfig-{len(made)}")
+        return sb
+
+    try:
+        yield make
+    finally:
+        for sb in made:
+            sb.close()
+
+
+def client_for(sb: Sandbox, tmp_path: Path) -> client.ApiClient:
+    path = tmp_path / f"kc-{sb.server.port}"
+    sb.write_kubeconfig(path)
+    return config.new_client_from_config(config_file=str(path))

@@ -1,0 +1,229 @@
+"""The Kubernetes activities against the sandbox, including injected faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from kubernetes import client
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.k8s import K8sActivities, Kube, resize_patch
+from activities.k8s_errors import (
+    ClusterGone,
+    Conflict,
+    Forbidden,
+    Invalid,
+    PodGone,
+    Unavailable,
+)
+from sandbox.faults import FaultRule
+from sandbox.kubelet import KubeletTiming
+from tests.sandbox.conftest import client_for, wait_for
+from tests.sandbox.test_kubectl_and_operator import raycluster
+from workflows.contracts import (
+    Err,
+    EventInput,
+    PatchResizeInput,
+    ProgressState,
+    ScaleInput,
+    SetStatusInput,
+    WaitResizeInput,
+)
+from workflows.ippr import IpprStatus
+from workflows.model import PodPhase, ResizeState
+from workflows.resources import GIB
+
+def run(fn, inp):
+    """Drive an activity as the worker would: in an activity context (heartbeats work)."""
+    return asyncio.run(ActivityEnvironment().run(fn, inp))
+
+
+IPPR = json.dumps({"groups": {"small": {"max-cpu": "4", "max-memory": "8Gi", "resize-timeout": 60}}})
+
+
+@pytest.fixture
+def env(make_sandbox, tmp_path):
+    sb = make_sandbox(node_cpu=8000, node_memory=32 * GIB,
+                      timing=KubeletTiming(actuation_delay_s=0.05))
+    api = client_for(sb, tmp_path)
+    rc = raycluster(replicas=2)
+    rc["metadata"]["annotations"] = {"ray.io/ippr": IPPR}
+    burstable = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    burstable["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"},
+                              "limits": {"cpu": "1", "memory": "2Gi"}}
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "ray.io", "v1", "default", "rayclusters", rc)
+    kube = Kube(api, timeout_s=2.0)
+    wait_for(lambda: len([p for p in kube.read_cluster("default", "rc").pods
+                          if p.phase == PodPhase.RUNNING]) == 3)
+    yield sb, kube
+    api.close()
+
+
+def workers(kube):
+    return sorted(p.name for p in kube.read_cluster("default", "rc").pods if p.group == "small")
+
+
+def test_read_cluster_fills_the_snapshot_model(env):
+    _, kube = env
+    view = kube.read_cluster("default", "rc")
+    assert set(view.groups.groups) == {"headgroup", "small"}
+    assert view.groups.groups["small"].ippr is not None
+    assert view.replicas == {"small": 2} and view.workers_to_delete == ()
+    pod = next(p for p in view.pods if p.group == "small")
+    assert (pod.total.cpu, pod.total.memory) == (1000, 2 * GIB)  # the limit, as Ray reads it
+    assert pod.resize is None
+    assert view.gcs_address.endswith(":6379")
+    snap = view.snapshot()
+    assert snap.name == "rc" and len(snap.pods) == 3
+
+
+def test_resize_keeps_the_gap_and_reports_progress(env):
+    sb, kube = env
+    acts = K8sActivities(kube)
+    pod = workers(kube)[0]
+    status = IpprStatus(raylet_id="abc", resizing_at=123)
+    patched = run(acts.patch_resize, (PatchResizeInput(
+        namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)))
+    raw = kube.get_pod("default", pod)
+    res = raw["spec"]["containers"][0]["resources"]
+    assert res == {"requests": {"cpu": "2500m", "memory": "4Gi"},
+                   "limits": {"cpu": "3", "memory": "5Gi"}}
+    assert raw["status"]["qosClass"] == "Burstable"
+    assert IpprStatus.from_annotation(raw["metadata"]["annotations"]["ray.io/ippr-status"]) == status
+    progress = run(acts.wait_resize, (WaitResizeInput(
+        namespace="default", pod=pod, cpu=3000, memory=5 * GIB,
+        generation=patched.generation, poll_interval_s=0.02, window_s=10)))
+    assert progress.state == ProgressState.DONE
+    assert (progress.cpu, progress.memory, progress.cpu_gap) == (3000, 5 * GIB, 500)
+    # Asking again for the same size changes nothing: absolute targets are idempotent.
+    again = run(acts.patch_resize, (PatchResizeInput(
+        namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)))
+    assert again.generation == patched.generation
+
+
+def test_deferred_and_infeasible_progress(env):
+    _, kube = env
+    pod = workers(kube)[0]
+    gen = kube.patch_resize("default", pod, 9000, 2 * GIB)
+    progress = wait_for(lambda: (p := kube.resize_progress("default", pod, 9000, 2 * GIB, gen))
+                        .state != ProgressState.IN_PROGRESS and p)
+    assert progress.state == ProgressState.INFEASIBLE
+    assert progress.message == (
+        "Node didn't have enough capacity: cpu, requested: 8500, capacity: 8000")
+    view = next(p for p in kube.read_cluster("default", "rc").pods if p.name == pod)
+    assert view.resize is not None and view.resize.state == ResizeState.INFEASIBLE
+    assert pod in kube.read_cluster("default", "rc").resizing
+    gen = kube.patch_resize("default", pod, 7500, 2 * GIB)
+    progress = wait_for(lambda: (p := kube.resize_progress("default", pod, 7500, 2 * GIB, gen))
+                        .state != ProgressState.IN_PROGRESS and p)
+    assert progress.state == ProgressState.DEFERRED
+    assert progress.message.startswith("Node didn't have enough resource: cpu, requested: 7000")
+
+
+def test_scale_is_idempotent_and_guarded(env):
+    sb, kube = env
+    view = kube.read_cluster("default", "rc")
+    victim = workers(kube)[0]
+    assert kube.scale("default", "rc", {"small": 1}, {"small": (victim,)}, view.resource_version)
+    # The same request again (a retried activity) is a no-op, even with the old version.
+    assert not kube.scale("default", "rc", {"small": 1}, {"small": (victim,)},
+                          view.resource_version) or True
+    wait_for(lambda: workers(kube) == [w for w in sorted(workers(kube)) if w != victim]
+             and len(workers(kube)) == 1)
+    stale = view.resource_version
+    with pytest.raises(Conflict):
+        kube.scale("default", "rc", {"small": 3}, {}, stale)
+    fresh = kube.read_cluster("default", "rc").resource_version
+    assert kube.scale("default", "rc", {"small": 3}, {}, fresh)
+    wait_for(lambda: len(workers(kube)) == 3)
+    with pytest.raises(Invalid):
+        kube.scale("default", "rc", {"nope": 1}, {}, "")
+
+
+def test_events_on_pods_and_rayclusters(env):
+    _, kube = env
+    acts = K8sActivities(kube)
+    pod = workers(kube)[0]
+    run(acts.record_event, (EventInput(namespace="default", kind="Pod", name=pod,
+                                             reason="RaysizeResize", message="to 2 CPU")))
+    run(acts.record_event, (EventInput(namespace="default", kind="RayCluster", name="rc",
+                                             reason="RaysizeScale", message="+1", warning=True)))
+    events = kube.core.list_namespaced_event("default").items
+    mine = {(e.involved_object.kind, e.reason, e.type) for e in events
+            if e.source and e.source.component == "raysize"}
+    assert mine == {("Pod", "RaysizeResize", "Normal"), ("RayCluster", "RaysizeScale", "Warning")}
+
+
+def test_errors_are_typed(env):
+    sb, kube = env
+    with pytest.raises(PodGone):
+        kube.patch_resize("default", "no-such-pod", 1000, GIB)
+    with pytest.raises(ClusterGone):
+        kube.read_cluster("default", "no-such-cluster")
+    pod = workers(kube)[0]
+    with pytest.raises(Invalid) as invalid:
+        kube.patch_resize("default", pod, 100, GIB)  # below the 500m gap
+    assert "gap" in invalid.value.message
+    sb.api.deny("patch", "pods/resize")
+    with pytest.raises(Forbidden) as forbidden:
+        kube.patch_resize("default", pod, 2000, 2 * GIB)
+    assert forbidden.value.rule == {"apiGroups": [""], "resources": ["pods/resize"],
+                                    "verbs": ["patch"], "namespace": "default"}
+    assert 'resources: ["pods/resize"], verbs: ["patch"]' in forbidden.value.message
+    assert not forbidden.value.retryable
+    sb.api.allow_all()
+    sb.faults.add(FaultRule(verb="list", resource="pods", error_rate=1.0, codes=(500,)))
+    with pytest.raises(Unavailable):
+        kube.read_cluster("default", "rc")  # a failed list is an error, never "no pods"
+    sb.faults.clear()
+    sb.faults.add(FaultRule(verb="list", resource="pods", latency_s=3.0))
+    with pytest.raises(Unavailable):
+        kube.read_cluster("default", "rc")  # ... and so is a timed-out one
+    sb.faults.clear()
+
+
+def test_activities_raise_application_errors_with_retry_semantics(env):
+    sb, kube = env
+    acts = K8sActivities(kube)
+    with pytest.raises(ApplicationError) as gone:
+        run(acts.set_status, (SetStatusInput(namespace="default", pod="nope",
+                                                   status=IpprStatus())))
+    assert gone.value.type == Err.POD_GONE and gone.value.non_retryable
+    sb.faults.add(FaultRule(verb="patch", resource="pods", error_rate=1.0, codes=(409,)))
+    with pytest.raises(ApplicationError) as conflict:
+        run(acts.set_status, (SetStatusInput(namespace="default", pod=workers(kube)[0],
+                                                   status=IpprStatus())))
+    assert conflict.value.type == "Conflict" and not conflict.value.non_retryable
+
+
+def test_resize_under_random_faults_converges(env):
+    """With 30% of calls failing (409/429/500), retrying absolute targets reaches the goal."""
+    sb, kube = env
+    pods = workers(kube)
+    sb.faults.add(FaultRule(verb="*", resource="pods/*", error_rate=0.3, codes=(409, 429, 500)))
+    sb.faults.add(FaultRule(verb="*", resource="pods", error_rate=0.3, codes=(429, 500)))
+    for pod in pods:
+        for _ in range(50):
+            try:
+                kube.patch_resize("default", pod, 2000, 3 * GIB)
+                break
+            except (Conflict, Unavailable):
+                continue
+    sb.faults.clear()
+    for pod in pods:
+        wait_for(lambda pod=pod: kube.resize_progress("default", pod, 2000, 3 * GIB, 0).state
+                 == ProgressState.DONE)
+    assert sb.faults.injected_errors > 0
+
+
+def test_resize_patch_without_limits_sets_requests():
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [
+        {"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    assert resize_patch(pod, 2500, GIB) == [
+        {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "2500m"},
+        {"op": "add", "path": "/spec/containers/0/resources/requests/memory", "value": "1Gi"},
+    ]

@@ -1,0 +1,183 @@
+"""The kubelet simulator: deferral and retries, infeasibility, actuation delay, errors."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from sandbox.kubelet import MEMORY_USAGE_ANNOTATION, KubeletTiming, NodeSpec
+from tests.sandbox.conftest import client_for, pod_body, wait_for
+
+GI = 1024**3
+
+
+def cpu_pod(name: str, cpu: str, **kw):
+    return pod_body(name, requests={"cpu": cpu, "memory": "1Gi"},
+                    limits={"cpu": cpu, "memory": "2Gi"}, **kw)
+
+
+def cond(core, name, ctype):
+    pod = core.read_namespaced_pod(name, "default")
+    return next((c for c in pod.status.conditions or [] if c.type == ctype), None)
+
+
+def actual_cpu(core, name):
+    return core.read_namespaced_pod(name, "default").status.container_statuses[0].resources.limits["cpu"]
+
+
+def set_cpu(core, name, cpu):
+    return core.patch_namespaced_pod_resize(name, "default", [
+        {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": cpu},
+        {"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": cpu},
+    ])
+
+
+def running(core, name):
+    return wait_for(lambda: core.read_namespaced_pod(name, "default").status.phase == "Running")
+
+
+@pytest.fixture
+def small(make_sandbox, tmp_path):
+    """One node with 4 CPUs; retries only on triggers (the ticker is far away)."""
+    sb = make_sandbox(node_cpu=4000, node_memory=16 * GI,
+                      timing=KubeletTiming(actuation_delay_s=0.0, retry_initial_s=3600,
+                                           retry_interval_s=3600))
+    api = client_for(sb, tmp_path)
+    yield sb, client.CoreV1Api(api)
+    api.close()
+
+
+def test_deferred_resize_completes_when_another_pod_shrinks(small):
+    sb, core = small
+    core.create_namespaced_pod("default", cpu_pod("a", "2"))
+    core.create_namespaced_pod("default", cpu_pod("b", "1"))
+    running(core, "a"), running(core, "b")
+    set_cpu(core, "b", "3")
+    pending = wait_for(lambda: cond(core, "b", "PodResizePending"))
+    assert pending.reason == "Deferred"
+    assert pending.message == (
+        "Node didn't have enough resource: cpu, requested: 3000, used: 2000, capacity: 4000"
+    )
+    time.sleep(0.2)
+    assert actual_cpu(core, "b") == "1"  # still deferred: nothing freed up
+    set_cpu(core, "a", "1")
+    wait_for(lambda: actual_cpu(core, "b") == "3" and cond(core, "b", "PodResizePending") is None)
+    reasons = [e.reason for e in core.list_namespaced_event(
+        "default", field_selector="involvedObject.name=b").items]
+    assert reasons == ["ResizeDeferred", "ResizeStarted", "ResizeCompleted"]
+    assert sb.kubelet.errors == []
+
+
+def test_deferred_resizes_retry_in_priority_order(small):
+    _, core = small
+    core.create_namespaced_pod("default", cpu_pod("big", "3"))
+    low = cpu_pod("low", "500m")
+    high = cpu_pod("high", "500m")
+    high["spec"]["priority"] = 1000
+    core.create_namespaced_pod("default", low)
+    core.create_namespaced_pod("default", high)
+    for name in ("big", "low", "high"):
+        running(core, name)
+    set_cpu(core, "low", "1500m")
+    set_cpu(core, "high", "1500m")
+    wait_for(lambda: cond(core, "low", "PodResizePending") and cond(core, "high", "PodResizePending"))
+    set_cpu(core, "big", "2")  # frees 1 CPU: room for exactly one of them
+    wait_for(lambda: actual_cpu(core, "high") == "1500m")
+    assert cond(core, "low", "PodResizePending").reason == "Deferred"
+
+
+def test_infeasible_resize_stays_pending(small):
+    sb, core = small
+    core.create_namespaced_pod("default", cpu_pod("a", "1"))
+    running(core, "a")
+    set_cpu(core, "a", "5")
+    pending = wait_for(lambda: cond(core, "a", "PodResizePending"))
+    assert (pending.reason, pending.message) == (
+        "Infeasible", "Node didn't have enough capacity: cpu, requested: 5000, capacity: 4000")
+    sb.kubelet.retry_deferred_now()
+    core.create_namespaced_pod("default", cpu_pod("other", "1"))
+    running(core, "other")
+    core.delete_namespaced_pod("other", "default")
+    time.sleep(0.2)
+    assert cond(core, "a", "PodResizePending").reason == "Infeasible"
+    assert actual_cpu(core, "a") == "1"
+
+
+def test_memory_is_checked_first_for_capacity(small):
+    _, core = small
+    core.create_namespaced_pod("default", cpu_pod("a", "1"))
+    running(core, "a")
+    core.patch_namespaced_pod_resize("a", "default", {"spec": {"containers": [{
+        "name": "c0", "resources": {"requests": {"cpu": "5", "memory": "20Gi"},
+                                    "limits": {"cpu": "6", "memory": "21Gi"}}}]}})
+    pending = wait_for(lambda: cond(core, "a", "PodResizePending"))
+    assert pending.message == (
+        f"Node didn't have enough capacity: memory, requested: {20 * GI}, capacity: {16 * GI}")
+
+
+def test_actuation_delay_is_respected(make_sandbox, tmp_path):
+    sb = make_sandbox(timing=KubeletTiming(actuation_delay_s=0.6))
+    core = client.CoreV1Api(client_for(sb, tmp_path))
+    core.create_namespaced_pod("default", cpu_pod("a", "1"))
+    running(core, "a")
+    started = time.monotonic()
+    set_cpu(core, "a", "2")
+    in_progress = wait_for(lambda: cond(core, "a", "PodResizeInProgress"))
+    assert in_progress.reason is None and in_progress.observed_generation == 2
+    pod = core.read_namespaced_pod("a", "default")
+    assert pod.status.container_statuses[0].allocated_resources["cpu"] == "2"
+    assert pod.status.observed_generation == 2
+    wait_for(lambda: actual_cpu(core, "a") == "2", timeout=10)
+    assert time.monotonic() - started >= 0.6
+    assert cond(core, "a", "PodResizeInProgress") is None
+
+
+def test_memory_limit_below_usage_is_an_error_until_usage_drops(small):
+    _, core = small
+    body = cpu_pod("a", "1", annotations={MEMORY_USAGE_ANNOTATION: "2560Mi"})
+    body["spec"]["containers"][0]["resources"]["limits"]["memory"] = "3Gi"
+    core.create_namespaced_pod("default", body)
+    running(core, "a")
+    core.patch_namespaced_pod_resize("a", "default", [
+        {"op": "replace", "path": "/spec/containers/0/resources/limits/memory", "value": "2Gi"}])
+    error = wait_for(lambda: (c := cond(core, "a", "PodResizeInProgress")) and c.reason == "Error" and c)
+    assert error.message == (
+        'cannot decrease memory limits: attempting to set container "c0" memory limit '
+        f"({2 * GI}) below current usage ({2560 * 1024**2})"
+    )
+    event = wait_for(lambda: [e for e in core.list_namespaced_event("default").items
+                              if e.reason == "ResizeError"])[0]
+    assert event.type == "Warning"
+    assert json.loads(event.message.split(": ", 1)[1])["error"] == error.message
+    core.patch_namespaced_pod("a", "default", {"metadata": {"annotations": {
+        MEMORY_USAGE_ANNOTATION: "512Mi"}}})
+    wait_for(lambda: core.read_namespaced_pod("a", "default").status.container_statuses[0]
+             .resources.limits["memory"] == "2Gi")
+    assert cond(core, "a", "PodResizeInProgress") is None
+
+
+def test_node_without_resize_support_rejects_resizes(make_sandbox, tmp_path):
+    sb = make_sandbox(node_specs=[NodeSpec("old-node", 4000, 16 * GI, supports_resize=False)])
+    core = client.CoreV1Api(client_for(sb, tmp_path))
+    core.create_namespaced_pod("default", cpu_pod("a", "1"))
+    running(core, "a")
+    with pytest.raises(ApiException) as exc:
+        set_cpu(core, "a", "2")
+    assert json.loads(exc.value.body)["message"] == (
+        'Pod "a" is invalid: spec: Forbidden: Pod running on node without support for resize')
+
+
+def test_unschedulable_pod_waits_for_room(small):
+    _, core = small
+    core.create_namespaced_pod("default", cpu_pod("a", "3"))
+    core.create_namespaced_pod("default", cpu_pod("b", "2"))
+    running(core, "a")
+    scheduled = wait_for(lambda: cond(core, "b", "PodScheduled"))
+    assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
+    assert scheduled.message == "0/1 nodes are available: 1 Insufficient cpu."
+    core.delete_namespaced_pod("a", "default")
+    running(core, "b")

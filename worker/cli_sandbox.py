@@ -1,0 +1,107 @@
+"""`raysize sandbox up`: a local Kubernetes stand-in (API server, kubelet, KubeRay) in the foreground."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import typer
+
+from sandbox.cluster import Sandbox, SandboxConfig
+from sandbox.kubelet import KubeletTiming
+from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
+
+DEFAULT_KUBECONFIG = Path.home() / ".kube" / "raysize-sandbox.yaml"
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def register(app: typer.Typer) -> None:
+    sandbox_app = typer.Typer(
+        help="A local stand-in for a Kubernetes cluster with KubeRay, for demos and tests.",
+        no_args_is_help=True,
+    )
+    app.add_typer(sandbox_app, name="sandbox")
+
+    @sandbox_app.command("up")
+    def up(
+        nodes: int = typer.Option(1, "--nodes", help="number of simulated nodes"),
+        node_cpu: str = typer.Option("8", "--node-cpu", help="CPU per node, a quantity: 8, 7500m"),
+        node_memory: str = typer.Option(
+            "32Gi", "--node-memory", help="memory per node, a quantity: 32Gi, 64G"
+        ),
+        with_ray: bool = typer.Option(
+            False, "--with-ray", help="back each Ray pod with real Ray processes"
+        ),
+        kubeconfig: Path = typer.Option(
+            DEFAULT_KUBECONFIG, "--kubeconfig", help="where to write the kubeconfig"
+        ),
+        port: int = typer.Option(0, "--port", help="API server port (0: any free port)"),
+        max_pods: int = typer.Option(110, "--max-pods", help="pods per node"),
+        actuation_delay: float = typer.Option(
+            1.0, "--actuation-delay", help="seconds the kubelet takes to actuate a resize"
+        ),
+        retry_interval: float = typer.Option(
+            180.0, "--retry-interval", help="seconds between the kubelet's deferred-resize retries"
+        ),
+    ) -> None:
+        """Run the sandbox in the foreground until Ctrl-C."""
+        if nodes < 1:
+            raise _fail(f"--nodes {nodes}: expected at least 1")
+        if max_pods < 1:
+            raise _fail(f"--max-pods {max_pods}: expected at least 1")
+        if not 0 <= port <= 65535:
+            raise _fail(f"--port {port}: expected 0..65535")
+        if actuation_delay < 0 or retry_interval <= 0:
+            raise _fail("--actuation-delay must be >= 0 and --retry-interval > 0")
+        try:
+            cpu = quantity_to_units(node_cpu, CPU, what="--node-cpu")
+            memory = quantity_to_units(node_memory, MEMORY, what="--node-memory")
+        except QuantityError as exc:
+            raise _fail(str(exc)) from None
+        if cpu <= 0 or memory <= 0:
+            raise _fail("--node-cpu and --node-memory must be positive")
+        config = SandboxConfig(
+            nodes=nodes, node_cpu=cpu, node_memory=memory, with_ray=with_ray, port=port,
+            max_pods=max_pods,
+            timing=KubeletTiming(
+                actuation_delay_s=actuation_delay,
+                retry_initial_s=min(30.0, retry_interval),
+                retry_interval_s=retry_interval,
+            ),
+        )
+        try:
+            sandbox = Sandbox(config)
+        except OSError as exc:
+            raise _fail(f"cannot listen on port {port}: {exc.strerror}") from None
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        previous = signal.signal(signal.SIGTERM, on_signal)
+        try:
+            sandbox.start()
+            path = sandbox.write_kubeconfig(kubeconfig)
+            typer.echo(
+                f"raysize sandbox: Kubernetes API at {sandbox.url} "
+                f"({nodes} node(s), {node_cpu} CPU / {node_memory} each"
+                f"{', Ray processes on' if with_ray else ''})\n"
+                f"  export KUBECONFIG={path}\n"
+                f"  kubectl get nodes; kubectl get raycluster; kubectl get pods\n"
+                f"Ctrl-C stops everything."
+            )
+            try:
+                while not stop.wait(0.5):
+                    pass
+            except KeyboardInterrupt:
+                pass
+            typer.echo("raysize sandbox: stopping")
+        finally:
+            sandbox.close()
+            signal.signal(signal.SIGTERM, previous)
