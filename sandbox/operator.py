@@ -16,7 +16,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from sandbox.errors import ApiError
 from sandbox.server import Api
@@ -325,4 +324,3 @@ class RayOperator:
 
 
 __all__ = ["RayOperator"]
-_ = Any

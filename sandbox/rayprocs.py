@@ -31,6 +31,19 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 STOP_GRACE_S = 10.0
+GCS_WAIT_S = 60.0
+
+
+def wait_for_port(port: int, timeout_s: float) -> bool:
+    """True once 127.0.0.1:port accepts connections; False at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 def free_port() -> int:
@@ -66,6 +79,15 @@ class RayRuntime:
         self._lock = threading.Lock()
         self._procs: dict[str, RayProcess] = {}  # pod uid → process
         self._gcs: dict[tuple[str, str], int] = {}  # (namespace, cluster) → GCS port
+        self._nodes = 0
+
+    def _node_dir(self) -> Path:
+        """A short private temp dir per Ray node: Raylets on one host must not share one."""
+        with self._lock:
+            self._nodes += 1
+            path = self.root / f"n{self._nodes}"
+        path.mkdir()
+        return path
 
     def gcs_port(self, namespace: str, cluster: str) -> int | None:
         with self._lock:
@@ -91,7 +113,7 @@ class RayRuntime:
             f"--num-cpus={math.ceil(millicores / 1000)}",
             f"--memory={memory}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
-            f"--temp-dir={self.root}",
+            f"--temp-dir={self._node_dir()}",
             f"--node-manager-port={free_port()}",
             f"--object-manager-port={free_port()}",
             f"--dashboard-agent-listen-port={free_port()}",
@@ -112,6 +134,10 @@ class RayRuntime:
                                 namespace, cluster, meta["name"])
                     return
                 args.append(f"--address=127.0.0.1:{port_or_none}")
+        if not is_head:
+            # A Raylet that starts before its GCS answers can hang in `ray start`; KubeRay's
+            # worker init container waits for the GCS the same way.
+            wait_for_port(int(args[-1].rsplit(":", 1)[1]), GCS_WAIT_S)
         env = dict(os.environ)
         env.update(
             {
