@@ -9,6 +9,7 @@ limited to ~107 characters); the dashboard is off and the object store small.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -108,7 +109,10 @@ class RayRuntime:
         group = labels.get("ray.io/group", "headgroup" if is_head else "")
         millicores, memory = pod_size(pod)
         args = [
-            self.ray_bin, "start", "--block", "--disable-usage-stats",
+            self.ray_bin,
+            "start",
+            "--block",
+            "--disable-usage-stats",
             "--node-ip-address=127.0.0.1",
             f"--num-cpus={math.ceil(millicores / 1000)}",
             f"--memory={memory}",
@@ -125,13 +129,21 @@ class RayRuntime:
             if is_head:
                 port = free_port()
                 self._gcs[(namespace, cluster)] = port
-                args += ["--head", f"--port={port}", "--include-dashboard=false",
-                         f"--ray-client-server-port={free_port()}"]
+                args += [
+                    "--head",
+                    f"--port={port}",
+                    "--include-dashboard=false",
+                    f"--ray-client-server-port={free_port()}",
+                ]
             else:
                 port_or_none = self._gcs.get((namespace, cluster))
                 if port_or_none is None:
-                    log.warning("no head for %s/%s: pod %s runs without a Raylet",
-                                namespace, cluster, meta["name"])
+                    log.warning(
+                        "no head for %s/%s: pod %s runs without a Raylet",
+                        namespace,
+                        cluster,
+                        meta["name"],
+                    )
                     return
                 args.append(f"--address=127.0.0.1:{port_or_none}")
         if not is_head:
@@ -150,13 +162,22 @@ class RayRuntime:
         log_path = self.root / f"{meta['name']}.log"
         with log_path.open("wb") as out:
             proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True, cwd=self.root,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                cwd=self.root,
             )
         with self._lock:
             self._procs[meta["uid"]] = RayProcess(meta["name"], group, proc, log_path)
-        log.info("pod %s: started %s (pid %d)", meta["name"], "Ray head" if is_head else "Raylet",
-                 proc.pid)
+        log.info(
+            "pod %s: started %s (pid %d)",
+            meta["name"],
+            "Ray head" if is_head else "Raylet",
+            proc.pid,
+        )
 
     def stop(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -195,10 +216,8 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRAC
         else:
             continue
         break
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)  # stragglers that outlived their leader
-    except ProcessLookupError:
-        pass
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored

@@ -26,6 +26,7 @@ def _mount() -> None:
 
     cli_plan.register(app)
     from worker import cli_sandbox
+
     cli_sandbox.register(app)
 
 
