@@ -38,8 +38,13 @@ from workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from workflows.ippr import IPPR_STATUS_ANNOTATION, GroupSpecs, IpprStatus, read_group_specs
-from workflows.ippr import read_planner_settings
+from workflows.ippr import (
+    IPPR_STATUS_ANNOTATION,
+    GroupSpecs,
+    IpprStatus,
+    read_group_specs,
+    read_planner_settings,
+)
 from workflows.model import (
     ClusterSnapshot,
     PlannerSettings,
@@ -140,8 +145,10 @@ def resize_state(pod: Obj) -> ResizeState | None:
     """The resize state the conditions report (None: nothing in flight)."""
     pending = _condition(pod, PENDING)
     if pending is not None:
-        return ResizeState.INFEASIBLE if pending.get("reason") == "Infeasible" else (
-            ResizeState.DEFERRED
+        return (
+            ResizeState.INFEASIBLE
+            if pending.get("reason") == "Infeasible"
+            else (ResizeState.DEFERRED)
         )
     progress = _condition(pod, IN_PROGRESS)
     if progress is not None:
@@ -188,8 +195,10 @@ def progress_of(pod: Obj, cpu: int, memory: int, generation: int) -> ResizeProgr
             current.memory_limit - current.memory_request if current.memory_limit else 0
         ),
     }
-    others = [ContainerSize.of(cs.get("resources")) for cs in (
-        (pod.get("status") or {}).get("containerStatuses") or [])[1:]]
+    others = [
+        ContainerSize.of(cs.get("resources"))
+        for cs in ((pod.get("status") or {}).get("containerStatuses") or [])[1:]
+    ]
     base: dict[str, Any] = {
         "cpu": current.cpu,
         "memory": current.memory,
@@ -201,12 +210,17 @@ def progress_of(pod: Obj, cpu: int, memory: int, generation: int) -> ResizeProgr
     if pending is not None and int(pending.get("observedGeneration") or generation) >= generation:
         reason = str(pending.get("reason", ""))
         state = ProgressState.INFEASIBLE if reason == "Infeasible" else ProgressState.DEFERRED
-        return ResizeProgress(state=state, reason=reason,
-                              message=str(pending.get("message", "")), **base)
+        return ResizeProgress(
+            state=state, reason=reason, message=str(pending.get("message", "")), **base
+        )
     progress = _condition(pod, IN_PROGRESS)
     if progress is not None and progress.get("reason") == "Error":
-        return ResizeProgress(state=ProgressState.ERROR, reason="Error",
-                              message=str(progress.get("message", "")), **base)
+        return ResizeProgress(
+            state=ProgressState.ERROR,
+            reason="Error",
+            message=str(progress.get("message", "")),
+            **base,
+        )
     if progress is None and pending is None and (current.cpu, current.memory) == (cpu, memory):
         return ResizeProgress(state=ProgressState.DONE, **base)
     return ResizeProgress(state=ProgressState.IN_PROGRESS, **base)
@@ -238,13 +252,22 @@ def resize_patch(pod: Obj, cpu: int, memory: int) -> list[Obj]:
                     f"cannot size {key} to {units_to_quantity(target, unit)}: the container's "
                     f"limit − request gap is {units_to_quantity(limit - request, unit)}"
                 )
-            ops.append({"op": "replace", "path": f"/spec/containers/0/resources/limits/{key}",
-                        "value": units_to_quantity(target, unit)})
+            ops.append(
+                {
+                    "op": "replace",
+                    "path": f"/spec/containers/0/resources/limits/{key}",
+                    "value": units_to_quantity(target, unit),
+                }
+            )
         else:
             new_request = target
-        ops.append({"op": "add" if key not in requests else "replace",
-                    "path": f"/spec/containers/0/resources/requests/{key}",
-                    "value": units_to_quantity(new_request, unit)})
+        ops.append(
+            {
+                "op": "add" if key not in requests else "replace",
+                "path": f"/spec/containers/0/resources/requests/{key}",
+                "value": units_to_quantity(new_request, unit),
+            }
+        )
     return ops
 
 
@@ -261,11 +284,12 @@ class Kube:
     def from_kubeconfig(cls, path: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Kube:
         if path is None:
             try:
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
                 return cls(client.ApiClient(), timeout_s)
             except config.ConfigException:
                 pass
-        return cls(config.new_client_from_config(config_file=path), timeout_s)
+        api = config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        return cls(api, timeout_s)
 
     def _call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
@@ -287,12 +311,23 @@ class Kube:
         return self._raw("Pod", self.core.read_namespaced_pod, pod, namespace)
 
     def get_raycluster(self, namespace: str, name: str) -> Obj:
-        return self._raw("RayCluster", self.custom.get_namespaced_custom_object,
-                         RAY_GROUP, RAY_API, namespace, RAY_PLURAL, name)
+        return self._raw(
+            "RayCluster",
+            self.custom.get_namespaced_custom_object,
+            RAY_GROUP,
+            RAY_API,
+            namespace,
+            RAY_PLURAL,
+            name,
+        )
 
     def list_cluster_pods(self, namespace: str, cluster: str) -> tuple[list[Obj], str]:
-        doc = self._raw("Pod", self.core.list_namespaced_pod, namespace,
-                        label_selector=f"ray.io/cluster={cluster}")
+        doc = self._raw(
+            "Pod",
+            self.core.list_namespaced_pod,
+            namespace,
+            label_selector=f"ray.io/cluster={cluster}",
+        )
         items = doc.get("items")
         if not isinstance(items, list):
             raise Unavailable(f"listing pods of {namespace}/{cluster}: no items in the answer")
@@ -308,7 +343,8 @@ class Kube:
             replicas[g.get("groupName", "")] = int(g.get("replicas") or 0)
             to_delete += list((g.get("scaleStrategy") or {}).get("workersToDelete") or [])
         resizing = tuple(
-            v.name for v, p in zip(views, pods, strict=False)
+            v.name
+            for v, p in zip(views, pods, strict=False)
             if v.resize is not None and v.resize.state.in_flight
         )
         status = rc.get("status") or {}
@@ -329,8 +365,9 @@ class Kube:
             gcs_address=f"{host}:{port}" if host and port else "",
         )
 
-    def resize_progress(self, namespace: str, pod: str, cpu: int, memory: int,
-                        generation: int) -> ResizeProgress:
+    def resize_progress(
+        self, namespace: str, pod: str, cpu: int, memory: int, generation: int
+    ) -> ResizeProgress:
         try:
             return progress_of(self.get_pod(namespace, pod), cpu, memory, generation)
         except PodGone:
@@ -340,17 +377,30 @@ class Kube:
     def patch_resize(self, namespace: str, pod: str, cpu: int, memory: int) -> int:
         """Resize the Ray container to absolute (cpu, memory); returns the pod's generation."""
         current = self.get_pod(namespace, pod)
-        doc = self._raw("Pod", self.core.patch_namespaced_pod_resize, pod, namespace,
-                        resize_patch(current, cpu, memory), _content_type=JSON_PATCH)
+        doc = self._raw(
+            "Pod",
+            self.core.patch_namespaced_pod_resize,
+            pod,
+            namespace,
+            resize_patch(current, cpu, memory),
+            _content_type=JSON_PATCH,
+        )
         return int(doc["metadata"].get("generation", 0))
 
     def set_ippr_status(self, namespace: str, pod: str, status: IpprStatus) -> None:
         body = {"metadata": {"annotations": {IPPR_STATUS_ANNOTATION: status.to_annotation()}}}
-        self._call("Pod", self.core.patch_namespaced_pod, pod, namespace, body,
-                   _content_type=MERGE_PATCH)
+        self._call(
+            "Pod", self.core.patch_namespaced_pod, pod, namespace, body, _content_type=MERGE_PATCH
+        )
 
-    def scale(self, namespace: str, cluster: str, replicas: dict[str, int],
-              workers_to_delete: dict[str, tuple[str, ...]], resource_version: str = "") -> bool:
+    def scale(
+        self,
+        namespace: str,
+        cluster: str,
+        replicas: dict[str, int],
+        workers_to_delete: dict[str, tuple[str, ...]],
+        resource_version: str = "",
+    ) -> bool:
         """Set groups' replicas and add pods to workersToDelete; False if already so.
 
         The write is guarded by `resource_version` (the read the decision was made on),
@@ -367,18 +417,32 @@ class Kube:
         for name, i in index.items():
             group = groups[i]
             if name in replicas and int(group.get("replicas") or 0) != replicas[name]:
-                ops.append({"op": "add", "path": f"/spec/workerGroupSpecs/{i}/replicas",
-                            "value": replicas[name]})
+                ops.append(
+                    {
+                        "op": "add",
+                        "path": f"/spec/workerGroupSpecs/{i}/replicas",
+                        "value": replicas[name],
+                    }
+                )
             wanted = workers_to_delete.get(name, ())
             listed = list((group.get("scaleStrategy") or {}).get("workersToDelete") or [])
             merged = listed + [p for p in wanted if p not in listed]
             if merged != listed:
                 if "scaleStrategy" not in group:
-                    ops.append({"op": "add", "path": f"/spec/workerGroupSpecs/{i}/scaleStrategy",
-                                "value": {}})
-                ops.append({"op": "add",
-                            "path": f"/spec/workerGroupSpecs/{i}/scaleStrategy/workersToDelete",
-                            "value": merged})
+                    ops.append(
+                        {
+                            "op": "add",
+                            "path": f"/spec/workerGroupSpecs/{i}/scaleStrategy",
+                            "value": {},
+                        }
+                    )
+                ops.append(
+                    {
+                        "op": "add",
+                        "path": f"/spec/workerGroupSpecs/{i}/scaleStrategy/workersToDelete",
+                        "value": merged,
+                    }
+                )
         if not ops:
             return False
         current_rv = str(rc["metadata"].get("resourceVersion", ""))
@@ -389,16 +453,26 @@ class Kube:
             )
         ops.insert(0, {"op": "test", "path": "/metadata/resourceVersion", "value": current_rv})
         try:
-            self._call("RayCluster", self.custom.patch_namespaced_custom_object, RAY_GROUP,
-                       RAY_API, namespace, RAY_PLURAL, cluster, ops, _content_type=JSON_PATCH)
+            self._call(
+                "RayCluster",
+                self.custom.patch_namespaced_custom_object,
+                RAY_GROUP,
+                RAY_API,
+                namespace,
+                RAY_PLURAL,
+                cluster,
+                ops,
+                _content_type=JSON_PATCH,
+            )
         except Invalid as exc:
             if "test failed" in exc.message or "rejected our request" in exc.message:
                 raise Conflict(f"RayCluster {namespace}/{cluster} changed while scaling") from exc
             raise
         return True
 
-    def record_event(self, namespace: str, kind: str, name: str, reason: str, message: str,
-                     warning: bool = False) -> Obj:
+    def record_event(
+        self, namespace: str, kind: str, name: str, reason: str, message: str, warning: bool = False
+    ) -> Obj:
         if kind == "Pod":
             obj, api_version = self.get_pod(namespace, name), "v1"
         elif kind == "RayCluster":
@@ -409,7 +483,10 @@ class Kube:
         body = {
             "metadata": {"name": f"{name}.{time.time_ns():x}", "namespace": namespace},
             "involvedObject": {
-                "kind": kind, "namespace": namespace, "name": name, "apiVersion": api_version,
+                "kind": kind,
+                "namespace": namespace,
+                "name": name,
+                "apiVersion": api_version,
                 "uid": obj["metadata"]["uid"],
                 "resourceVersion": obj["metadata"].get("resourceVersion", ""),
             },
@@ -439,8 +516,13 @@ class K8sActivities:
             raise exc.to_application_error() from exc
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self.patch_resize, self.wait_resize, self.set_status, self.scale_groups,
-                self.record_event]
+        return [
+            self.patch_resize,
+            self.wait_resize,
+            self.set_status,
+            self.scale_groups,
+            self.record_event,
+        ]
 
     async def read_cluster(self, namespace: str, cluster: str) -> KubeCluster:
         """For the observe activity, which adds what Ray reports."""
@@ -448,8 +530,9 @@ class K8sActivities:
 
     @activity.defn(name=Act.PATCH_RESIZE)
     async def patch_resize(self, inp: PatchResizeInput) -> PatchResizeResult:
-        generation = await self._run(self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu,
-                                     inp.memory)
+        generation = await self._run(
+            self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory
+        )
         await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
         return PatchResizeResult(generation=generation)
 
@@ -458,8 +541,14 @@ class K8sActivities:
         """Poll the pod until the resize leaves IN_PROGRESS or the window ends; heartbeats."""
         deadline = time.monotonic() + inp.window_s
         while True:
-            progress = await self._run(self.kube.resize_progress, inp.namespace, inp.pod,
-                                       inp.cpu, inp.memory, inp.generation)
+            progress = await self._run(
+                self.kube.resize_progress,
+                inp.namespace,
+                inp.pod,
+                inp.cpu,
+                inp.memory,
+                inp.generation,
+            )
             if progress.state != ProgressState.IN_PROGRESS or time.monotonic() >= deadline:
                 return progress
             activity.heartbeat(progress.state.value)
@@ -471,10 +560,23 @@ class K8sActivities:
 
     @activity.defn(name=Act.SCALE)
     async def scale_groups(self, inp: ScaleInput) -> bool:
-        return await self._run(self.kube.scale, inp.namespace, inp.cluster, inp.replicas,
-                               inp.workers_to_delete, inp.resource_version)
+        return await self._run(
+            self.kube.scale,
+            inp.namespace,
+            inp.cluster,
+            inp.replicas,
+            inp.workers_to_delete,
+            inp.resource_version,
+        )
 
     @activity.defn(name=Act.EVENT)
     async def record_event(self, inp: EventInput) -> None:
-        await self._run(self.kube.record_event, inp.namespace, inp.kind, inp.name, inp.reason,
-                        inp.message, inp.warning)
+        await self._run(
+            self.kube.record_event,
+            inp.namespace,
+            inp.kind,
+            inp.name,
+            inp.reason,
+            inp.message,
+            inp.warning,
+        )

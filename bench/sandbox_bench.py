@@ -10,6 +10,7 @@ the end, whatever happens.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import statistics
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client, config
 
@@ -32,9 +34,18 @@ PATCHES = 1000
 def pod(i: int) -> dict[str, object]:
     return {
         "metadata": {"name": f"bench-{i:04d}", "labels": {"app": "bench"}},
-        "spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.60.0", "resources": {
-            "requests": {"cpu": "100m", "memory": "128Mi"},
-            "limits": {"cpu": "200m", "memory": "256Mi"}}}]},
+        "spec": {
+            "containers": [
+                {
+                    "name": "ray",
+                    "image": "rayproject/ray:2.60.0",
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                        "limits": {"cpu": "200m", "memory": "256Mi"},
+                    },
+                }
+            ]
+        },
     }
 
 
@@ -55,13 +66,15 @@ def timed(n: int, threads: int, fn: Callable[[int], object]) -> tuple[float, lis
 
 def report(label: str, n: int, total: float, latencies: list[float], unit: str) -> None:
     lat = sorted(latencies)
-    print(f"{label:<46} {total:6.2f} s  {n / total:6.0f} {unit}  "
-          f"p50 {lat[len(lat) // 2] * 1000:5.1f} ms  p99 {lat[int(0.99 * len(lat))] * 1000:5.1f} ms")
+    print(
+        f"{label:<46} {total:6.2f} s  {n / total:6.0f} {unit}  "
+        f"p50 {lat[len(lat) // 2] * 1000:5.1f} ms  p99 {lat[int(0.99 * len(lat))] * 1000:5.1f} ms"
+    )
 
 
 def run(kubeconfig: str) -> None:
-    api = config.new_client_from_config(config_file=kubeconfig)
-    core = client.CoreV1Api(api)
+    api: Any = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    core: Any = client.CoreV1Api(api)
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -71,41 +84,68 @@ def run(kubeconfig: str) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-    total, lat = timed(PODS, 2, lambda i: core.create_namespaced_pod(
-        "default", pod(i), _preload_content=False))
+    total, lat = timed(
+        PODS, 2, lambda i: core.create_namespaced_pod("default", pod(i), _preload_content=False)
+    )
     report(f"create {PODS} pods (2 threads)", PODS, total, lat, "req/s")
-    while sum(1 for p in core.list_namespaced_pod("default").items
-              if p.status.phase == "Running") < PODS:
+    while (
+        sum(1 for p in core.list_namespaced_pod("default").items if p.status.phase == "Running")
+        < PODS
+    ):
         time.sleep(0.2)
 
-    lists = [timed(1, 1, lambda _: core.list_namespaced_pod(
-        "default", label_selector="app=bench", _preload_content=False).data)[0] for _ in range(5)]
+    lists = [
+        timed(
+            1,
+            1,
+            lambda _: (
+                core.list_namespaced_pod(
+                    "default", label_selector="app=bench", _preload_content=False
+                ).data
+            ),
+        )[0]
+        for _ in range(5)
+    ]
     typed = timed(1, 1, lambda _: core.list_namespaced_pod("default", label_selector="app=bench"))
     print(f"list {PODS} pods, HTTP + JSON body (best of 5)     {min(lists) * 1000:6.1f} ms")
-    print(f"list {PODS} pods, typed V1PodList                  {typed[0] * 1000:6.1f} ms "
-          "(mostly the client building models)")
+    print(
+        f"list {PODS} pods, typed V1PodList                  {typed[0] * 1000:6.1f} ms "
+        "(mostly the client building models)"
+    )
 
     def patch(i: int, cpu: str) -> None:
-        core.patch_namespaced_pod_resize(f"bench-{i % PODS:04d}", "default", [
-            {"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": cpu}],
-            _preload_content=False)
+        core.patch_namespaced_pod_resize(
+            f"bench-{i % PODS:04d}",
+            "default",
+            [{"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": cpu}],
+            _preload_content=False,
+        )
 
     def round_trip(i: int) -> None:
         patch(i, "300m")
-        core.read_namespaced_pod_status(f"bench-{i % PODS:04d}", "default",
-                                        _preload_content=False)
+        core.read_namespaced_pod_status(f"bench-{i % PODS:04d}", "default", _preload_content=False)
 
     for threads in (1, 2):
         total, lat = timed(PATCHES, threads, round_trip)
-        report(f"{PATCHES} resize patches + status reads ({threads} thr)", PATCHES, total, lat,
-               "trips/s")
+        report(
+            f"{PATCHES} resize patches + status reads ({threads} thr)",
+            PATCHES,
+            total,
+            lat,
+            "trips/s",
+        )
     for threads in (1, 2):
         cpu = f"{310 + threads}m"
-        total, lat = timed(PATCHES, threads, lambda i, cpu=cpu: patch(i, cpu))
+        total, lat = timed(PATCHES, threads, functools.partial(patch, cpu=cpu))
         report(f"{PATCHES} resize patches ({threads} thr)", PATCHES, total, lat, "patch/s")
-    done = lambda: sum(  # noqa: E731
-        1 for p in core.list_namespaced_pod("default").items
-        if p.status.container_statuses[0].resources.limits["cpu"] == "312m")
+
+    def done() -> int:
+        return sum(
+            1
+            for p in core.list_namespaced_pod("default").items
+            if p.status.container_statuses[0].resources.limits["cpu"] == "312m"
+        )
+
     deadline = time.monotonic() + 60
     while done() < PATCHES and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -116,9 +156,27 @@ def run(kubeconfig: str) -> None:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = str(Path(tmp) / "kubeconfig")
-        cmd = [sys.executable, "-m", "worker.cli", "sandbox", "up", "--nodes", "4",
-               "--node-cpu", "1000", "--node-memory", "4Ti", "--max-pods", "1000",
-               "--actuation-delay", "0", "--port", str(free_port()), "--kubeconfig", kubeconfig]
+        cmd = [
+            sys.executable,
+            "-m",
+            "worker.cli",
+            "sandbox",
+            "up",
+            "--nodes",
+            "4",
+            "--node-cpu",
+            "1000",
+            "--node-memory",
+            "4Ti",
+            "--max-pods",
+            "1000",
+            "--actuation-delay",
+            "0",
+            "--port",
+            str(free_port()),
+            "--kubeconfig",
+            kubeconfig,
+        ]
         server = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 30

@@ -48,8 +48,10 @@ class SandboxConfig:
     def node_list(self) -> list[NodeSpec]:
         if self.node_specs is not None:
             return list(self.node_specs)
-        return [NodeSpec(f"sandbox-node-{i}", self.node_cpu, self.node_memory,
-                         max_pods=self.max_pods) for i in range(self.nodes)]
+        return [
+            NodeSpec(f"sandbox-node-{i}", self.node_cpu, self.node_memory, max_pods=self.max_pods)
+            for i in range(self.nodes)
+        ]
 
 
 class Sandbox:

@@ -188,9 +188,9 @@ def unsupported_media_type(content_type: str) -> ApiError:
     return ApiError(
         415,
         "UnsupportedMediaType",
-        f'the body of the request was in an unknown format - accepted media types include: '
-        f'application/json-patch+json, application/merge-patch+json, '
-        f'application/apply-patch+yaml, application/strategic-merge-patch+json'
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, "
+        "application/apply-patch+yaml, application/strategic-merge-patch+json"
         + (f" (got {content_type!r})" if content_type else ""),
     )
 

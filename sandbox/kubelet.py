@@ -14,6 +14,8 @@ Memory usage is simulated per pod with the annotation `sandbox.raysize.io/memory
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import heapq
 import itertools
 import json
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sandbox import pods as podlib
+from sandbox.errors import ApiError
 from sandbox.quantity import canonical
 from sandbox.store import Obj, Store, Watcher, now_rfc3339
 from workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
@@ -104,7 +107,9 @@ def _total_requests(alloc: ContainerAlloc) -> Amounts:
 
 
 def _rl_json(amounts: Amounts) -> dict[str, str]:
-    return {k: units_to_quantity(amounts[k], CPU if k == "cpu" else MEMORY) for k in sorted(amounts)}
+    return {
+        k: units_to_quantity(amounts[k], CPU if k == "cpu" else MEMORY) for k in sorted(amounts)
+    }
 
 
 def _resources_json(parts: dict[str, Amounts]) -> dict[str, Any]:
@@ -149,7 +154,7 @@ class Kubelet:
         self.nodes = {n.name: n for n in nodes}
         self.timing = timing or KubeletTiming()
         self.runtime: PodRuntime = runtime or NoRuntime()
-        self._pod_ip = pod_ip or (lambda node, i: f"10.244.{list(self.nodes).index(node.name)}.{i}")
+        self._pod_ip = pod_ip or self._cluster_ip
         self._pods: dict[tuple[str, str], _PodState] = {}
         self._node_used: dict[str, Amounts] = {}
         self._node_count: dict[str, int] = {}
@@ -163,6 +168,9 @@ class Kubelet:
         self._watcher: Watcher | None = None
         self._calls: queue.Queue[Callable[[], None]] = queue.Queue()
         self.errors: list[str] = []
+
+    def _cluster_ip(self, node: NodeSpec, i: int) -> str:
+        return f"10.244.{list(self.nodes).index(node.name)}.{i}"
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> Kubelet:
@@ -219,7 +227,7 @@ class Kubelet:
             if item is None:
                 return
             kind, obj = item
-            self._safely(lambda kind=kind, obj=obj: self._on_pod_event(kind, obj))
+            self._safely(functools.partial(self._on_pod_event, kind, obj))
 
     def _safely(self, fn: Callable[[], None]) -> None:
         try:
@@ -347,8 +355,13 @@ class Kubelet:
             status["podIPs"] = [{"ip": ip}]
             status["startTime"] = now
             status["observedGeneration"] = p["metadata"].get("generation", 1)
-            for ctype in ("PodReadyToStartContainers", "Initialized", "ContainersReady",
-                          "Ready", "PodScheduled"):
+            for ctype in (
+                "PodReadyToStartContainers",
+                "Initialized",
+                "ContainersReady",
+                "Ready",
+                "PodScheduled",
+            ):
                 _set_condition(p, ctype, "True")
             statuses = []
             for c in p["spec"].get("containers") or []:
@@ -379,10 +392,8 @@ class Kubelet:
         self._track(key, None)
         self._deferred.discard(key)
         if self.store.find("pods", *key) is not None:
-            try:
+            with contextlib.suppress(ApiError):  # already gone: deleted twice is fine
                 self.store.remove("pods", *key)
-            except Exception:  # already gone: deleted twice is fine
-                pass
         self._schedule_pending()
         self._retry_deferred("pods_removed")
 
@@ -450,8 +461,12 @@ class Kubelet:
 
             self._write_status(key, pending)
             if changed:
-                self._event(pod, "Warning", f"Resize{reason}",
-                            _resize_message(f"Pod resize {reason}", pod, generation, message))
+                self._event(
+                    pod,
+                    "Warning",
+                    f"Resize{reason}",
+                    _resize_message(f"Pod resize {reason}", pod, generation, message),
+                )
             return
 
         # Fits: checkpoint the allocation, then report it in one status write.
@@ -472,8 +487,9 @@ class Kubelet:
             return p
 
         self._write_status(key, accepted)
-        self._event(pod, "Normal", "ResizeStarted",
-                    _resize_message("Pod resize started", pod, generation))
+        self._event(
+            pod, "Normal", "ResizeStarted", _resize_message("Pod resize started", pod, generation)
+        )
         state.actuate_at = time.monotonic() + self.timing.actuation_delay_s
         self._after(self.timing.actuation_delay_s, lambda: self._maybe_actuate(key))
         if self._deferred:
@@ -557,8 +573,14 @@ class Kubelet:
             def error(p: Obj) -> Obj:
                 cond = _condition(p, IN_PROGRESS)
                 since = cond.get("lastTransitionTime") if cond else None
-                _set_condition(p, IN_PROGRESS, "True", "Error", message,
-                               cond.get("observedGeneration", generation) if cond else generation)
+                _set_condition(
+                    p,
+                    IN_PROGRESS,
+                    "True",
+                    "Error",
+                    message,
+                    cond.get("observedGeneration", generation) if cond else generation,
+                )
                 if since:
                     cond2 = _condition(p, IN_PROGRESS)
                     assert cond2 is not None
@@ -568,8 +590,12 @@ class Kubelet:
             self._write_status(key, error)
             if state.last_error != message:
                 state.last_error = message
-                self._event(pod, "Warning", "ResizeError",
-                            _resize_message("Pod resize error", pod, generation, message))
+                self._event(
+                    pod,
+                    "Warning",
+                    "ResizeError",
+                    _resize_message("Pod resize error", pod, generation, message),
+                )
             return
         state.last_error = ""
         allocated = state.allocated
@@ -593,8 +619,12 @@ class Kubelet:
             return p
 
         self._write_status(key, done)
-        self._event(pod, "Normal", "ResizeCompleted",
-                    _resize_message("Pod resize completed", pod, generation))
+        self._event(
+            pod,
+            "Normal",
+            "ResizeCompleted",
+            _resize_message("Pod resize completed", pod, generation),
+        )
         self._schedule_pending()
         self._retry_deferred("pod_resized")
 

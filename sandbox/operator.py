@@ -16,7 +16,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from sandbox.errors import ApiError
 from sandbox.server import Api
@@ -26,7 +25,12 @@ from workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantit
 log = logging.getLogger(__name__)
 
 HEAD_GROUP = "headgroup"
-DEFAULT_ENDPOINTS = {"client": "10001", "dashboard": "8265", "gcs-server": "6379", "metrics": "8080"}
+DEFAULT_ENDPOINTS = {
+    "client": "10001",
+    "dashboard": "8265",
+    "gcs-server": "6379",
+    "metrics": "8080",
+}
 
 
 class RayOperator:
@@ -54,8 +58,9 @@ class RayOperator:
             "pods", None, lambda o: "ray.io/cluster" in (o["metadata"].get("labels") or {}), None
         )
         for w, kind in ((self._clusters, "cluster"), (self._pods, "pod")):
-            threading.Thread(target=self._pump, args=(w, kind), daemon=True,
-                             name=f"sandbox-operator-{kind}s").start()
+            threading.Thread(
+                target=self._pump, args=(w, kind), daemon=True, name=f"sandbox-operator-{kind}s"
+            ).start()
         self._thread = threading.Thread(target=self._run, name="sandbox-operator", daemon=True)
         self._thread.start()
         return self
@@ -102,7 +107,7 @@ class RayOperator:
             for ns, name in sorted(pending):
                 try:
                     if ns.startswith("deleted:"):
-                        self._collect(ns[len("deleted:"):], name)
+                        self._collect(ns[len("deleted:") :], name)
                     else:
                         self.reconcile(ns, name)
                 except ApiError as exc:
@@ -135,7 +140,9 @@ class RayOperator:
                 self._delete_pod(ns, pod["metadata"]["name"])
             self._write_status(cluster, self._cluster_pods(ns, name))
             return
-        pods = [p for p in self._cluster_pods(ns, name) if not p["metadata"].get("deletionTimestamp")]
+        pods = [
+            p for p in self._cluster_pods(ns, name) if not p["metadata"].get("deletionTimestamp")
+        ]
         heads = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "head"]
         if not heads:
             self._create_pod(cluster, "head", HEAD_GROUP, spec.get("headGroupSpec") or {})
@@ -145,7 +152,8 @@ class RayOperator:
         for group in groups:
             gname = group.get("groupName", "")
             members = [
-                p for p in pods
+                p
+                for p in pods
                 if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
                 and p["metadata"]["labels"].get("ray.io/group") == gname
             ]
@@ -177,7 +185,9 @@ class RayOperator:
 
         current = self.store.get("rayclusters", ns, name)
         self.api.internal(
-            "PUT", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}", clear(copy.deepcopy(current))
+            "PUT",
+            f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}",
+            clear(copy.deepcopy(current)),
         )
 
     def _create_pod(self, cluster: Obj, node_type: str, group: str, group_spec: Obj) -> None:
@@ -201,17 +211,24 @@ class RayOperator:
         spec = template.get("spec") or {}
         containers = spec.get("containers") or []
         if containers:
-            env = [e for e in containers[0].get("env") or [] if e.get("name") not in (
-                "RAY_CLOUD_INSTANCE_ID", "RAY_NODE_TYPE_NAME", "RAY_CLUSTER_NAME")]
+            env = [
+                e
+                for e in containers[0].get("env") or []
+                if e.get("name")
+                not in ("RAY_CLOUD_INSTANCE_ID", "RAY_NODE_TYPE_NAME", "RAY_CLUSTER_NAME")
+            ]
             env += [
                 {"name": "RAY_CLUSTER_NAME", "value": name},
-                {"name": "RAY_CLOUD_INSTANCE_ID",
-                 "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
+                {
+                    "name": "RAY_CLOUD_INSTANCE_ID",
+                    "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+                },
                 {"name": "RAY_NODE_TYPE_NAME", "value": group},
             ]
             if node_type == "worker":
-                env.append({"name": "RAY_ADDRESS",
-                            "value": f"{name}-head-svc.{ns}.svc.cluster.local:6379"})
+                env.append(
+                    {"name": "RAY_ADDRESS", "value": f"{name}-head-svc.{ns}.svc.cluster.local:6379"}
+                )
             containers[0]["env"] = env
         pod = {
             "apiVersion": "v1",
@@ -249,7 +266,9 @@ class RayOperator:
         ns, name = meta.get("namespace", ""), meta["name"]
         spec = cluster.get("spec") or {}
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        head = next((p for p in live if p["metadata"]["labels"].get("ray.io/node-type") == "head"), None)
+        head = next(
+            (p for p in live if p["metadata"]["labels"].get("ray.io/node-type") == "head"), None
+        )
         workers = [p for p in live if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
         running = [p for p in workers if (p.get("status") or {}).get("phase") == "Running"]
         groups = spec.get("workerGroupSpecs") or []
@@ -258,9 +277,9 @@ class RayOperator:
         head_running = head is not None and (head.get("status") or {}).get("phase") == "Running"
         status: Obj = dict(cluster.get("status") or {})
         new: Obj = {
-            "state": "suspended" if spec.get("suspend") else (
-                "ready" if head_running and len(running) >= desired else status.get("state", "")
-            ),
+            "state": "suspended"
+            if spec.get("suspend")
+            else ("ready" if head_running and len(running) >= desired else status.get("state", "")),
             "desiredWorkerReplicas": desired,
             "availableWorkerReplicas": len(running),
             "readyWorkerReplicas": len(running),
@@ -325,4 +344,3 @@ class RayOperator:
 
 
 __all__ = ["RayOperator"]
-_ = Any

@@ -49,12 +49,12 @@ def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[s
     """Apply `patch` of `content_type` to `target` (which may be changed) and return the result."""
     if content_type == JSON_PATCH:
         if not isinstance(patch, list):
-            raise bad_request(
-                "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
-            )
+            raise bad_request("json: cannot unmarshal object into Go value of type jsonpatch.Patch")
         return json_patch(target, patch)
     if not isinstance(patch, dict):
-        raise bad_request("json: cannot unmarshal array into Go value of type map[string]interface {}")
+        raise bad_request(
+            "json: cannot unmarshal array into Go value of type map[string]interface {}"
+        )
     if content_type == MERGE_PATCH:
         out = merge_patch(target, patch)
     else:
@@ -101,8 +101,8 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
         current = out.get(key)
         if isinstance(value, list) and key in _MERGE_KEYS and isinstance(current, list):
             out[key] = _merge_list(current, value, _MERGE_KEYS[key], key)
-        elif isinstance(value, list) and key in _MERGED_PRIMITIVE_LISTS and isinstance(
-            current, list
+        elif (
+            isinstance(value, list) and key in _MERGED_PRIMITIVE_LISTS and isinstance(current, list)
         ):
             out[key] = current + [v for v in value if v not in current]
         elif isinstance(value, list):
@@ -178,15 +178,14 @@ def _parent(doc: Any, tokens: list[str], op: str, path: str) -> Any:
         if isinstance(node, dict):
             if token not in node:
                 raise unprocessable(
-                    f"{op} operation does not apply: doc is missing path: \"{path}\": "
-                    "missing value"
+                    f'{op} operation does not apply: doc is missing path: "{path}": missing value'
                 )
             node = node[token]
         elif isinstance(node, list):
             node = node[_index(token, len(node), path, op)]
         else:
             raise unprocessable(
-                f"{op} operation does not apply: doc is missing path: \"{path}\": missing value"
+                f'{op} operation does not apply: doc is missing path: "{path}": missing value'
             )
     return node
 
@@ -254,7 +253,9 @@ def json_patch(target: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
             elif isinstance(parent, list):
                 parent[_index(last, len(parent), path, op)] = value
             else:
-                raise unprocessable(f"replace operation does not apply: doc is missing path: {path}")
+                raise unprocessable(
+                    f"replace operation does not apply: doc is missing path: {path}"
+                )
         elif op == "remove":
             doc = _remove(doc, tokens, path, op)
         else:
@@ -273,7 +274,7 @@ def _get(doc: Any, tokens: list[str], path: str, op: str) -> Any:
             node = node[_index(token, len(node), path, op)]
         else:
             raise unprocessable(
-                f"{op} operation does not apply: doc is missing path: \"{path}\": missing value"
+                f'{op} operation does not apply: doc is missing path: "{path}": missing value'
             )
     return node
 
@@ -284,8 +285,7 @@ def _remove(doc: Any, tokens: list[str], path: str, op: str) -> Any:
     if isinstance(parent, dict):
         if last not in parent:
             raise unprocessable(
-                f"remove operation does not apply: doc is missing path: \"{path}\": "
-                "missing value"
+                f'remove operation does not apply: doc is missing path: "{path}": missing value'
             )
         del parent[last]
     elif isinstance(parent, list):

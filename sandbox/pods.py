@@ -47,7 +47,9 @@ def qty(value: object) -> Decimal:
 def canonicalize_resources(pod: Obj) -> None:
     """Decode every resource quantity like the server's Quantity unmarshalling does."""
     spec = pod.get("spec") or {}
-    holders = [c.get("resources") for f in ("containers", "initContainers") for c in _containers(spec, f)]
+    holders = [
+        c.get("resources") for f in ("containers", "initContainers") for c in _containers(spec, f)
+    ]
     holders.append(spec.get("resources"))
     for resources in holders:
         if not isinstance(resources, dict):
@@ -75,7 +77,12 @@ def _default_container(c: Obj) -> None:
     c.setdefault("terminationMessagePath", "/dev/termination-log")
     c.setdefault("terminationMessagePolicy", "File")
     image = str(c.get("image", ""))
-    c.setdefault("imagePullPolicy", "Always" if image.endswith(":latest") or ":" not in image.split("/")[-1] else "IfNotPresent")
+    c.setdefault(
+        "imagePullPolicy",
+        "Always"
+        if image.endswith(":latest") or ":" not in image.split("/")[-1]
+        else "IfNotPresent",
+    )
     resources = c.setdefault("resources", {})
     limits = resources.get("limits") or {}
     if limits:
@@ -240,7 +247,7 @@ def validate_create(pod: Obj) -> None:
 
 
 # --- update of the pod itself ---------------------------------------------------------
-def _spec_diff(old: Obj, new: Obj, path: str = "spec") -> list[str]:
+def _spec_diff(old: Any, new: Any, path: str = "spec") -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         out: list[str] = []
         for key in sorted(set(old) | set(new)):
@@ -268,8 +275,15 @@ def prepare_update(old: Obj, new: Obj) -> None:
 
 def _keep_system_metadata(old: Obj, new: Obj) -> None:
     meta = new.setdefault("metadata", {})
-    for key in ("uid", "creationTimestamp", "name", "namespace", "generation", "deletionTimestamp",
-                "deletionGracePeriodSeconds"):
+    for key in (
+        "uid",
+        "creationTimestamp",
+        "name",
+        "namespace",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ):
         if key in old["metadata"]:
             meta[key] = old["metadata"][key]
         else:
@@ -398,11 +412,15 @@ def validate_resize(old: Obj, new: Obj) -> None:
     if MIRROR_ANNOTATION in (old["metadata"].get("annotations") or {}):
         raise invalid_object("Pod", name, [*errs, forbidden("[]", "static pods cannot be resized")])
     if (old_spec.get("os") or {}).get("name") == "windows":
-        raise invalid_object("Pod", name, [*errs, forbidden("[]", "windows pods cannot be resized")])
+        raise invalid_object(
+            "Pod", name, [*errs, forbidden("[]", "windows pods cannot be resized")]
+        )
 
     old_qos = pod_qos(old)
     if old_qos != compute_qos(new):
-        errs.append(invalid("spec", old_qos, "Pod QOS Class may not change as a result of resizing"))
+        errs.append(
+            invalid("spec", old_qos, "Pod QOS Class may not change as a result of resizing")
+        )
 
     for status in (old.get("status") or {}).get("containerStatuses") or []:
         if "running" in (status.get("state") or {}):

@@ -9,6 +9,7 @@ limited to ~107 characters); the dashboard is off and the object store small.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -31,6 +32,19 @@ log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
 STOP_GRACE_S = 10.0
+GCS_WAIT_S = 60.0
+
+
+def wait_for_port(port: int, timeout_s: float) -> bool:
+    """True once 127.0.0.1:port accepts connections; False at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return True
+        except OSError:
+            time.sleep(0.2)
+    return False
 
 
 def free_port() -> int:
@@ -66,6 +80,15 @@ class RayRuntime:
         self._lock = threading.Lock()
         self._procs: dict[str, RayProcess] = {}  # pod uid → process
         self._gcs: dict[tuple[str, str], int] = {}  # (namespace, cluster) → GCS port
+        self._nodes = 0
+
+    def _node_dir(self) -> Path:
+        """A short private temp dir per Ray node: Raylets on one host must not share one."""
+        with self._lock:
+            self._nodes += 1
+            path = self.root / f"n{self._nodes}"
+        path.mkdir()
+        return path
 
     def gcs_port(self, namespace: str, cluster: str) -> int | None:
         with self._lock:
@@ -86,12 +109,15 @@ class RayRuntime:
         group = labels.get("ray.io/group", "headgroup" if is_head else "")
         millicores, memory = pod_size(pod)
         args = [
-            self.ray_bin, "start", "--block", "--disable-usage-stats",
+            self.ray_bin,
+            "start",
+            "--block",
+            "--disable-usage-stats",
             "--node-ip-address=127.0.0.1",
             f"--num-cpus={math.ceil(millicores / 1000)}",
             f"--memory={memory}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
-            f"--temp-dir={self.root}",
+            f"--temp-dir={self._node_dir()}",
             f"--node-manager-port={free_port()}",
             f"--object-manager-port={free_port()}",
             f"--dashboard-agent-listen-port={free_port()}",
@@ -103,15 +129,27 @@ class RayRuntime:
             if is_head:
                 port = free_port()
                 self._gcs[(namespace, cluster)] = port
-                args += ["--head", f"--port={port}", "--include-dashboard=false",
-                         f"--ray-client-server-port={free_port()}"]
+                args += [
+                    "--head",
+                    f"--port={port}",
+                    "--include-dashboard=false",
+                    f"--ray-client-server-port={free_port()}",
+                ]
             else:
                 port_or_none = self._gcs.get((namespace, cluster))
                 if port_or_none is None:
-                    log.warning("no head for %s/%s: pod %s runs without a Raylet",
-                                namespace, cluster, meta["name"])
+                    log.warning(
+                        "no head for %s/%s: pod %s runs without a Raylet",
+                        namespace,
+                        cluster,
+                        meta["name"],
+                    )
                     return
                 args.append(f"--address=127.0.0.1:{port_or_none}")
+        if not is_head:
+            # A Raylet that starts before its GCS answers can hang in `ray start`; KubeRay's
+            # worker init container waits for the GCS the same way.
+            wait_for_port(int(args[-1].rsplit(":", 1)[1]), GCS_WAIT_S)
         env = dict(os.environ)
         env.update(
             {
@@ -124,13 +162,22 @@ class RayRuntime:
         log_path = self.root / f"{meta['name']}.log"
         with log_path.open("wb") as out:
             proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True, cwd=self.root,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                cwd=self.root,
             )
         with self._lock:
             self._procs[meta["uid"]] = RayProcess(meta["name"], group, proc, log_path)
-        log.info("pod %s: started %s (pid %d)", meta["name"], "Ray head" if is_head else "Raylet",
-                 proc.pid)
+        log.info(
+            "pod %s: started %s (pid %d)",
+            meta["name"],
+            "Ray head" if is_head else "Raylet",
+            proc.pid,
+        )
 
     def stop(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -169,10 +216,8 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRAC
         else:
             continue
         break
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)  # stragglers that outlived their leader
-    except ProcessLookupError:
-        pass
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored

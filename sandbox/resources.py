@@ -19,7 +19,14 @@ NAMESPACES = ResourceType(
     "namespaces", "Namespace", "", "v1", False, "namespace", ("ns",), ("status",)
 )
 RAYCLUSTERS = ResourceType(
-    "rayclusters", "RayCluster", "ray.io", "v1", True, "raycluster", (), ("status",),
+    "rayclusters",
+    "RayCluster",
+    "ray.io",
+    "v1",
+    True,
+    "raycluster",
+    (),
+    ("status",),
     categories=("all",),
 )
 
@@ -78,13 +85,12 @@ def prepare_create(r: ResourceType, obj: Obj) -> None:
         _validate_raycluster(obj)
     elif r is NODES:
         obj.setdefault("status", {})
-    elif r is EVENTS:
-        if not obj.get("involvedObject"):
-            raise invalid_object(
-                "Event",
-                obj["metadata"].get("name", ""),
-                [required("involvedObject", "")],
-            )
+    elif r is EVENTS and not obj.get("involvedObject"):
+        raise invalid_object(
+            "Event",
+            obj["metadata"].get("name", ""),
+            [required("involvedObject", "")],
+        )
 
 
 def _validate_raycluster(obj: Obj) -> None:
@@ -142,8 +148,15 @@ def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
 
 def _keep_system_metadata(old: Obj, new: Obj) -> None:
     meta = new.setdefault("metadata", {})
-    for key in ("uid", "creationTimestamp", "name", "namespace", "generation",
-                "deletionTimestamp", "deletionGracePeriodSeconds"):
+    for key in (
+        "uid",
+        "creationTimestamp",
+        "name",
+        "namespace",
+        "generation",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ):
         if key in old["metadata"]:
             meta[key] = old["metadata"][key]
         else:

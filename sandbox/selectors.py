@@ -145,7 +145,7 @@ def parse_field_selector(text: str | None, resource: str) -> list[FieldRequireme
             raise bad_request(f"invalid selector: '{text}'; can't understand '{term}'")
         key = m.group(1)
         if key not in supported:
-            raise bad_request(f'field label not supported: {key}')
+            raise bad_request(f"field label not supported: {key}")
         out.append(FieldRequirement(supported[key], m.group(2) != "!=", m.group(3)))
     return out
 

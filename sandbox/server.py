@@ -28,8 +28,16 @@ from sandbox.patch import (
     STRATEGIC_MERGE_PATCH,
     apply_patch,
 )
-from sandbox.resources import ALL, BY_GROUP, GROUP_VERSIONS, NAMESPACES, PODS
-from sandbox.resources import discovery_resource_list, prepare_create, prepare_update
+from sandbox.resources import (
+    ALL,
+    BY_GROUP,
+    GROUP_VERSIONS,
+    NAMESPACES,
+    PODS,
+    discovery_resource_list,
+    prepare_create,
+    prepare_update,
+)
 from sandbox.selectors import (
     fields_match,
     labels_match,
@@ -114,9 +122,7 @@ class Api:
             raise ApiError(response.code, result.get("reason", ""), result.get("message", ""))
         return result
 
-    def handle(
-        self, method: str, target: str, headers: dict[str, str], body: bytes
-    ) -> Response:
+    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Response:
         self.requests += 1
         url = urlsplit(target)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
@@ -131,7 +137,11 @@ class Api:
             verb = _verb(method, route, query)
             if (verb, route.label) in self._denied:
                 raise errors.forbidden_request(
-                    verb, route.label, route.name, route.namespace, DEFAULT_USER,
+                    verb,
+                    route.label,
+                    route.name,
+                    route.namespace,
+                    DEFAULT_USER,
                     route.resource.group,
                 )
             decision = self.faults.decide(verb, route.label, route.name)
@@ -139,7 +149,9 @@ class Api:
                 time.sleep(decision.latency_s)
             if decision.error is not None:
                 raise decision.error
-            return self._dispatch(verb, route, query, headers, body, decision.watch_disconnect_after_s)
+            return self._dispatch(
+                verb, route, query, headers, body, decision.watch_disconnect_after_s
+            )
         except ApiError as e:
             return _error(e)
 
@@ -249,8 +261,11 @@ class Api:
         if verb == "deletecollection":
             items, _ = self.store.list(r.name, route.namespace or None, self._filter(route, query))
             for item in items:
-                self._delete(Route(r, item["metadata"].get("namespace", ""),
-                                   item["metadata"]["name"], ""), {}, b"")
+                self._delete(
+                    Route(r, item["metadata"].get("namespace", ""), item["metadata"]["name"], ""),
+                    {},
+                    b"",
+                )
             return _json(200, _list_body(r, items, self.store.resource_version))
         raise errors.method_not_allowed(verb, r.name)
 
@@ -277,9 +292,7 @@ class Api:
         meta = {"resourceVersion": rv}
         if cont:
             meta["continue"] = cont
-        head = dumps(
-            {"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": meta}
-        )[:-1]
+        head = dumps({"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": meta})[:-1]
         body = head + b',"items":[' + b",".join(e.bytes() for e in entries) + b"]}"
         return Response(200, body)
 
@@ -355,9 +368,7 @@ class Api:
         created = self.store.create(r.name, ns, obj)
         return Response(201, dumps(created))
 
-    def _write(
-        self, route: Route, change: Callable[[Obj], Obj]
-    ) -> Response:
+    def _write(self, route: Route, change: Callable[[Obj], Obj]) -> Response:
         r = route.resource
         if not route.name:
             raise errors.method_not_allowed("update", r.name)
@@ -405,7 +416,7 @@ class Api:
         patch = _decode(body)
 
         def change(current: Obj) -> Obj:
-            patched = apply_patch(content_type, current, patch)
+            patched = apply_patch(content_type, clone(current), patch)
             return patched
 
         return self._write(route, change)
@@ -438,6 +449,7 @@ class Api:
                 else (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
             )
             if bound and not finished and seconds > 0:
+
                 def terminate(pod: Obj) -> Obj:
                     meta = pod["metadata"]
                     if not meta.get("deletionTimestamp"):
@@ -601,8 +613,10 @@ class ApiServer:
 
     def start(self) -> ApiServer:
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.1},
-            name="sandbox-apiserver", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="sandbox-apiserver",
+            daemon=True,
         )
         self._thread.start()
         return self

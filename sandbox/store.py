@@ -91,6 +91,7 @@ class Watcher:
         self.events.put(None)
 
 
+_List = list  # `Store.list` shadows the builtin inside the class body
 _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet
 
 
@@ -112,7 +113,7 @@ class Store:
         with self.lock:
             entry = self._objects.get(resource, {}).get((namespace, name))
             if entry is None:
-                raise not_found(resource if not kind else kind, name, _group_of(resource))
+                raise not_found(kind if kind else resource, name, _group_of(resource))
             return entry.obj
 
     def find(self, resource: str, namespace: str, name: str) -> Obj | None:
@@ -125,7 +126,7 @@ class Store:
         resource: str,
         namespace: str | None = None,
         accept: Callable[[Obj], bool] | None = None,
-    ) -> tuple[list[Obj], str]:
+    ) -> tuple[_List[Obj], str]:
         items, rv = self.list_raw(resource, namespace, accept)
         return [e.obj for e in items], rv
 
@@ -134,7 +135,7 @@ class Store:
         resource: str,
         namespace: str | None = None,
         accept: Callable[[Obj], bool] | None = None,
-    ) -> tuple[list[_Entry], str]:
+    ) -> tuple[_List[_Entry], str]:
         with self.lock:
             entries = self._objects.get(resource, {})
             out = [
@@ -215,8 +216,10 @@ class Store:
                 return current
             new["metadata"]["resourceVersion"] = self._next_rv()
             meta = new["metadata"]
-            if meta.get("deletionTimestamp") and not meta.get("finalizers") and (
-                meta.get("deletionGracePeriodSeconds") in (None, 0)
+            if (
+                meta.get("deletionTimestamp")
+                and not meta.get("finalizers")
+                and (meta.get("deletionGracePeriodSeconds") in (None, 0))
             ):
                 del self._objects[resource][(namespace, name)]
                 self._publish(resource, "DELETED", new)
@@ -282,8 +285,11 @@ class Store:
                 if start < oldest - 1 and start < self._rv:
                     raise gone(f"too old resource version: {start} ({oldest - 1})")
                 for rv, res, kind, obj in self._history:
-                    if rv > start and res == resource and accept(obj) and (
-                        namespace is None or obj["metadata"].get("namespace", "") == namespace
+                    if (
+                        rv > start
+                        and res == resource
+                        and accept(obj)
+                        and (namespace is None or obj["metadata"].get("namespace", "") == namespace)
                     ):
                         w.events.put((kind, obj))
             self._watchers.append(w)

@@ -45,7 +45,8 @@ def _pod_status(pod: Obj) -> str:
 
 def _restarts(pod: Obj) -> int:
     return sum(
-        int(s.get("restartCount") or 0) for s in (pod.get("status") or {}).get("containerStatuses") or []
+        int(s.get("restartCount") or 0)
+        for s in (pod.get("status") or {}).get("containerStatuses") or []
     )
 
 
@@ -103,8 +104,12 @@ COLUMNS: dict[str, list[Column]] = {
     "rayclusters": [
         _NAME,
         ("desired workers", "integer", 0, _path("status", "desiredWorkerReplicas", default=None)),
-        ("available workers", "integer", 0,
-         _path("status", "availableWorkerReplicas", default=None)),
+        (
+            "available workers",
+            "integer",
+            0,
+            _path("status", "availableWorkerReplicas", default=None),
+        ),
         ("cpus", "string", 0, _path("status", "desiredCPU", default=None)),
         ("memory", "string", 0, _path("status", "desiredMemory", default=None)),
         ("gpus", "string", 0, _path("status", "desiredGPU", default=None)),

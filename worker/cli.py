@@ -29,6 +29,7 @@ def _mount() -> None:
 
     cli_ray.register(app)
     from worker import cli_sandbox
+
     cli_sandbox.register(app)
 
 

@@ -1,4 +1,4 @@
-"""`raysize sandbox up`: a local Kubernetes stand-in (API server, kubelet, KubeRay) in the foreground."""
+"""`raysize sandbox up`: a local Kubernetes stand-in (API server, kubelet, KubeRay)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,11 @@ def register(app: typer.Typer) -> None:
         if cpu <= 0 or memory <= 0:
             raise _fail("--node-cpu and --node-memory must be positive")
         config = SandboxConfig(
-            nodes=nodes, node_cpu=cpu, node_memory=memory, with_ray=with_ray, port=port,
+            nodes=nodes,
+            node_cpu=cpu,
+            node_memory=memory,
+            with_ray=with_ray,
+            port=port,
             max_pods=max_pods,
             timing=KubeletTiming(
                 actuation_delay_s=actuation_delay,

@@ -16,7 +16,10 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.sandbox.conftest import pod_body, wait_for
 
-BURSTABLE = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}}
+BURSTABLE = {
+    "requests": {"cpu": "100m", "memory": "64Mi"},
+    "limits": {"cpu": "200m", "memory": "128Mi"},
+}
 
 
 def running_pod(core: client.CoreV1Api, ns: str, name: str, **kwargs: Any) -> client.V1Pod:
@@ -44,7 +47,9 @@ def conditions(pod: client.V1Pod) -> dict[str, client.V1PodCondition]:
 def test_resize_bumps_generation_and_leaves_status_to_the_kubelet(core, ns):
     before = running_pod(core, ns, "p", **BURSTABLE)
     after = resize(
-        core, ns, "p",
+        core,
+        ns,
+        "p",
         {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
     )
     assert after.metadata.generation == before.metadata.generation + 1
@@ -55,16 +60,34 @@ def test_resize_bumps_generation_and_leaves_status_to_the_kubelet(core, ns):
 
 def test_resize_with_json_patch_and_merge_patch(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
-    pod = resize(core, ns, "p", [
-        {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "120m"},
-        {"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": "220m"},
-    ])
+    pod = resize(
+        core,
+        ns,
+        "p",
+        [
+            {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "120m"},
+            {"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": "220m"},
+        ],
+    )
     assert pod.spec.containers[0].resources.limits["cpu"] == "220m"
     pod = resize(
-        core, ns, "p",
-        {"spec": {"containers": [{"name": "c0", "image": "x", "resources": {
-            "requests": {"cpu": "130m", "memory": "64Mi"},
-            "limits": {"cpu": "230m", "memory": "128Mi"}}}]}},
+        core,
+        ns,
+        "p",
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c0",
+                        "image": "x",
+                        "resources": {
+                            "requests": {"cpu": "130m", "memory": "64Mi"},
+                            "limits": {"cpu": "230m", "memory": "128Mi"},
+                        },
+                    }
+                ]
+            }
+        },
         _content_type="application/merge-patch+json",
     )
     assert pod.spec.containers[0].resources.requests["cpu"] == "130m"
@@ -72,17 +95,29 @@ def test_resize_with_json_patch_and_merge_patch(core, ns):
 
 
 def test_merge_patch_dropping_resize_policy_is_rejected(core, ns):
-    core.create_namespaced_pod(ns, {
-        **pod_body("p", **BURSTABLE),
-        "spec": {**pod_body("p", **BURSTABLE)["spec"], "containers": [{
-            **pod_body("p", **BURSTABLE)["spec"]["containers"][0],
-            "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
-        }]},
-    })
+    core.create_namespaced_pod(
+        ns,
+        {
+            **pod_body("p", **BURSTABLE),
+            "spec": {
+                **pod_body("p", **BURSTABLE)["spec"],
+                "containers": [
+                    {
+                        **pod_body("p", **BURSTABLE)["spec"]["containers"][0],
+                        "resizePolicy": [{"resourceName": "cpu", "restartPolicy": "NotRequired"}],
+                    }
+                ],
+            },
+        },
+    )
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p",
-               {"spec": {"containers": [{"name": "c0", "resources": BURSTABLE}]}},
-               _content_type="application/merge-patch+json")
+        resize(
+            core,
+            ns,
+            "p",
+            {"spec": {"containers": [{"name": "c0", "resources": BURSTABLE}]}},
+            _content_type="application/merge-patch+json",
+        )
     assert exc.value.status == 422
     assert status_of(exc)["message"] == (
         'Pod "p" is invalid: spec: Forbidden: only cpu and memory resources are mutable'
@@ -92,8 +127,21 @@ def test_merge_patch_dropping_resize_policy_is_rejected(core, ns):
 def test_qos_class_change_is_invalid(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p", {"spec": {"containers": [{"name": "c0", "resources": {
-            "requests": {"cpu": "200m", "memory": "128Mi"}}}]}})
+        resize(
+            core,
+            ns,
+            "p",
+            {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c0",
+                            "resources": {"requests": {"cpu": "200m", "memory": "128Mi"}},
+                        }
+                    ]
+                }
+            },
+        )
     body = status_of(exc)
     assert (exc.value.status, body["reason"], body["code"]) == (422, "Invalid", 422)
     assert body["message"] == (
@@ -103,20 +151,23 @@ def test_qos_class_change_is_invalid(core, ns):
     assert body["details"] == {
         "name": "p",
         "kind": "Pod",
-        "causes": [{
-            "reason": "FieldValueInvalid",
-            "message": 'Invalid value: "Burstable": Pod QOS Class may not change as a result of '
-                       "resizing",
-            "field": "spec",
-        }],
+        "causes": [
+            {
+                "reason": "FieldValueInvalid",
+                "message": 'Invalid value: "Burstable": Pod QOS Class may not change as a result of '
+                "resizing",
+                "field": "spec",
+            }
+        ],
     }
 
 
 def test_removing_requests_is_forbidden(core, ns):
     running_pod(core, ns, "p", requests={"cpu": "100m", "memory": "64Mi"})
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p",
-               [{"op": "remove", "path": "/spec/containers/0/resources/requests/cpu"}])
+        resize(
+            core, ns, "p", [{"op": "remove", "path": "/spec/containers/0/resources/requests/cpu"}]
+        )
     assert status_of(exc)["message"] == (
         'Pod "p" is invalid: spec.containers[0].resources.requests: Forbidden: '
         "resource requests cannot be removed"
@@ -136,9 +187,18 @@ def test_removing_limits_is_forbidden(core, ns):
 def test_only_cpu_and_memory_are_mutable(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p", [{"op": "add",
-                                "path": "/spec/containers/0/resources/requests/ephemeral-storage",
-                                "value": "1Gi"}])
+        resize(
+            core,
+            ns,
+            "p",
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/containers/0/resources/requests/ephemeral-storage",
+                    "value": "1Gi",
+                }
+            ],
+        )
     assert status_of(exc)["message"] == (
         'Pod "p" is invalid: spec: Forbidden: only cpu and memory resources are mutable'
     )
@@ -147,9 +207,18 @@ def test_only_cpu_and_memory_are_mutable(core, ns):
 def test_resize_policy_is_immutable(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p", [{"op": "add", "path": "/spec/containers/0/resizePolicy",
-                                "value": [{"resourceName": "cpu",
-                                           "restartPolicy": "RestartContainer"}]}])
+        resize(
+            core,
+            ns,
+            "p",
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/containers/0/resizePolicy",
+                    "value": [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}],
+                }
+            ],
+        )
     assert exc.value.status == 422
     assert "spec: Forbidden: only cpu and memory resources are mutable" in status_of(exc)["message"]
 
@@ -163,10 +232,15 @@ def test_containers_may_not_be_added_removed_or_renamed(core, ns):
         "containers may not be added or removed on resize"
     )
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p", [
-            {"op": "replace", "path": "/spec/containers/0/name", "value": "c1"},
-            {"op": "replace", "path": "/spec/containers/1/name", "value": "c0"},
-        ])
+        resize(
+            core,
+            ns,
+            "p",
+            [
+                {"op": "replace", "path": "/spec/containers/0/name", "value": "c1"},
+                {"op": "replace", "path": "/spec/containers/1/name", "value": "c0"},
+            ],
+        )
     assert status_of(exc)["message"] == (
         'Pod "p" is invalid: [spec.containers[0].name: Forbidden: containers may not be renamed '
         "or reordered on resize, spec.containers[1].name: Forbidden: containers may not be "
@@ -179,8 +253,12 @@ def test_pod_level_resources_cannot_be_resized(core, ns):
     body["spec"]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
     core.create_namespaced_pod(ns, body)
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p", {"spec": {"containers": [{"name": "c0", "resources": {
-            "requests": {"cpu": "150m"}}}]}})
+        resize(
+            core,
+            ns,
+            "p",
+            {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
+        )
     assert status_of(exc)["message"] == (
         'Pod "p" is invalid: []: Forbidden: pods with pod-level resources cannot be resized'
     )
@@ -189,9 +267,18 @@ def test_pod_level_resources_cannot_be_resized(core, ns):
 def test_request_above_limit_is_invalid(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
     with pytest.raises(ApiException) as exc:
-        resize(core, ns, "p", [{"op": "replace",
-                                "path": "/spec/containers/0/resources/requests/cpu",
-                                "value": "300m"}])
+        resize(
+            core,
+            ns,
+            "p",
+            [
+                {
+                    "op": "replace",
+                    "path": "/spec/containers/0/resources/requests/cpu",
+                    "value": "300m",
+                }
+            ],
+        )
     assert status_of(exc)["message"] == (
         'Pod "p" is invalid: spec.containers[0].resources.requests: Invalid value: "300m": '
         "must be less than or equal to cpu limit of 200m"
@@ -200,9 +287,12 @@ def test_request_above_limit_is_invalid(core, ns):
 
 def test_memory_limit_decrease_passes_validation(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
-    pod = resize(core, ns, "p", [{"op": "replace",
-                                  "path": "/spec/containers/0/resources/limits/memory",
-                                  "value": "96Mi"}])
+    pod = resize(
+        core,
+        ns,
+        "p",
+        [{"op": "replace", "path": "/spec/containers/0/resources/limits/memory", "value": "96Mi"}],
+    )
     assert pod.spec.containers[0].resources.limits["memory"] == "96Mi"
 
 
@@ -235,8 +325,14 @@ def test_resource_version_in_a_merge_patch_is_a_precondition(core, ns):
     core.patch_namespaced_pod("p", ns, {"metadata": {"annotations": {"a": "1"}}})
     with pytest.raises(ApiException) as exc:
         core.patch_namespaced_pod(
-            "p", ns, {"metadata": {"resourceVersion": pod.metadata.resource_version,
-                                   "annotations": {"a": "2"}}},
+            "p",
+            ns,
+            {
+                "metadata": {
+                    "resourceVersion": pod.metadata.resource_version,
+                    "annotations": {"a": "2"},
+                }
+            },
             _content_type="application/merge-patch+json",
         )
     assert exc.value.status == 409
@@ -247,7 +343,9 @@ def test_missing_pod_is_not_found(core, ns):
         resize(core, ns, "nope", {"spec": {}})
     body = status_of(exc)
     assert (exc.value.status, body["reason"], body["message"]) == (
-        404, "NotFound", 'pods "nope" not found'
+        404,
+        "NotFound",
+        'pods "nope" not found',
     )
     assert body["details"] == {"name": "nope", "kind": "pods"}
 
@@ -255,8 +353,11 @@ def test_missing_pod_is_not_found(core, ns):
 def test_resources_cannot_change_through_a_plain_pod_update(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
     with pytest.raises(ApiException) as exc:
-        core.patch_namespaced_pod("p", ns, {"spec": {"containers": [{
-            "name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}})
+        core.patch_namespaced_pod(
+            "p",
+            ns,
+            {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
+        )
     assert exc.value.status == 422
     assert status_of(exc)["message"].startswith(
         'Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than '
@@ -266,17 +367,28 @@ def test_resources_cannot_change_through_a_plain_pod_update(core, ns):
 
 def test_a_resize_that_changes_nothing_writes_nothing(core, ns):
     pod = running_pod(core, ns, "p", **BURSTABLE)
-    again = resize(core, ns, "p", {"spec": {"containers": [{"name": "c0", "resources": {
-        "requests": {"cpu": "100m"}}}]}})
+    again = resize(
+        core,
+        ns,
+        "p",
+        {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "100m"}}}]}},
+    )
     assert again.metadata.generation == pod.metadata.generation
     assert again.metadata.resource_version == pod.metadata.resource_version
 
 
 def test_resize_cannot_change_labels_or_status(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
-    pod = resize(core, ns, "p", {"metadata": {"labels": {"x": "y"}}, "status": {"phase": "Failed"},
-                                 "spec": {"containers": [{"name": "c0", "resources": {
-                                     "requests": {"cpu": "110m"}}}]}})
+    pod = resize(
+        core,
+        ns,
+        "p",
+        {
+            "metadata": {"labels": {"x": "y"}},
+            "status": {"phase": "Failed"},
+            "spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "110m"}}}]},
+        },
+    )
     assert "x" not in pod.metadata.labels
     assert pod.status.phase == "Running"
 
@@ -284,8 +396,21 @@ def test_resize_cannot_change_labels_or_status(core, ns):
 # --- §2: what the kubelet reports ---------------------------------------------------------
 def test_accepted_resize_is_actuated_and_reported(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
-    patched = resize(core, ns, "p", {"spec": {"containers": [{"name": "c0", "resources": {
-        "requests": {"cpu": "150m"}, "limits": {"cpu": "250m"}}}]}})
+    patched = resize(
+        core,
+        ns,
+        "p",
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c0",
+                        "resources": {"requests": {"cpu": "150m"}, "limits": {"cpu": "250m"}},
+                    }
+                ]
+            }
+        },
+    )
 
     def done() -> client.V1Pod | None:
         pod = core.read_namespaced_pod("p", ns)
@@ -300,10 +425,24 @@ def test_accepted_resize_is_actuated_and_reported(core, ns):
     pod = wait_for(done, timeout=60)
     assert pod.status.container_statuses[0].allocated_resources["cpu"] == "150m"
     assert pod.status.observed_generation == patched.metadata.generation
-    reasons = wait_for(lambda: {e.reason for e in core.list_namespaced_event(
-        ns, field_selector="involvedObject.name=p").items} >= {"ResizeStarted", "ResizeCompleted"}
-        and {e.reason: e for e in core.list_namespaced_event(
-            ns, field_selector="involvedObject.name=p").items}, timeout=30)
+    reasons = wait_for(
+        lambda: (
+            {
+                e.reason
+                for e in core.list_namespaced_event(
+                    ns, field_selector="involvedObject.name=p"
+                ).items
+            }
+            >= {"ResizeStarted", "ResizeCompleted"}
+            and {
+                e.reason: e
+                for e in core.list_namespaced_event(
+                    ns, field_selector="involvedObject.name=p"
+                ).items
+            }
+        ),
+        timeout=30,
+    )
     assert reasons["ResizeStarted"].type == "Normal"
     assert reasons["ResizeStarted"].message.startswith("Pod resize started: {")
     assert json.loads(reasons["ResizeCompleted"].message.split(": ", 1)[1])["generation"] == (
@@ -318,8 +457,18 @@ def test_infeasible_resize_is_pending_with_the_kubelets_message(core, ns):
     from workflows.resources import CPU, quantity_to_units
 
     cap_m = quantity_to_units(capacity, CPU)
-    patched = resize(core, ns, "p", {"spec": {"containers": [{"name": "c0", "resources": {
-        "requests": {"cpu": f"{cap_m + 1000}m"}}}]}})
+    patched = resize(
+        core,
+        ns,
+        "p",
+        {
+            "spec": {
+                "containers": [
+                    {"name": "c0", "resources": {"requests": {"cpu": f"{cap_m + 1000}m"}}}
+                ]
+            }
+        },
+    )
 
     def pending() -> client.V1PodCondition | None:
         return conditions(core.read_namespaced_pod("p", ns)).get("PodResizePending")
@@ -330,8 +479,13 @@ def test_infeasible_resize_is_pending_with_the_kubelets_message(core, ns):
         f"Node didn't have enough capacity: cpu, requested: {cap_m + 1000}, capacity: {cap_m}"
     )
     assert cond.observed_generation == patched.metadata.generation
-    event = wait_for(lambda: [e for e in core.list_namespaced_event(
-        ns, field_selector="involvedObject.name=p").items if e.reason == "ResizeInfeasible"])[0]
+    event = wait_for(
+        lambda: [
+            e
+            for e in core.list_namespaced_event(ns, field_selector="involvedObject.name=p").items
+            if e.reason == "ResizeInfeasible"
+        ]
+    )[0]
     assert event.type == "Warning"
     assert event.message.startswith("Pod resize Infeasible: ")
     assert json.loads(event.message.split(": ", 1)[1])["error"] == cond.message
@@ -340,27 +494,35 @@ def test_infeasible_resize_is_pending_with_the_kubelets_message(core, ns):
 # --- patch types, selectors, watch, events ------------------------------------------------
 def test_strategic_merge_patch_merges_containers_by_name(core, ns):
     core.create_namespaced_pod(ns, pod_body("p", containers=2, **BURSTABLE))
-    pod = core.patch_namespaced_pod("p", ns, {"spec": {"containers": [
-        {"name": "c1", "image": "registry.k8s.io/pause:3.9"}]}})
+    pod = core.patch_namespaced_pod(
+        "p", ns, {"spec": {"containers": [{"name": "c1", "image": "registry.k8s.io/pause:3.9"}]}}
+    )
     assert [c.image for c in pod.spec.containers] == [
-        "registry.k8s.io/pause:3.10", "registry.k8s.io/pause:3.9"]
+        "registry.k8s.io/pause:3.10",
+        "registry.k8s.io/pause:3.9",
+    ]
 
 
 def test_json_patch_test_operation_guards_a_write(core, ns):
     core.create_namespaced_pod(ns, pod_body("p", **BURSTABLE))
     with pytest.raises(ApiException) as exc:
-        core.patch_namespaced_pod("p", ns, [
-            {"op": "test", "path": "/metadata/labels/app", "value": "other"},
-            {"op": "replace", "path": "/metadata/labels/app", "value": "new"},
-        ])
+        core.patch_namespaced_pod(
+            "p",
+            ns,
+            [
+                {"op": "test", "path": "/metadata/labels/app", "value": "other"},
+                {"op": "replace", "path": "/metadata/labels/app", "value": "new"},
+            ],
+        )
     assert exc.value.status == 422
     assert core.read_namespaced_pod("p", ns).metadata.labels["app"] == "conformance"
 
 
 def test_label_and_field_selectors(core, ns):
     for name, tier in (("a", "web"), ("b", "db"), ("c", "web")):
-        core.create_namespaced_pod(ns, pod_body(name, labels={"tier": tier, "app": "sel"},
-                                                **BURSTABLE))
+        core.create_namespaced_pod(
+            ns, pod_body(name, labels={"tier": tier, "app": "sel"}, **BURSTABLE)
+        )
     names = lambda **kw: sorted(p.metadata.name for p in core.list_namespaced_pod(ns, **kw).items)  # noqa: E731
     assert names(label_selector="tier=web") == ["a", "c"]
     assert names(label_selector="tier!=web") == ["b"]
@@ -390,8 +552,13 @@ def test_watch_sees_every_change_in_order_and_resumes(core, ns):
     done = threading.Event()
 
     def consume() -> None:
-        for event in w.stream(core.list_namespaced_pod, ns, resource_version=start_rv,
-                              label_selector="app=conformance", timeout_seconds=30):
+        for event in w.stream(
+            core.list_namespaced_pod,
+            ns,
+            resource_version=start_rv,
+            label_selector="app=conformance",
+            timeout_seconds=30,
+        ):
             seen.append((event["type"], event["object"].metadata.name))
             if event["type"] == "DELETED":
                 break
@@ -408,8 +575,9 @@ def test_watch_sees_every_change_in_order_and_resumes(core, ns):
     assert seen[-1] == ("DELETED", "w")
     assert all(kind == "MODIFIED" for kind, _ in seen[1:-1])
     # Resuming from the first event's revision replays what came after it.
-    replay = core.list_namespaced_pod(ns, watch=True, resource_version=start_rv,
-                                      timeout_seconds=1, _preload_content=False)
+    replay = core.list_namespaced_pod(
+        ns, watch=True, resource_version=start_rv, timeout_seconds=1, _preload_content=False
+    )
     kinds = [json.loads(line)["type"] for line in replay.read().splitlines() if line]
     assert kinds[0] == "ADDED" and kinds[-1] == "DELETED"
 
@@ -417,36 +585,68 @@ def test_watch_sees_every_change_in_order_and_resumes(core, ns):
 def test_events_create_and_list_by_involved_object(core, ns):
     core.create_namespaced_pod(ns, pod_body("p", **BURSTABLE))
     pod = core.read_namespaced_pod("p", ns)
-    core.create_namespaced_event(ns, {
-        "metadata": {"name": "p.custom"},
-        "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns, "uid": pod.metadata.uid},
-        "reason": "Tested", "message": "hello", "type": "Normal",
-        "source": {"component": "raysize"},
-    })
+    core.create_namespaced_event(
+        ns,
+        {
+            "metadata": {"name": "p.custom"},
+            "involvedObject": {
+                "kind": "Pod",
+                "name": "p",
+                "namespace": ns,
+                "uid": pod.metadata.uid,
+            },
+            "reason": "Tested",
+            "message": "hello",
+            "type": "Normal",
+            "source": {"component": "raysize"},
+        },
+    )
     events = core.list_namespaced_event(
-        ns, field_selector=f"involvedObject.name=p,involvedObject.uid={pod.metadata.uid}")
+        ns, field_selector=f"involvedObject.name=p,involvedObject.uid={pod.metadata.uid}"
+    )
     assert "Tested" in [e.reason for e in events.items]
 
 
 def test_raycluster_crud_status_subresource_and_generation(kube, ns):
     co = client.CustomObjectsApi(kube)
-    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"},
-          "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [
-              {"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}}},
-                   "workerGroupSpecs": []}}
+    rc = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "rc"},
+        "spec": {
+            "headGroupSpec": {
+                "rayStartParams": {},
+                "template": {
+                    "spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.60.0"}]}
+                },
+            },
+            "workerGroupSpecs": [],
+        },
+    }
     created = co.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", rc)
     assert created["metadata"]["generation"] == 1
     patched = co.patch_namespaced_custom_object(
-        "ray.io", "v1", ns, "rayclusters", "rc",
-        {"metadata": {"annotations": {"a": "1"}}, "status": {"state": "bogus"}})
+        "ray.io",
+        "v1",
+        ns,
+        "rayclusters",
+        "rc",
+        {"metadata": {"annotations": {"a": "1"}}, "status": {"state": "bogus"}},
+    )
     assert patched["metadata"]["generation"] == 1  # metadata only: no new generation
     assert (patched.get("status") or {}).get("state") != "bogus"  # status via /status only
     patched = co.patch_namespaced_custom_object(
-        "ray.io", "v1", ns, "rayclusters", "rc", {"spec": {"rayVersion": "2.60.0"}})
+        "ray.io", "v1", ns, "rayclusters", "rc", {"spec": {"rayVersion": "2.60.0"}}
+    )
     assert patched["metadata"]["generation"] == 2
     status = co.patch_namespaced_custom_object_status(
-        "ray.io", "v1", ns, "rayclusters", "rc",
-        {"status": {"state": "custom"}, "spec": {"rayVersion": "9"}})
+        "ray.io",
+        "v1",
+        ns,
+        "rayclusters",
+        "rc",
+        {"status": {"state": "custom"}, "spec": {"rayVersion": "9"}},
+    )
     assert status["status"]["state"] == "custom" and status["spec"]["rayVersion"] == "2.60.0"
     listed = co.list_namespaced_custom_object("ray.io", "v1", ns, "rayclusters")
     assert [i["metadata"]["name"] for i in listed["items"]] == ["rc"]

@@ -28,7 +28,6 @@ from workflows.contracts import (
     EventInput,
     PatchResizeInput,
     ProgressState,
-    ScaleInput,
     SetStatusInput,
     WaitResizeInput,
 )
@@ -36,29 +35,40 @@ from workflows.ippr import IpprStatus
 from workflows.model import PodPhase, ResizeState
 from workflows.resources import GIB
 
+
 def run(fn, inp):
     """Drive an activity as the worker would: in an activity context (heartbeats work)."""
     return asyncio.run(ActivityEnvironment().run(fn, inp))
 
 
-IPPR = json.dumps({"groups": {"small": {"max-cpu": "4", "max-memory": "8Gi", "resize-timeout": 60}}})
+IPPR = json.dumps(
+    {"groups": {"small": {"max-cpu": "4", "max-memory": "8Gi", "resize-timeout": 60}}}
+)
 
 
 @pytest.fixture
 def env(make_sandbox, tmp_path):
-    sb = make_sandbox(node_cpu=8000, node_memory=32 * GIB,
-                      timing=KubeletTiming(actuation_delay_s=0.05))
+    sb = make_sandbox(
+        node_cpu=8000, node_memory=32 * GIB, timing=KubeletTiming(actuation_delay_s=0.05)
+    )
     api = client_for(sb, tmp_path)
     rc = raycluster(replicas=2)
     rc["metadata"]["annotations"] = {"ray.io/ippr": IPPR}
     burstable = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
-    burstable["resources"] = {"requests": {"cpu": "500m", "memory": "1Gi"},
-                              "limits": {"cpu": "1", "memory": "2Gi"}}
+    burstable["resources"] = {
+        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "limits": {"cpu": "1", "memory": "2Gi"},
+    }
     client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "ray.io", "v1", "default", "rayclusters", rc)
+        "ray.io", "v1", "default", "rayclusters", rc
+    )
     kube = Kube(api, timeout_s=2.0)
-    wait_for(lambda: len([p for p in kube.read_cluster("default", "rc").pods
-                          if p.phase == PodPhase.RUNNING]) == 3)
+    wait_for(
+        lambda: (
+            len([p for p in kube.read_cluster("default", "rc").pods if p.phase == PodPhase.RUNNING])
+            == 3
+        )
+    )
     yield sb, kube
     api.close()
 
@@ -82,26 +92,45 @@ def test_read_cluster_fills_the_snapshot_model(env):
 
 
 def test_resize_keeps_the_gap_and_reports_progress(env):
-    sb, kube = env
+    _sb, kube = env
     acts = K8sActivities(kube)
     pod = workers(kube)[0]
     status = IpprStatus(raylet_id="abc", resizing_at=123)
-    patched = run(acts.patch_resize, (PatchResizeInput(
-        namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)))
+    patched = run(
+        acts.patch_resize,
+        (PatchResizeInput(namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)),
+    )
     raw = kube.get_pod("default", pod)
     res = raw["spec"]["containers"][0]["resources"]
-    assert res == {"requests": {"cpu": "2500m", "memory": "4Gi"},
-                   "limits": {"cpu": "3", "memory": "5Gi"}}
+    assert res == {
+        "requests": {"cpu": "2500m", "memory": "4Gi"},
+        "limits": {"cpu": "3", "memory": "5Gi"},
+    }
     assert raw["status"]["qosClass"] == "Burstable"
-    assert IpprStatus.from_annotation(raw["metadata"]["annotations"]["ray.io/ippr-status"]) == status
-    progress = run(acts.wait_resize, (WaitResizeInput(
-        namespace="default", pod=pod, cpu=3000, memory=5 * GIB,
-        generation=patched.generation, poll_interval_s=0.02, window_s=10)))
+    assert (
+        IpprStatus.from_annotation(raw["metadata"]["annotations"]["ray.io/ippr-status"]) == status
+    )
+    progress = run(
+        acts.wait_resize,
+        (
+            WaitResizeInput(
+                namespace="default",
+                pod=pod,
+                cpu=3000,
+                memory=5 * GIB,
+                generation=patched.generation,
+                poll_interval_s=0.02,
+                window_s=10,
+            )
+        ),
+    )
     assert progress.state == ProgressState.DONE
     assert (progress.cpu, progress.memory, progress.cpu_gap) == (3000, 5 * GIB, 500)
     # Asking again for the same size changes nothing: absolute targets are idempotent.
-    again = run(acts.patch_resize, (PatchResizeInput(
-        namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)))
+    again = run(
+        acts.patch_resize,
+        (PatchResizeInput(namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)),
+    )
     assert again.generation == patched.generation
 
 
@@ -109,31 +138,48 @@ def test_deferred_and_infeasible_progress(env):
     _, kube = env
     pod = workers(kube)[0]
     gen = kube.patch_resize("default", pod, 9000, 2 * GIB)
-    progress = wait_for(lambda: (p := kube.resize_progress("default", pod, 9000, 2 * GIB, gen))
-                        .state != ProgressState.IN_PROGRESS and p)
+    progress = wait_for(
+        lambda: (
+            (p := kube.resize_progress("default", pod, 9000, 2 * GIB, gen)).state
+            != ProgressState.IN_PROGRESS
+            and p
+        )
+    )
     assert progress.state == ProgressState.INFEASIBLE
     assert progress.message == (
-        "Node didn't have enough capacity: cpu, requested: 8500, capacity: 8000")
+        "Node didn't have enough capacity: cpu, requested: 8500, capacity: 8000"
+    )
     view = next(p for p in kube.read_cluster("default", "rc").pods if p.name == pod)
     assert view.resize is not None and view.resize.state == ResizeState.INFEASIBLE
     assert pod in kube.read_cluster("default", "rc").resizing
     gen = kube.patch_resize("default", pod, 7500, 2 * GIB)
-    progress = wait_for(lambda: (p := kube.resize_progress("default", pod, 7500, 2 * GIB, gen))
-                        .state != ProgressState.IN_PROGRESS and p)
+    progress = wait_for(
+        lambda: (
+            (p := kube.resize_progress("default", pod, 7500, 2 * GIB, gen)).state
+            != ProgressState.IN_PROGRESS
+            and p
+        )
+    )
     assert progress.state == ProgressState.DEFERRED
     assert progress.message.startswith("Node didn't have enough resource: cpu, requested: 7000")
 
 
 def test_scale_is_idempotent_and_guarded(env):
-    sb, kube = env
+    _sb, kube = env
     view = kube.read_cluster("default", "rc")
     victim = workers(kube)[0]
     assert kube.scale("default", "rc", {"small": 1}, {"small": (victim,)}, view.resource_version)
     # The same request again (a retried activity) is a no-op, even with the old version.
-    assert not kube.scale("default", "rc", {"small": 1}, {"small": (victim,)},
-                          view.resource_version) or True
-    wait_for(lambda: workers(kube) == [w for w in sorted(workers(kube)) if w != victim]
-             and len(workers(kube)) == 1)
+    assert (
+        not kube.scale("default", "rc", {"small": 1}, {"small": (victim,)}, view.resource_version)
+        or True
+    )
+    wait_for(
+        lambda: (
+            workers(kube) == [w for w in sorted(workers(kube)) if w != victim]
+            and len(workers(kube)) == 1
+        )
+    )
     stale = view.resource_version
     with pytest.raises(Conflict):
         kube.scale("default", "rc", {"small": 3}, {}, stale)
@@ -148,13 +194,37 @@ def test_events_on_pods_and_rayclusters(env):
     _, kube = env
     acts = K8sActivities(kube)
     pod = workers(kube)[0]
-    run(acts.record_event, (EventInput(namespace="default", kind="Pod", name=pod,
-                                             reason="RaysizeResize", message="to 2 CPU")))
-    run(acts.record_event, (EventInput(namespace="default", kind="RayCluster", name="rc",
-                                             reason="RaysizeScale", message="+1", warning=True)))
+    run(
+        acts.record_event,
+        (
+            EventInput(
+                namespace="default",
+                kind="Pod",
+                name=pod,
+                reason="RaysizeResize",
+                message="to 2 CPU",
+            )
+        ),
+    )
+    run(
+        acts.record_event,
+        (
+            EventInput(
+                namespace="default",
+                kind="RayCluster",
+                name="rc",
+                reason="RaysizeScale",
+                message="+1",
+                warning=True,
+            )
+        ),
+    )
     events = kube.core.list_namespaced_event("default").items
-    mine = {(e.involved_object.kind, e.reason, e.type) for e in events
-            if e.source and e.source.component == "raysize"}
+    mine = {
+        (e.involved_object.kind, e.reason, e.type)
+        for e in events
+        if e.source and e.source.component == "raysize"
+    }
     assert mine == {("Pod", "RaysizeResize", "Normal"), ("RayCluster", "RaysizeScale", "Warning")}
 
 
@@ -171,8 +241,12 @@ def test_errors_are_typed(env):
     sb.api.deny("patch", "pods/resize")
     with pytest.raises(Forbidden) as forbidden:
         kube.patch_resize("default", pod, 2000, 2 * GIB)
-    assert forbidden.value.rule == {"apiGroups": [""], "resources": ["pods/resize"],
-                                    "verbs": ["patch"], "namespace": "default"}
+    assert forbidden.value.rule == {
+        "apiGroups": [""],
+        "resources": ["pods/resize"],
+        "verbs": ["patch"],
+        "namespace": "default",
+    }
     assert 'resources: ["pods/resize"], verbs: ["patch"]' in forbidden.value.message
     assert not forbidden.value.retryable
     sb.api.allow_all()
@@ -190,13 +264,14 @@ def test_activities_raise_application_errors_with_retry_semantics(env):
     sb, kube = env
     acts = K8sActivities(kube)
     with pytest.raises(ApplicationError) as gone:
-        run(acts.set_status, (SetStatusInput(namespace="default", pod="nope",
-                                                   status=IpprStatus())))
+        run(acts.set_status, (SetStatusInput(namespace="default", pod="nope", status=IpprStatus())))
     assert gone.value.type == Err.POD_GONE and gone.value.non_retryable
     sb.faults.add(FaultRule(verb="patch", resource="pods", error_rate=1.0, codes=(409,)))
     with pytest.raises(ApplicationError) as conflict:
-        run(acts.set_status, (SetStatusInput(namespace="default", pod=workers(kube)[0],
-                                                   status=IpprStatus())))
+        run(
+            acts.set_status,
+            (SetStatusInput(namespace="default", pod=workers(kube)[0], status=IpprStatus())),
+        )
     assert conflict.value.type == "Conflict" and not conflict.value.non_retryable
 
 
@@ -215,14 +290,19 @@ def test_resize_under_random_faults_converges(env):
                 continue
     sb.faults.clear()
     for pod in pods:
-        wait_for(lambda pod=pod: kube.resize_progress("default", pod, 2000, 3 * GIB, 0).state
-                 == ProgressState.DONE)
+        wait_for(
+            lambda pod=pod: (
+                kube.resize_progress("default", pod, 2000, 3 * GIB, 0).state == ProgressState.DONE
+            )
+        )
     assert sb.faults.injected_errors > 0
 
 
 def test_resize_patch_without_limits_sets_requests():
-    pod = {"metadata": {"name": "p"}, "spec": {"containers": [
-        {"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]},
+    }
     assert resize_patch(pod, 2500, GIB) == [
         {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "2500m"},
         {"op": "add", "path": "/spec/containers/0/resources/requests/memory", "value": "1Gi"},

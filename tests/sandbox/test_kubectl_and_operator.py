@@ -20,21 +20,40 @@ KUBECTL = "/usr/bin/kubectl"
 
 
 def worker_template(cpu: str = "1", memory: str = "2Gi") -> dict:
-    return {"spec": {"containers": [{
-        "name": "ray-worker", "image": "rayproject/ray:2.60.0",
-        "resources": {"requests": {"cpu": cpu, "memory": memory},
-                      "limits": {"cpu": cpu, "memory": memory}}}]}}
+    return {
+        "spec": {
+            "containers": [
+                {
+                    "name": "ray-worker",
+                    "image": "rayproject/ray:2.60.0",
+                    "resources": {
+                        "requests": {"cpu": cpu, "memory": memory},
+                        "limits": {"cpu": cpu, "memory": memory},
+                    },
+                }
+            ]
+        }
+    }
 
 
 def raycluster(name: str = "rc", replicas: int = 2) -> dict:
     return {
-        "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name},
         "spec": {
             "headGroupSpec": {"rayStartParams": {}, "template": worker_template("1", "2Gi")},
-            "workerGroupSpecs": [{
-                "groupName": "small", "replicas": replicas, "minReplicas": 0, "maxReplicas": 5,
-                "rayStartParams": {}, "template": worker_template("1", "1Gi"),
-                "scaleStrategy": {"workersToDelete": []}}],
+            "workerGroupSpecs": [
+                {
+                    "groupName": "small",
+                    "replicas": replicas,
+                    "minReplicas": 0,
+                    "maxReplicas": 5,
+                    "rayStartParams": {},
+                    "template": worker_template("1", "1Gi"),
+                    "scaleStrategy": {"workersToDelete": []},
+                }
+            ],
         },
     }
 
@@ -48,20 +67,30 @@ def sb_client(make_sandbox, tmp_path):
 
 
 def kubectl(kubeconfig: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([KUBECTL, *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "KUBECONFIG": kubeconfig, "HOME": os.path.dirname(kubeconfig)})
+    return subprocess.run(
+        [KUBECTL, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KUBECONFIG": kubeconfig, "HOME": os.path.dirname(kubeconfig)},
+    )
 
 
 def workers(core: client.CoreV1Api) -> list[client.V1Pod]:
-    return [p for p in core.list_namespaced_pod(
-        "default", label_selector="ray.io/cluster=rc,ray.io/node-type=worker").items
-        if not p.metadata.deletion_timestamp]
+    return [
+        p
+        for p in core.list_namespaced_pod(
+            "default", label_selector="ray.io/cluster=rc,ray.io/node-type=worker"
+        ).items
+        if not p.metadata.deletion_timestamp
+    ]
 
 
 def test_kubectl_get_patch_resize_and_describe(sb_client):
-    sb, api, kc = sb_client
+    _sb, api, kc = sb_client
     client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "ray.io", "v1", "default", "rayclusters", raycluster(replicas=1))
+        "ray.io", "v1", "default", "rayclusters", raycluster(replicas=1)
+    )
     core = client.CoreV1Api(api)
     pod = wait_for(lambda: [p for p in workers(core) if p.status.phase == "Running"])[0]
     name = pod.metadata.name
@@ -73,18 +102,33 @@ def test_kubectl_get_patch_resize_and_describe(sb_client):
     out = kubectl(kc, "get", "raycluster", "rc")
     assert out.returncode == 0 and "rc" in out.stdout and "DESIRED WORKERS" in out.stdout
 
-    out = kubectl(kc, "patch", "pod", name, "--subresource", "resize", "-p",
-                  '{"spec":{"containers":[{"name":"ray-worker","resources":'
-                  '{"requests":{"cpu":"2"},"limits":{"cpu":"2"}}}]}}')
+    out = kubectl(
+        kc,
+        "patch",
+        "pod",
+        name,
+        "--subresource",
+        "resize",
+        "-p",
+        '{"spec":{"containers":[{"name":"ray-worker","resources":'
+        '{"requests":{"cpu":"2"},"limits":{"cpu":"2"}}}]}}',
+    )
     assert out.returncode == 0, out.stderr
     assert f"pod/{name} patched" in out.stdout
     wait_for(lambda: "ResizeCompleted" in kubectl(kc, "describe", "pod", name).stdout)
     described = kubectl(kc, "describe", "pod", name).stdout
     assert "ResizeStarted" in described and "Pod resize completed" in described
 
-    bad = kubectl(kc, "patch", "pod", name, "--subresource", "resize", "-p",
-                  '{"spec":{"containers":[{"name":"ray-worker","resources":'
-                  '{"requests":{"cpu":"1"}}}]}}')
+    bad = kubectl(
+        kc,
+        "patch",
+        "pod",
+        name,
+        "--subresource",
+        "resize",
+        "-p",
+        '{"spec":{"containers":[{"name":"ray-worker","resources":{"requests":{"cpu":"1"}}}]}}',
+    )
     assert bad.returncode != 0
     assert "Pod QOS Class may not change as a result of resizing" in bad.stderr
 
@@ -103,29 +147,56 @@ def test_operator_creates_pods_with_kuberay_names_labels_and_sizes(sb_client):
         assert p.metadata.labels["ray.io/group"] == "small"
         assert p.spec.containers[0].resources.requests == {"cpu": "1", "memory": "1Gi"}
         assert p.metadata.owner_references[0].kind == "RayCluster"
-    status = wait_for(lambda: (s := co.get_namespaced_custom_object(
-        "ray.io", "v1", "default", "rayclusters", "rc").get("status", {})).get("state") == "ready"
-        and s)
+    status = wait_for(
+        lambda: (
+            (
+                s := co.get_namespaced_custom_object(
+                    "ray.io", "v1", "default", "rayclusters", "rc"
+                ).get("status", {})
+            ).get("state")
+            == "ready"
+            and s
+        )
+    )
     assert status["availableWorkerReplicas"] == 2
     assert status["head"]["podIP"] == head[0].status.pod_ip
     assert status["endpoints"]["gcs-server"] == "6379"
 
     victim = pods[0].metadata.name
-    co.patch_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", "rc", [
-        {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 1},
-        {"op": "replace", "path": "/spec/workerGroupSpecs/0/scaleStrategy/workersToDelete",
-         "value": [victim]}], _content_type="application/json-patch+json")
+    co.patch_namespaced_custom_object(
+        "ray.io",
+        "v1",
+        "default",
+        "rayclusters",
+        "rc",
+        [
+            {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 1},
+            {
+                "op": "replace",
+                "path": "/spec/workerGroupSpecs/0/scaleStrategy/workersToDelete",
+                "value": [victim],
+            },
+        ],
+        _content_type="application/json-patch+json",
+    )
     wait_for(lambda: [p.metadata.name for p in workers(core)] == [pods[1].metadata.name])
     spec = co.get_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", "rc")["spec"]
     assert spec["workerGroupSpecs"][0]["scaleStrategy"]["workersToDelete"] == []
 
     co.patch_namespaced_custom_object(
-        "ray.io", "v1", "default", "rayclusters", "rc",
+        "ray.io",
+        "v1",
+        "default",
+        "rayclusters",
+        "rc",
         [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 3}],
-        _content_type="application/json-patch+json")
+        _content_type="application/json-patch+json",
+    )
     wait_for(lambda: len(workers(core)) == 3)
     co.delete_namespaced_custom_object("ray.io", "v1", "default", "rayclusters", "rc")
-    wait_for(lambda: not core.list_namespaced_pod("default", label_selector="ray.io/cluster=rc").items)
+    wait_for(
+        lambda: not core.list_namespaced_pod("default", label_selector="ray.io/cluster=rc").items
+    )
     assert sb.operator.errors == [] and sb.kubelet.errors == []
 
 
@@ -158,8 +229,13 @@ def test_watch_disconnects_lose_nothing_when_resumed(sb_client):
 
     def create() -> None:
         for name in names:
-            core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {
-                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})
+            core.create_namespaced_pod(
+                "default",
+                {
+                    "metadata": {"name": name},
+                    "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+                },
+            )
             time.sleep(0.25)
 
     creator = threading.Thread(target=create, daemon=True)

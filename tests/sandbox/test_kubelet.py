@@ -16,8 +16,9 @@ GI = 1024**3
 
 
 def cpu_pod(name: str, cpu: str, **kw):
-    return pod_body(name, requests={"cpu": cpu, "memory": "1Gi"},
-                    limits={"cpu": cpu, "memory": "2Gi"}, **kw)
+    return pod_body(
+        name, requests={"cpu": cpu, "memory": "1Gi"}, limits={"cpu": cpu, "memory": "2Gi"}, **kw
+    )
 
 
 def cond(core, name, ctype):
@@ -26,14 +27,22 @@ def cond(core, name, ctype):
 
 
 def actual_cpu(core, name):
-    return core.read_namespaced_pod(name, "default").status.container_statuses[0].resources.limits["cpu"]
+    return (
+        core.read_namespaced_pod(name, "default")
+        .status.container_statuses[0]
+        .resources.limits["cpu"]
+    )
 
 
 def set_cpu(core, name, cpu):
-    return core.patch_namespaced_pod_resize(name, "default", [
-        {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": cpu},
-        {"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": cpu},
-    ])
+    return core.patch_namespaced_pod_resize(
+        name,
+        "default",
+        [
+            {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": cpu},
+            {"op": "replace", "path": "/spec/containers/0/resources/limits/cpu", "value": cpu},
+        ],
+    )
 
 
 def running(core, name):
@@ -43,9 +52,11 @@ def running(core, name):
 @pytest.fixture
 def small(make_sandbox, tmp_path):
     """One node with 4 CPUs; retries only on triggers (the ticker is far away)."""
-    sb = make_sandbox(node_cpu=4000, node_memory=16 * GI,
-                      timing=KubeletTiming(actuation_delay_s=0.0, retry_initial_s=3600,
-                                           retry_interval_s=3600))
+    sb = make_sandbox(
+        node_cpu=4000,
+        node_memory=16 * GI,
+        timing=KubeletTiming(actuation_delay_s=0.0, retry_initial_s=3600, retry_interval_s=3600),
+    )
     api = client_for(sb, tmp_path)
     yield sb, client.CoreV1Api(api)
     api.close()
@@ -66,8 +77,10 @@ def test_deferred_resize_completes_when_another_pod_shrinks(small):
     assert actual_cpu(core, "b") == "1"  # still deferred: nothing freed up
     set_cpu(core, "a", "1")
     wait_for(lambda: actual_cpu(core, "b") == "3" and cond(core, "b", "PodResizePending") is None)
-    reasons = [e.reason for e in core.list_namespaced_event(
-        "default", field_selector="involvedObject.name=b").items]
+    reasons = [
+        e.reason
+        for e in core.list_namespaced_event("default", field_selector="involvedObject.name=b").items
+    ]
     assert reasons == ["ResizeDeferred", "ResizeStarted", "ResizeCompleted"]
     assert sb.kubelet.errors == []
 
@@ -84,7 +97,9 @@ def test_deferred_resizes_retry_in_priority_order(small):
         running(core, name)
     set_cpu(core, "low", "1500m")
     set_cpu(core, "high", "1500m")
-    wait_for(lambda: cond(core, "low", "PodResizePending") and cond(core, "high", "PodResizePending"))
+    wait_for(
+        lambda: cond(core, "low", "PodResizePending") and cond(core, "high", "PodResizePending")
+    )
     set_cpu(core, "big", "2")  # frees 1 CPU: room for exactly one of them
     wait_for(lambda: actual_cpu(core, "high") == "1500m")
     assert cond(core, "low", "PodResizePending").reason == "Deferred"
@@ -97,7 +112,9 @@ def test_infeasible_resize_stays_pending(small):
     set_cpu(core, "a", "5")
     pending = wait_for(lambda: cond(core, "a", "PodResizePending"))
     assert (pending.reason, pending.message) == (
-        "Infeasible", "Node didn't have enough capacity: cpu, requested: 5000, capacity: 4000")
+        "Infeasible",
+        "Node didn't have enough capacity: cpu, requested: 5000, capacity: 4000",
+    )
     sb.kubelet.retry_deferred_now()
     core.create_namespaced_pod("default", cpu_pod("other", "1"))
     running(core, "other")
@@ -111,12 +128,27 @@ def test_memory_is_checked_first_for_capacity(small):
     _, core = small
     core.create_namespaced_pod("default", cpu_pod("a", "1"))
     running(core, "a")
-    core.patch_namespaced_pod_resize("a", "default", {"spec": {"containers": [{
-        "name": "c0", "resources": {"requests": {"cpu": "5", "memory": "20Gi"},
-                                    "limits": {"cpu": "6", "memory": "21Gi"}}}]}})
+    core.patch_namespaced_pod_resize(
+        "a",
+        "default",
+        {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "c0",
+                        "resources": {
+                            "requests": {"cpu": "5", "memory": "20Gi"},
+                            "limits": {"cpu": "6", "memory": "21Gi"},
+                        },
+                    }
+                ]
+            }
+        },
+    )
     pending = wait_for(lambda: cond(core, "a", "PodResizePending"))
     assert pending.message == (
-        f"Node didn't have enough capacity: memory, requested: {20 * GI}, capacity: {16 * GI}")
+        f"Node didn't have enough capacity: memory, requested: {20 * GI}, capacity: {16 * GI}"
+    )
 
 
 def test_actuation_delay_is_respected(make_sandbox, tmp_path):
@@ -142,21 +174,36 @@ def test_memory_limit_below_usage_is_an_error_until_usage_drops(small):
     body["spec"]["containers"][0]["resources"]["limits"]["memory"] = "3Gi"
     core.create_namespaced_pod("default", body)
     running(core, "a")
-    core.patch_namespaced_pod_resize("a", "default", [
-        {"op": "replace", "path": "/spec/containers/0/resources/limits/memory", "value": "2Gi"}])
-    error = wait_for(lambda: (c := cond(core, "a", "PodResizeInProgress")) and c.reason == "Error" and c)
+    core.patch_namespaced_pod_resize(
+        "a",
+        "default",
+        [{"op": "replace", "path": "/spec/containers/0/resources/limits/memory", "value": "2Gi"}],
+    )
+    error = wait_for(
+        lambda: (c := cond(core, "a", "PodResizeInProgress")) and c.reason == "Error" and c
+    )
     assert error.message == (
         'cannot decrease memory limits: attempting to set container "c0" memory limit '
         f"({2 * GI}) below current usage ({2560 * 1024**2})"
     )
-    event = wait_for(lambda: [e for e in core.list_namespaced_event("default").items
-                              if e.reason == "ResizeError"])[0]
+    event = wait_for(
+        lambda: [
+            e for e in core.list_namespaced_event("default").items if e.reason == "ResizeError"
+        ]
+    )[0]
     assert event.type == "Warning"
     assert json.loads(event.message.split(": ", 1)[1])["error"] == error.message
-    core.patch_namespaced_pod("a", "default", {"metadata": {"annotations": {
-        MEMORY_USAGE_ANNOTATION: "512Mi"}}})
-    wait_for(lambda: core.read_namespaced_pod("a", "default").status.container_statuses[0]
-             .resources.limits["memory"] == "2Gi")
+    core.patch_namespaced_pod(
+        "a", "default", {"metadata": {"annotations": {MEMORY_USAGE_ANNOTATION: "512Mi"}}}
+    )
+    wait_for(
+        lambda: (
+            core.read_namespaced_pod("a", "default")
+            .status.container_statuses[0]
+            .resources.limits["memory"]
+            == "2Gi"
+        )
+    )
     assert cond(core, "a", "PodResizeInProgress") is None
 
 
@@ -168,7 +215,8 @@ def test_node_without_resize_support_rejects_resizes(make_sandbox, tmp_path):
     with pytest.raises(ApiException) as exc:
         set_cpu(core, "a", "2")
     assert json.loads(exc.value.body)["message"] == (
-        'Pod "a" is invalid: spec: Forbidden: Pod running on node without support for resize')
+        'Pod "a" is invalid: spec: Forbidden: Pod running on node without support for resize'
+    )
 
 
 def test_unschedulable_pod_waits_for_room(small):
