@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench clean install
+.PHONY: test lint typecheck unit bench bench-ray clean install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.plan_bench
+
+# Ours against Ray 2.60's autoscaler v2 scheduler (slow: Ray takes minutes at 2,000 pods)
+bench-ray: $(STAMP)
+	$(BIN)/python -m bench.ray_compare
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,376 @@
+"""`bench.ray_compare`: Ray 2.60's scheduler gets a faithful translation, and ours does no worse.
+
+Ray's scheduler runs in one child process for the whole module (`ray` and raysize's
+`activities.ray_proto` cannot share this process). The seed cases are those of Ray's
+IPPR pull request (/work/shared/seeds/ray-pr-55961-ippr.txt): a head with no CPUs and
+one worker group of 1 CPU that may grow in place to 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bench.plan_bench import generate
+from bench.ray_compare import Outcome, RayScheduler, comparable, compare, describe, verdict
+
+GIB = 1024**3
+IPPR = {"max_cpu": 4, "max_memory": 8 * GIB, "resize_timeout_s": 60}
+
+
+@pytest.fixture(scope="module")
+def ray() -> Iterator[RayScheduler]:
+    with RayScheduler() as scheduler:
+        yield scheduler
+
+
+def both(ray: RayScheduler, doc: dict[str, Any]) -> tuple[Outcome, Outcome]:
+    ours, theirs, dropped = compare(doc, ray, repeat=1, ray_repeat=1, ray_timeout_s=60)
+    assert dropped == []
+    assert theirs.seconds is not None
+    return ours, theirs
+
+
+def head() -> dict[str, Any]:
+    return {
+        "name": "head",
+        "group": "headgroup",
+        "raylet_id": "00" * 28,
+        "total": {"CPU": 0, "memory": 2 * GIB},
+    }
+
+
+def worker(
+    name: str, cpu: float = 1, free: float | None = None, *, idle_s: float = 5, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "group": "workergroup1",
+        "phase": "running",
+        "raylet_id": f"{len(name):02x}" * 28,
+        "total": {"CPU": cpu, "memory": 2 * GIB},
+        "available": {"CPU": cpu if free is None else free, "memory": 2 * GIB},
+        "idle_s": idle_s,
+        **extra,
+    }
+
+
+def seed(pods: list[dict[str, Any]], demands: list[dict[str, float]]) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "name": "seed",
+        "max_workers": 10,
+        "idle_timeout_s": 60,
+        "groups": {
+            "workergroup1": {
+                "resources": {"CPU": 1, "memory": 2 * GIB},
+                "min_workers": 0,
+                "max_workers": 10,
+                "labels": {"ray.io/node-group": "workergroup1"},
+                "ippr": IPPR,
+            }
+        },
+        "pods": [head(), *pods],
+        "demands": [{"shape": d, "count": 1} for d in demands],
+    }
+
+
+def grown(o: Outcome) -> list[tuple[str, float]]:
+    return [(r.pod, r.cpu) for r in o.resizes if r.for_demand and r.grows]
+
+
+def assert_ours_no_worse(ours: Outcome, theirs: Outcome) -> None:
+    assert ours.demand_placed >= theirs.demand_placed
+    assert ours.gangs_placed >= theirs.gangs_placed
+    assert ours.constraint_placed >= theirs.constraint_placed
+    assert ours.pods_launched <= theirs.pods_launched
+
+
+# --- the seed pull request's cases ------------------------------------------------------
+
+
+def test_case1_ray_resizes_the_idle_worker_to_4_cpus_and_launches_nothing(ray):
+    ours, theirs = both(ray, seed([worker("w1")], [{"CPU": 2}]))
+
+    assert grown(theirs) == [("w1", 4.0)]
+    assert theirs.resizes[0].memory == 8 * GIB  # Ray goes to both maximums in one step
+    assert theirs.launched == {}
+    assert theirs.demand_left == 0
+    assert [pod for pod, _ in grown(ours)] == ["w1"]
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_case2_ray_resizes_the_worker_and_launches_one_for_the_rest(ray):
+    ours, theirs = both(ray, seed([worker("w1")], [{"CPU": 2}, {"CPU": 4}]))
+
+    assert grown(theirs) == [("w1", 4.0)]
+    assert theirs.launched == {"workergroup1": 1}
+    assert theirs.demand_left == 0
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_case3_with_no_worker_ray_launches_one_counted_at_its_ippr_maximum(ray):
+    ours, theirs = both(ray, seed([], [{"CPU": 2}]))
+
+    assert theirs.launched == {"workergroup1": 1}
+    assert theirs.demand_left == 0
+    assert theirs.resizes == []
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_case4_a_timed_out_resize_is_rolled_back_and_ray_scales_out(ray):
+    stuck = worker(
+        "w1",
+        resize={"cpu": 4, "memory": 8 * GIB, "state": "timed_out"},
+    )
+    ours, theirs = both(ray, seed([stuck], [{"CPU": 2}]))
+
+    # Ray's IPPR provider queues the rollback to where the pod is (1 CPU), not a demand
+    assert [(r.pod, r.cpu, r.for_demand) for r in theirs.resizes] == [("w1", 1.0, False)]
+    assert theirs.launched == {"workergroup1": 1}
+    assert theirs.demand_left == 0
+    assert grown(ours) == []
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_case2_t2_the_second_worker_is_resized_once_the_first_is_full(ray):
+    full = worker("w1", cpu=4, free=0, idle_s=0)
+    ours, theirs = both(ray, seed([full, worker("w2")], [{"CPU": 2}]))
+
+    assert grown(theirs) == [("w2", 4.0)]
+    assert theirs.launched == {}
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_an_in_flight_resize_counts_at_its_target_for_ray(ray):
+    resizing = worker("w1", resize={"cpu": 4, "memory": 8 * GIB, "state": "in_progress"})
+    ours, theirs = both(ray, seed([resizing], [{"CPU": 2}]))
+
+    assert theirs.resizes == []  # nothing new to send: the resize is under way
+    assert theirs.launched == {}
+    assert theirs.demand_left == 0
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_a_deferred_resize_is_retargeted_to_the_kubelets_suggestion(ray):
+    deferred = worker(
+        "w1",
+        resize={"cpu": 4, "memory": 8 * GIB, "state": "deferred", "suggested_max_cpu": 3},
+    )
+    ours, theirs = both(ray, seed([deferred], [{"CPU": 2}]))
+
+    assert [(r.pod, r.cpu, r.for_demand) for r in theirs.resizes] == [("w1", 3.0, False)]
+    assert theirs.launched == {}
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_a_pod_that_failed_to_resize_before_is_not_resized_again(ray):
+    failed = worker("w1", resize={"state": "error", "failed": True})
+    ours, theirs = both(ray, seed([failed], [{"CPU": 2}]))
+
+    assert grown(theirs) == []
+    assert theirs.launched == {"workergroup1": 1}
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_a_pending_pod_is_a_node_without_a_raylet_and_is_not_resized(ray):
+    pending = {
+        "name": "p1",
+        "group": "workergroup1",
+        "phase": "pending",
+        "raylet_id": None,
+        "total": {"CPU": 1, "memory": 2 * GIB},
+    }
+    ours, theirs = both(ray, seed([pending], [{"CPU": 2}]))
+
+    assert theirs.resizes == []  # no Raylet yet: nothing Ray can send
+    assert theirs.launched == {}
+    assert theirs.demand_left == 0
+    assert_ours_no_worse(ours, theirs)
+
+
+# --- labels, gangs, constraints, caps -----------------------------------------------------
+
+
+def zones() -> dict[str, Any]:
+    doc = seed([], [])
+    doc["groups"] = {
+        "small": {
+            "resources": {"CPU": 1, "memory": 2 * GIB},
+            "max_workers": 10,
+            "labels": {"ray.io/node-group": "small", "zone": "a"},
+            "ippr": IPPR,
+        },
+        "medium": {
+            "resources": {"CPU": 4, "memory": 8 * GIB},
+            "max_workers": 10,
+            "labels": {"ray.io/node-group": "medium", "zone": "b"},
+            "ippr": None,
+        },
+    }
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("selector", "group"),
+    [
+        ({"zone": "b"}, "medium"),
+        ({"zone": "!b"}, "small"),
+        ({"ray.io/node-group": "in(small,other)"}, "small"),
+        ({"zone": "!in(a,c)"}, "medium"),
+    ],
+)
+def test_label_selectors_reach_ray_in_its_syntax(ray, selector, group):
+    doc = zones()
+    doc["demands"] = [{"shape": {"CPU": 1}, "count": 1, "label_selector": selector}]
+    ours, theirs = both(ray, doc)
+
+    assert theirs.launched == {group: 1}
+    assert ours.launched == {group: 1}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "ray_pods"),
+    [("STRICT_SPREAD", 3), ("STRICT_PACK", 1), ("PACK", 1), ("SPREAD", 1)],
+)
+def test_gang_strategies_reach_ray_as_the_gcs_sends_them(ray, strategy, ray_pods):
+    doc = seed([], [])
+    doc["gangs"] = [{"bundles": [{"CPU": 1}] * 3, "strategy": strategy, "count": 1}]
+    ours, theirs = both(ray, doc)
+
+    assert theirs.gangs_placed == 1
+    assert theirs.pods_launched == ray_pods
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_constraints_and_the_global_cap_reach_ray(ray):
+    doc = seed([], [])
+    doc["max_workers"] = 2
+    doc["constraints"] = [{"shape": {"CPU": 4}, "count": 3}]
+    ours, theirs = both(ray, doc)
+
+    # three 4-CPU bundles need three pods; two are allowed: Ray gives none of it
+    assert theirs.constraint_placed == 0
+    assert theirs.pods_launched == 0
+    assert ours.pods_launched <= 2
+    assert ours.constraint_placed >= theirs.constraint_placed
+
+    doc["max_workers"] = 3
+    ours, theirs = both(ray, doc)
+    assert theirs.constraint_placed == 3
+    assert theirs.launched == {"workergroup1": 3}
+    assert_ours_no_worse(ours, theirs)
+
+
+def test_idle_workers_past_the_timeout_are_terminated_by_both(ray):
+    doc = seed([worker("w1", idle_s=600), worker("w2", idle_s=5)], [])
+    ours, theirs = both(ray, doc)
+
+    assert set(theirs.terminated) == {"w1"}
+    assert set(ours.terminated) == {"w1"}
+
+
+# --- a generated scenario -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def generated(ray: RayScheduler) -> tuple[dict[str, Any], Outcome, Outcome]:
+    doc = generate(20, 100)
+    ours, theirs = both(ray, doc)
+    return doc, ours, theirs
+
+
+def test_generated_scenario_is_translated_faithfully(generated):
+    doc, _, theirs = generated
+    pods = {p["name"]: p for p in doc["pods"]}
+    assert theirs.demand_units == sum(d["count"] for d in doc["demands"])
+    assert theirs.gangs == sum(g["count"] for g in doc["gangs"])
+    # Ray resizes only registered pods of IPPR groups, to their group's maximums
+    assert theirs.resizes
+    for r in theirs.resizes:
+        p = pods[r.pod]
+        ippr = doc["groups"][p["group"]]["ippr"]
+        assert p["phase"] == "running" and p["raylet_id"]
+        assert (r.cpu, r.memory) == (ippr["max_cpu"], ippr["max_memory"])
+        assert (r.from_cpu, r.from_memory) == (p["total"]["CPU"], p["total"]["memory"])
+    # and terminates only pods idle past the timeout
+    for name in theirs.terminated:
+        assert pods[name]["idle_s"] > doc["idle_timeout_s"]
+
+
+def test_generated_scenario_ours_places_at_least_as_much(generated):
+    _, ours, theirs = generated
+    assert ours.demand_placed >= theirs.demand_placed
+    assert ours.gangs_placed >= theirs.gangs_placed
+    assert ours.constraint_placed >= theirs.constraint_placed
+
+
+# Known gap, reported rather than fixed here: for leftovers of several shapes ours picks
+# a group per shape (best fill for that shape alone), so it may launch two small pods
+# where Ray's node-by-node packing launches one larger pod for all of them.
+LAUNCHES_MORE = pytest.mark.xfail(
+    strict=True, reason="planner launches a pod per leftover shape; Ray packs them in one"
+)
+
+
+@LAUNCHES_MORE
+def test_generated_scenario_ours_launches_no_more_pods(generated):
+    _, ours, theirs = generated
+    assert ours.pods_launched <= theirs.pods_launched
+
+
+@LAUNCHES_MORE
+def test_minimal_case_ours_launches_no_more_pods(ray):
+    doc = zones()
+    doc["groups"]["medium"]["ippr"] = {
+        "max_cpu": 16,
+        "max_memory": 32 * GIB,
+        "resize_timeout_s": 60,
+    }
+    doc["pods"] = [
+        head(),
+        {**worker("s1", free=0.5, idle_s=0), "group": "small"},
+    ]
+    doc["demands"] = [
+        {"shape": {"CPU": 2}, "count": 3},
+        {"shape": {"CPU": 3}, "count": 1},
+        {"shape": {"CPU": 2}, "count": 1, "label_selector": {"zone": "!b"}},
+    ]
+    ours, theirs = both(ray, doc)
+    assert theirs.launched == {"medium": 1}
+    assert ours.demand_placed == theirs.demand_placed == 5
+    assert ours.pods_launched <= theirs.pods_launched
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def test_features_ray_cannot_express_are_dropped_for_both():
+    doc = seed([], [{"CPU": 1}])
+    doc["settings"] = {"upscaling_mode": "Conservative"}
+    doc["pods"].append(
+        {"name": "p", "group": "workergroup1", "phase": "pending", "labels": {"x": "y"}}
+    )
+    out, dropped = comparable(doc)
+
+    assert "upscaling_mode" not in out["settings"]
+    assert out["pods"][-1]["labels"] == {}
+    assert len(dropped) == 2
+    assert doc["settings"] == {"upscaling_mode": "Conservative"}  # the input is untouched
+
+
+def test_a_slow_ray_is_reported_as_more_than_the_timeout():
+    with RayScheduler() as slow:
+        _, theirs, _ = compare(
+            generate(200, 2_000), slow, repeat=1, ray_repeat=1, ray_timeout_s=0.2
+        )
+        assert theirs.seconds is None
+        assert "> 0.2 s" in describe("bench", theirs)
+        # the child was stopped; the next job starts a new one
+        ours, fast, _ = compare(
+            seed([], [{"CPU": 1}]), slow, repeat=1, ray_repeat=1, ray_timeout_s=60
+        )
+        assert fast.seconds is not None
+        assert "faster" in verdict("seed", ours, fast)
