@@ -284,11 +284,11 @@ class Kube:
     def from_kubeconfig(cls, path: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Kube:
         if path is None:
             try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
+                config.load_incluster_config()
                 return cls(client.ApiClient(), timeout_s)
             except config.ConfigException:
                 pass
-        api = config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
+        api = config.new_client_from_config(config_file=path)
         return cls(api, timeout_s)
 
     def _call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -31,6 +31,9 @@ def _mount() -> None:
     from worker import cli_sandbox
 
     cli_sandbox.register(app)
+    from worker import cli_ops
+
+    cli_ops.register(app)
 
 
 _mount()

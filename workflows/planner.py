@@ -87,6 +87,7 @@ class _Bin:
     placed_by_growth: Counter[tuple[str, Shape]] = field(default_factory=Counter)
     placed: Counter[tuple[str, Shape]] = field(default_factory=Counter)
     match_cache: dict[Selector, bool] = field(default_factory=dict)
+    special: frozenset[int] = frozenset()  # resources other than CPU/memory (GPU, …)
 
     def matches(self, selector: Selector) -> bool:
         if not selector:
@@ -314,10 +315,16 @@ class _Planner:
                 headroom[self.ci] = ceiling[self.ci] - size[self.ci]
                 headroom[self.mi] = ceiling[self.mi] - size[self.mi]
             bins.append(_Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p))
+        for b in bins:
+            b.special = self._special(b.ceiling)
         return bins
+
+    def _special(self, capacity: list[int]) -> frozenset[int]:
+        return frozenset(i for i, v in enumerate(capacity) if v and i != self.ci and i != self.mi)
 
     def new_bins(self, g: GroupSpec, count: int) -> list[_Bin]:
         cap = self._new_pod_capacity(g)
+        special = self._special(cap)
         out = []
         for _ in range(count):
             self.new_serial += 1
@@ -330,6 +337,7 @@ class _Planner:
                     [0] * self.width,
                     list(cap),
                     list(cap),
+                    special=special,
                 )
             )
         return out
@@ -415,15 +423,17 @@ class _Planner:
             kind, shape, selector, remaining = item.kind, item.shape, item.selector, item.remaining
             if remaining <= 0:
                 continue
+            needs = frozenset(i for i, _ in shape)
             cands = []
             for b in bins:
                 if grow and not (b.headroom[self.ci] or b.headroom[self.mi]):
                     continue
                 n = self.fit(b, shape, grow)
                 if n and b.matches(selector):
-                    cands.append((n, b.key, b))
-            cands.sort(key=lambda c: (c[0], c[1]))
-            for n, _, b in cands:
+                    # work that needs no GPU goes to pods without one first
+                    cands.append((bool(b.special - needs), n, b.key, b))
+            cands.sort(key=lambda c: (c[0], c[1], c[2]))
+            for _, n, _, b in cands:
                 k = min(n, remaining)
                 self.take(b, shape, k, kind)
                 remaining -= k
@@ -440,29 +450,73 @@ class _Planner:
             item.remaining = remaining
 
     def launch_for_items(self, items: list[_Item], bins: list[_Bin]) -> None:
-        """New pods for what is left, reusing room on pods launched for earlier shapes."""
+        """New pods for what is left. Room on pods already planned is used first; then,
+        one pod at a time (identical ones in a batch), the group whose new pod takes the
+        most of everything still waiting, so mixed shapes share pods (fewest launches)."""
+        planned = [b for b in bins if b.pod is None]
+        if planned:
+            self.place_items(items, planned, grow=False)
         groups = sorted(
             (g for g in self.snap.groups.values() if not g.is_head), key=lambda g: g.name
         )
-        for item in items:
-            if item.remaining <= 0:
+        while True:
+            live = [it for it in items if it.remaining > 0]
+            if not live:
+                return
+            choice = self._best_fill(groups, live)
+            if choice is None:
+                return
+            g, fill, room = choice
+            copies = max(1, min(room, min(it.remaining // k for it, k in fill)))
+            fresh = self.new_bins(g, copies)
+            bins.extend(fresh)
+            for b in fresh:
+                for it, k in fill:
+                    self.take(b, it.shape, k, it.kind)
+            for it, k in fill:
+                it.remaining -= k * copies
+            what = ", ".join(f"{self.res(it.shape).describe()} {it.kind}" for it, _ in fill)
+            self.add_launch(g, copies, what)
+
+    def _best_fill(
+        self, groups: Sequence[GroupSpec], live: list[_Item]
+    ) -> tuple[GroupSpec, list[tuple[_Item, int]], int] | None:
+        """The group whose new pod (at its IPPR maximum) holds the most of what is left."""
+        best: tuple[tuple[int, float, float, str], GroupSpec, list[tuple[_Item, int]], int] | None
+        best = None
+        for g in groups:
+            room = self.launch_room(g)
+            if room <= 0:
                 continue
-            kind, shape, selector = item.kind, item.shape, item.selector
-            self.place_items([item], [b for b in bins if b.pod is None], grow=False)
-            remaining = item.remaining
-            while remaining > 0:
-                choice = self._best_group(groups, shape, selector, remaining)
-                if choice is None:
-                    break
-                g, per_pod = choice
-                count = min(-(-remaining // per_pod), self.launch_room(g))
-                if count <= 0:
-                    break
-                fresh = self.new_bins(g, count)
-                bins.extend(fresh)
-                self.add_launch(g, count, f"{self.res(shape).describe()} {kind}")
-                self.place_items([item], fresh, grow=False)
-                remaining = item.remaining
+            cap = self._new_pod_capacity(g)
+            free = list(cap)
+            fill: list[tuple[_Item, int]] = []
+            volume = 0.0
+            wanted: set[int] = set()
+            for it in live:
+                if it.selector and not selector_matches(it.selector, g.labels):
+                    continue
+                k = min(it.remaining, min(free[i] // a for i, a in it.shape))
+                if k <= 0:
+                    continue
+                for i, a in it.shape:
+                    free[i] -= a * k
+                fill.append((it, k))
+                volume += k * sum(a / self.ref[i] for i, a in it.shape)
+                wanted.update(i for i, _ in it.shape)
+            if not fill:
+                continue
+            # pods carrying resources the work does not need (GPUs for CPU work) come last
+            unneeded = sum(
+                1
+                for i, v in enumerate(cap)
+                if v and i not in wanted and i not in (self.ci, self.mi)
+            )
+            template = sum(v / self.ref[i] for i, v in enumerate(self.vec(g.resources)))
+            score = (unneeded, -volume, template, g.name)
+            if best is None or score < best[0]:
+                best = (score, g, fill, room)
+        return (best[1], best[2], best[3]) if best else None
 
     def _best_group(
         self, groups: Sequence[GroupSpec], shape: Shape, selector: Selector, remaining: int
@@ -735,7 +789,9 @@ class _Planner:
             if shape and e.count > 0:
                 merged[(shape, sel)] += e.count
         items = [_Item(kind, shape, sel, n) for (shape, sel), n in merged.items()]
-        items.sort(key=lambda it: (self.size_key(it.shape), it.selector))
+        # most constrained first (label selectors leave fewer pods to choose from), then
+        # largest first
+        items.sort(key=lambda it: (not it.selector, self.size_key(it.shape), it.selector))
         return items
 
     def _resizes(self, cbins: list[_Bin], dbins: list[_Bin]) -> dict[str, ResizeAction]:

@@ -307,21 +307,14 @@ def test_generated_scenario_ours_places_at_least_as_much(generated):
     assert ours.constraint_placed >= theirs.constraint_placed
 
 
-# Known gap, reported rather than fixed here: for leftovers of several shapes ours picks
-# a group per shape (best fill for that shape alone), so it may launch two small pods
-# where Ray's node-by-node packing launches one larger pod for all of them.
-LAUNCHES_MORE = pytest.mark.xfail(
-    strict=True, reason="planner launches a pod per leftover shape; Ray packs them in one"
-)
-
-
-@LAUNCHES_MORE
+# Found by this comparison and fixed in the planner: leftovers of several shapes share
+# new pods (the group whose pod takes the most of everything left), and demands with
+# label selectors are placed before unconstrained ones.
 def test_generated_scenario_ours_launches_no_more_pods(generated):
     _, ours, theirs = generated
     assert ours.pods_launched <= theirs.pods_launched
 
 
-@LAUNCHES_MORE
 def test_minimal_case_ours_launches_no_more_pods(ray):
     doc = zones()
     doc["groups"]["medium"]["ippr"] = {

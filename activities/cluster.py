@@ -1,0 +1,411 @@
+"""Activities that join Kubernetes and Ray: observe a cluster, wait for it to change,
+resize a Raylet, find clusters to manage and make sure each has its reconcile workflow.
+
+Observing reads the RayCluster and its pods (Kubernetes) and the nodes, demands, gangs
+and constraints (the Ray GCS), and joins them by pod name (Ray's `instance_id`). A read
+that fails raises: the workflow treats it as "unknown", never as "nothing".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import watch
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.k8s import K8sActivities, Kube, KubeCluster
+from activities.k8s_errors import ClusterGone, KubeError
+from activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
+from activities.ray_gcs import RayGcsClient, TlsConfig
+from activities.ray_state import ClusterState, LabelOperator, LabelSelector
+from workflows.contracts import (
+    Act,
+    Err,
+    Observation,
+    ObserveInput,
+    RayletResizeInput,
+    RayletResizeResult,
+    WaitInput,
+)
+from workflows.model import (
+    ClusterSnapshot,
+    Constraint,
+    Demand,
+    Gang,
+    PlannerSettings,
+    PodPhase,
+    PodResize,
+    PodView,
+    ResizeState,
+)
+from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow, reconcile_workflow_id
+from workflows.resize_workflow import RAY_CLUSTER, RAY_NAMESPACE
+from workflows.resources import CPU, MEMORY
+
+log = logging.getLogger("raysize.activities")
+
+
+def selector_text(selectors: tuple[LabelSelector, ...]) -> dict[str, str]:
+    """Ray's label selector → the planner's syntax ("v", "!v", "in(a,b)", "!in(a,b)")."""
+    if not selectors:
+        return {}
+    out: dict[str, str] = {}
+    for c in selectors[0].constraints:
+        neg = "!" if c.operator == LabelOperator.NOT_IN else ""
+        body = c.values[0] if len(c.values) == 1 else f"in({','.join(c.values)})"
+        out[c.key] = neg + body
+    return out
+
+
+def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> ClusterSnapshot:
+    """One snapshot from both sides. Pods whose Raylet has not registered are pending;
+    replicas asked for but not yet created count as pending pods too, so a slow operator
+    never makes the planner launch twice."""
+    nodes = {n.pod: n for n in ray.nodes if n.status.value != "DEAD"}
+    deleting = set(kube.workers_to_delete)
+    resizing = set(kube.resizing)
+    pods: list[PodView] = []
+    for view in kube.pods:
+        if view.name in deleting:
+            continue
+        node = nodes.get(view.name)
+        if node is None:
+            pods.append(view.model_copy(update={"phase": PodPhase.PENDING, "raylet_id": None}))
+            continue
+        update: dict[str, Any] = {
+            "phase": PodPhase.RUNNING if view.phase == PodPhase.RUNNING else PodPhase.PENDING,
+            "raylet_id": node.node_id,
+            "total": node.total,
+            "available": node.available,
+            "idle_s": node.idle_ms / 1000.0,
+            "labels": {**view.labels, **node.labels},
+        }
+        if view.resize is None and view.name in resizing:
+            update["resize"] = PodResize(
+                cpu=view.total.cpu, memory=view.total.memory, state=ResizeState.IN_PROGRESS
+            )
+        elif view.resize is None and (
+            node.total.get_units(CPU) != view.total.cpu
+            or node.total.get_units(MEMORY) != view.total.memory
+        ):
+            # the pod has its new size and the Raylet not yet: a resize is finishing
+            update["resize"] = PodResize(
+                cpu=view.total.cpu, memory=view.total.memory, state=ResizeState.IN_PROGRESS
+            )
+        pods.append(view.model_copy(update=update))
+    have: dict[str, int] = {}
+    for p in pods:
+        have[p.group] = have.get(p.group, 0) + 1
+    for group, wanted in sorted(kube.replicas.items()):
+        spec = kube.groups.groups.get(group)
+        for i in range(max(0, wanted - have.get(group, 0))):
+            if spec is None:
+                break
+            pods.append(
+                PodView(
+                    name=f"{kube.name}-{group}-not-created-{i}",
+                    group=group,
+                    phase=PodPhase.PENDING,
+                    total=spec.resources,
+                    available=spec.resources,
+                )
+            )
+    base = kube.snapshot(settings)
+    return base.model_copy(
+        update={
+            "pods": tuple(pods),
+            "demands": tuple(
+                Demand(
+                    shape=d.shape, count=d.count, label_selector=selector_text(d.label_selectors)
+                )
+                for d in ray.demands
+            ),
+            "gangs": tuple(
+                Gang(
+                    bundles=tuple(b.shape for b in g.bundles),
+                    strategy=g.strategy,
+                    bundle_selectors=tuple(selector_text(b.label_selectors) for b in g.bundles),
+                )
+                for g in ray.gangs
+            ),
+            "constraints": tuple(Constraint(shape=c.shape, count=c.count) for c in ray.constraints),
+        }
+    )
+
+
+def watch_pods_change(
+    kube: Kube, namespace: str, cluster: str, resource_version: str, timeout_s: float
+) -> bool:
+    """Block until a pod of the cluster changes after `resource_version` (True) or the
+    timeout passes (False). A watch is Kubernetes' long poll."""
+    w = watch.Watch()
+    try:
+        for _ in w.stream(
+            kube.core.list_namespaced_pod,
+            namespace,
+            label_selector=f"ray.io/cluster={cluster}",
+            resource_version=resource_version or None,
+            timeout_seconds=max(1, int(timeout_s)),
+            _request_timeout=timeout_s + 5,
+        ):
+            return True
+    except Exception:  # an expired resourceVersion or a dropped watch: look again now
+        return True
+    finally:
+        w.stop()
+    return False
+
+
+def list_rayclusters(kube: Kube, namespace: str) -> list[dict[str, Any]]:
+    """Every RayCluster in a namespace ("" for all namespaces)."""
+    if namespace:
+        doc = kube.custom.list_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayclusters", _request_timeout=kube.timeout_s
+        )
+    else:
+        doc = kube.custom.list_cluster_custom_object(
+            "ray.io", "v1", "rayclusters", _request_timeout=kube.timeout_s
+        )
+    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(items, list):
+        raise ApplicationError(f"listing RayClusters in {namespace or 'all namespaces'}: no items")
+    return items
+
+
+def fingerprint(state: ClusterState) -> int:
+    """What a decision depends on in Ray's state: demands, gangs, constraints and the
+    nodes with their totals. Ray bumps its version on every usage report; this changes
+    only when there may be something new to decide."""
+    key = repr(
+        (
+            [(d.shape, d.count, d.label_selectors) for d in state.demands],
+            [(g.placement_group_id, g.state) for g in state.gangs],
+            [(c.shape, c.count) for c in state.constraints],
+            sorted((n.node_id, n.status.value, repr(n.total)) for n in state.nodes),
+        )
+    )
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
+
+
+def _ray_error(exc: RayError) -> ApplicationError:
+    if isinstance(exc, RayletNotFound):
+        kind = Err.RAYLET_GONE
+    elif isinstance(exc, RayUnauthenticated):
+        kind = Err.RAY_AUTH
+    else:
+        kind = type(exc).__name__
+    return ApplicationError(str(exc), type=kind, non_retryable=not exc.retryable)
+
+
+@dataclass
+class RaySettings:
+    """How to reach each cluster's GCS."""
+
+    gcs_override: str | None = None  # one address for every cluster (tests, port-forward)
+    token: str | None = None
+    tls: TlsConfig | None = None
+    timeout_s: float = 10.0
+
+
+@dataclass
+class ClusterActivities:
+    """Activities joining Kubernetes and Ray. One instance per worker process."""
+
+    kube: Kube
+    ray: RaySettings = field(default_factory=RaySettings)
+    settings: PlannerSettings = field(default_factory=PlannerSettings)
+    temporal: Client | None = None
+    task_queue: str = "raysize"
+    _clients: dict[str, RayGcsClient] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _addresses: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [
+            self.observe_cluster,
+            self.wait_for_change,
+            self.resize_raylet,
+            *K8sActivities(self.kube).activities(),
+        ]
+
+    # --- helpers --------------------------------------------------------------------
+    def gcs(self, address: str) -> RayGcsClient:
+        with self._lock:
+            client = self._clients.get(address)
+            if client is None:
+                client = RayGcsClient(
+                    address, token=self.ray.token, tls=self.ray.tls, timeout=self.ray.timeout_s
+                )
+                self._clients[address] = client
+            return client
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._clients.values():
+                c.close()
+            self._clients.clear()
+
+    def _address(self, kube: KubeCluster, override: str | None) -> str:
+        address = override or self.ray.gcs_override or kube.gcs_address
+        if not address:
+            address = f"{kube.name}-head-svc.{kube.namespace}.svc:6379"
+        self._addresses[(kube.namespace, kube.name)] = address
+        return address
+
+    async def _address_of(self, namespace: str, cluster: str) -> str:
+        known = self._addresses.get((namespace, cluster))
+        if known:
+            return known
+        kube = await asyncio.to_thread(self.kube.read_cluster, namespace, cluster)
+        return self._address(kube, None)
+
+    # --- activities --------------------------------------------------------------------
+    @activity.defn(name=Act.OBSERVE)
+    async def observe_cluster(self, inp: ObserveInput) -> Observation:
+        try:
+            kube = await asyncio.to_thread(self.kube.read_cluster, inp.namespace, inp.cluster)
+        except ClusterGone:
+            return Observation(found=False)
+        except KubeError as exc:
+            raise exc.to_application_error() from exc
+        address = self._address(kube, inp.gcs_address)
+        if not kube.groups.ok:
+            return Observation(
+                config_errors=kube.groups.errors,
+                ippr_enabled=kube.groups.ippr_enabled,
+                resource_version=kube.resource_version,
+                gcs_address=address,
+                pods_version=kube.pods_version,
+            )
+        try:
+            state = await asyncio.to_thread(self.gcs(address).cluster_state)
+        except RayError as exc:
+            raise _ray_error(exc) from exc
+        snapshot = join(kube, state, self.settings)
+        return Observation(
+            snapshot=snapshot,
+            ippr_enabled=kube.groups.ippr_enabled,
+            replicas=kube.replicas,
+            workers_to_delete=kube.workers_to_delete,
+            resource_version=kube.resource_version,
+            gcs_address=address,
+            gcs_version=fingerprint(state),
+            pods_version=kube.pods_version,
+            resizing=tuple(
+                sorted(
+                    {
+                        *kube.resizing,
+                        *(
+                            p.name
+                            for p in snapshot.pods
+                            if p.resize is not None and p.resize.state.in_flight
+                        ),
+                    }
+                )
+            ),
+        )
+
+    @activity.defn(name=Act.WAIT_FOR_CHANGE)
+    async def wait_for_change(self, inp: WaitInput) -> bool:
+        """Long-poll: True as soon as Ray's resource state or the cluster's pods change,
+        False when the tick passes quietly."""
+        deadline = time.monotonic() + inp.timeout_s
+        gcs = self.gcs(inp.gcs_address)
+        pods_changed = asyncio.ensure_future(
+            asyncio.to_thread(
+                watch_pods_change,
+                self.kube,
+                inp.namespace,
+                inp.cluster,
+                inp.pods_version,
+                inp.timeout_s,
+            )
+        )
+        try:
+            while time.monotonic() < deadline:
+                if pods_changed.done() and pods_changed.result():
+                    return True
+                try:
+                    state = await asyncio.to_thread(gcs.cluster_state)
+                    if fingerprint(state) != inp.gcs_version:
+                        return True
+                except RayError:
+                    return True  # let the next observe say what is wrong
+                activity.heartbeat()
+                await asyncio.sleep(0.1)
+            return False
+        finally:
+            pods_changed.cancel()
+
+    @activity.defn(name=Act.RESIZE_RAYLET)
+    async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
+        address = await self._address_of(inp.namespace, inp.cluster)
+        try:
+            applied = await asyncio.to_thread(
+                self.gcs(address).resize_raylet, inp.node_id, inp.cpu / 1000.0, inp.memory
+            )
+        except RayError as exc:
+            raise _ray_error(exc) from exc
+        return RayletResizeResult(cpu=applied.get_units(CPU), memory=applied.get_units(MEMORY))
+
+
+@dataclass
+class DiscoveryActivities:
+    """Find RayClusters to manage and make sure each has its reconcile workflow."""
+
+    kube: Kube
+    temporal: Client
+    task_queue: str
+    start_input: Callable[[str, str], ReconcileInput]
+    opt_in_annotation: str = "raysize.io/enabled"
+
+    @activity.defn(name=Act.LIST_CLUSTERS)
+    async def list_rayclusters(self, namespaces: list[str]) -> list[tuple[str, str]]:
+        """(namespace, name) of clusters with ray.io/ippr or the opt-in annotation."""
+        out: list[tuple[str, str]] = []
+        for ns in namespaces or [""]:
+            items = await asyncio.to_thread(list_rayclusters, self.kube, ns)
+            for rc in items:
+                meta = rc.get("metadata") or {}
+                ann = meta.get("annotations") or {}
+                if "ray.io/ippr" in ann or ann.get(self.opt_in_annotation) == "true":
+                    out.append((meta.get("namespace", ns), meta["name"]))
+        return sorted(out)
+
+    @activity.defn(name=Act.ENSURE_RECONCILERS)
+    async def ensure_reconcilers(self, clusters: list[tuple[str, str]]) -> int:
+        """Start a reconcile workflow for each cluster that has none running."""
+        started = 0
+        for ns, name in clusters:
+            wf_id = reconcile_workflow_id(ns, name)
+            try:
+                desc = await self.temporal.get_workflow_handle(wf_id).describe()
+                if desc.status == WorkflowExecutionStatus.RUNNING:
+                    continue
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            await self.temporal.start_workflow(
+                ReconcileWorkflow.run,
+                self.start_input(ns, name),
+                id=wf_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(RAY_CLUSTER, name), SearchAttributePair(RAY_NAMESPACE, ns)]
+                ),
+            )
+            log.info("started %s: RayCluster %s/%s is managed by raysize", wf_id, ns, name)
+            started += 1
+        return started

@@ -1,0 +1,248 @@
+"""The whole product end to end: a real Temporal dev server, the sandbox Kubernetes with
+real Ray processes, and a raysize worker, all started here and all stopped here."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+from kubernetes import client, config
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from sandbox.cluster import Sandbox, SandboxConfig
+from sandbox.kubelet import KubeletTiming
+from tests.orchestration.temporal_env import venv_binary
+from worker.run import run_worker
+from worker.settings import Settings
+from workflows.resize_workflow import SEARCH_ATTRIBUTES
+
+GIB = 1024**3
+
+
+@pytest_asyncio.fixture(scope="session")
+async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=venv_binary("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES),
+        dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value",
+            "matching.numTaskqueueReadPartitions=1",
+            "--dynamic-config-value",
+            "matching.numTaskqueueWritePartitions=1",
+        ],
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+def ippr_cluster(
+    name: str = "demo",
+    *,
+    replicas: int = 1,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    max_cpu: str = "4",
+    max_memory: str = "4Gi",
+    timeout_s: int = 30,
+    max_replicas: int = 4,
+) -> dict[str, Any]:
+    def template(c: str, m: str) -> dict[str, Any]:
+        return {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "ray-worker",
+                        "image": "rayproject/ray:2.60.0",
+                        "resources": {
+                            "requests": {"cpu": c, "memory": m},
+                            "limits": {"cpu": c, "memory": m},
+                        },
+                        "resizePolicy": [
+                            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                            {"resourceName": "memory", "restartPolicy": "NotRequired"},
+                        ],
+                    }
+                ]
+            }
+        }
+
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                "ray.io/ippr": json.dumps(
+                    {
+                        "groups": {
+                            "small": {
+                                "max-cpu": max_cpu,
+                                "max-memory": max_memory,
+                                "resize-timeout": timeout_s,
+                            }
+                        }
+                    }
+                )
+            },
+        },
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": template("0", "1Gi")},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "small",
+                    "replicas": replicas,
+                    "minReplicas": 0,
+                    "maxReplicas": max_replicas,
+                    "rayStartParams": {},
+                    "template": template(cpu, memory),
+                    "scaleStrategy": {"workersToDelete": []},
+                }
+            ],
+        },
+    }
+
+
+@dataclass
+class Stack:
+    sandbox: Sandbox
+    api: client.ApiClient
+    temporal: Client
+    kubeconfig: Path
+    namespace: str = "default"
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def create(self, rc: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(
+            "ray.io", "v1", self.namespace, "rayclusters", rc
+        )
+
+    def raycluster(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(  # type: ignore[no-any-return]
+            "ray.io", "v1", self.namespace, "rayclusters", name
+        )
+
+    def gcs(self, name: str) -> str:
+        status = self.raycluster(name).get("status") or {}
+        head, ports = status.get("head") or {}, status.get("endpoints") or {}
+        if not head.get("serviceIP") or not ports.get("gcs-server"):
+            return ""
+        return f"{head['serviceIP']}:{ports['gcs-server']}"
+
+    def workers(self, name: str) -> list[client.V1Pod]:
+        return [
+            p
+            for p in self.core.list_namespaced_pod(
+                self.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=worker"
+            ).items
+            if not p.metadata.deletion_timestamp
+        ]
+
+
+async def eventually(check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:
+    end = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < end:
+        last = await asyncio.to_thread(check)
+        if last:
+            return last
+        await asyncio.sleep(every)
+    raise AssertionError(f"not reached in {timeout}s (last: {last!r})")
+
+
+@pytest_asyncio.fixture
+async def stack(dev_server: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+    sandbox = Sandbox(
+        SandboxConfig(
+            nodes=1,
+            node_cpu=8000,
+            node_memory=32 * GIB,
+            with_ray=True,
+            timing=KubeletTiming(actuation_delay_s=0.0),
+        )
+    ).start()
+    stop = asyncio.Event()
+    worker: asyncio.Task[None] | None = None
+    try:
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        queue = f"raysize-{uuid.uuid4().hex[:8]}"
+        settings = Settings(
+            temporal_address=dev_server.client.service_client.config.target_host,
+            task_queue=queue,
+            kubeconfig=kubeconfig,
+            namespaces="default",
+            tick_s=2.0,
+            discovery_interval_s=1.0,
+            resize_poll_interval_s=0.05,
+        )
+        worker = asyncio.create_task(run_worker(settings, stop=stop))
+        yield Stack(sandbox=sandbox, api=api, temporal=dev_server.client, kubeconfig=kubeconfig)
+    finally:
+        stop.set()
+        if worker is not None:
+            try:
+                await asyncio.wait_for(worker, 30)
+            except Exception:
+                worker.cancel()
+        await asyncio.to_thread(sandbox.close)
+
+
+DRIVER = textwrap.dedent(
+    """
+    import sys, ray
+    ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
+    cpus = float(sys.argv[2])
+
+    @ray.remote(num_cpus=cpus)
+    def work():
+        return f"ran with {cpus:g} CPU on {ray.get_runtime_context().get_node_id()}"
+
+    print(ray.get(work.remote(), timeout=float(sys.argv[3])), flush=True)
+    """
+)
+
+
+def start_driver(gcs: str, cpus: float, timeout_s: float = 120) -> subprocess.Popen[str]:
+    """A Ray driver in its own process group that waits for one task of `cpus` CPUs."""
+    return subprocess.Popen(
+        [sys.executable, "-c", DRIVER, gcs, str(cpus), str(timeout_s)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={"RAY_USAGE_STATS_ENABLED": "0", "PATH": str(Path(sys.executable).parent)},
+    )
+
+
+def stop_driver(proc: subprocess.Popen[str]) -> None:
+    import os
+    import signal
+
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)

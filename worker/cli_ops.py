@@ -1,0 +1,211 @@
+"""Operator commands: run the worker, and thin clients over the workflows' signals and
+queries (each has a `temporal workflow ...` equivalent, shown in the README)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+import typer
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
+
+from worker.settings import Settings
+from worker.temporal import SetupError, connect
+from workflows.contracts import ReconcileStatus, ResizeState
+from workflows.reconcile_workflow import ReconcileWorkflow, reconcile_workflow_id
+from workflows.resize_workflow import PodResizeWorkflow, resize_workflow_id
+from workflows.resources import CPU, units_to_float
+
+T = TypeVar("T")
+
+
+def _fail(message: str) -> typer.Exit:
+    sys.stderr.write(f"error: {message}\n")
+    return typer.Exit(code=1)
+
+
+def _settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = "RAYSIZE_" + str(first["loc"][0]).upper() if first["loc"] else "settings"
+        raise _fail(f"{field}: {first['msg']}") from None
+
+
+def _split(ref: str, what: str) -> tuple[str, str]:
+    parts = ref.split("/")
+    if len(parts) != 2 or not all(parts):
+        raise _fail(f"{ref!r} is not <namespace>/<{what}>; e.g. default/raycluster-demo")
+    return parts[0], parts[1]
+
+
+def _run(fn: Callable[[Client], Awaitable[T]]) -> T:
+    async def go() -> T:
+        client = await connect(_settings())
+        return await fn(client)
+
+    try:
+        return asyncio.run(go())
+    except SetupError as exc:
+        raise _fail(str(exc)) from None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise _fail(f"no such workflow: {exc.message}") from None
+        raise _fail(f"Temporal refused: {exc.message}") from None
+
+
+def _cores(units: int) -> str:
+    return f"{units_to_float(units, CPU):g}"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("worker")
+    def worker_cmd(
+        log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    ) -> None:
+        """Run the raysize worker (settings: RAYSIZE_* environment variables, see README)."""
+        from worker.run import run_worker
+
+        logging.basicConfig(
+            level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        )
+        try:
+            asyncio.run(run_worker(_settings()))
+        except SetupError as exc:
+            raise _fail(str(exc)) from None
+
+    @app.command("start")
+    def start_cmd(
+        cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
+    ) -> None:
+        """Start managing a RayCluster now (the worker's discovery does this by itself)."""
+        ns, name = _split(cluster, "raycluster")
+        from worker.run import reconcile_input
+
+        async def go(client: Client) -> str:
+            settings = _settings()
+            handle = await client.start_workflow(
+                ReconcileWorkflow.run,
+                reconcile_input(settings)(ns, name),
+                id=reconcile_workflow_id(ns, name),
+                task_queue=settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+            return handle.id
+
+        typer.echo(f"managing {cluster}: workflow {_run(go)}")
+
+    @app.command("stop")
+    def stop_cmd(cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")]) -> None:
+        """Stop managing a RayCluster (running resizes finish on their own)."""
+        ns, name = _split(cluster, "raycluster")
+
+        async def go(client: Client) -> None:
+            await client.get_workflow_handle(reconcile_workflow_id(ns, name)).cancel()
+
+        _run(go)
+        typer.echo(f"stopped managing {cluster}")
+
+    @app.command("status")
+    def status_cmd(
+        cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
+        as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    ) -> None:
+        """What raysize decided for a RayCluster, and its resizes."""
+        ns, name = _split(cluster, "raycluster")
+
+        async def go(
+            client: Client,
+        ) -> tuple[ReconcileStatus, list[tuple[str, str, ResizeState | None]]]:
+            status = await client.get_workflow_handle_for(
+                ReconcileWorkflow.run, reconcile_workflow_id(ns, name)
+            ).query(ReconcileWorkflow.status)
+            resizes: list[tuple[str, str, ResizeState | None]] = []
+            query = (
+                f"RayCluster='{name}' AND RayNamespace='{ns}' AND WorkflowType='PodResizeWorkflow'"
+            )
+            async for wf in client.list_workflows(query, limit=50):
+                state = None
+                if wf.status == WorkflowExecutionStatus.RUNNING:
+                    state = await client.get_workflow_handle_for(
+                        PodResizeWorkflow.run, wf.id
+                    ).query(PodResizeWorkflow.state)
+                resizes.append((wf.id, wf.status.name if wf.status else "?", state))
+            return status, resizes
+
+        status, resizes = _run(go)
+        if as_json:
+            doc = {
+                "status": status.model_dump(mode="json"),
+                "resizes": [
+                    {"id": i, "status": s, "state": st.model_dump(mode="json") if st else None}
+                    for i, s, st in resizes
+                ],
+            }
+            typer.echo(json.dumps(doc, indent=2))
+            return
+        s = status
+        typer.echo(
+            f"{cluster}: {'PAUSED' if s.paused else 'active'}, {s.ticks} ticks, "
+            f"{s.resizes_started} resizes started"
+        )
+        for err in s.config_errors:
+            typer.echo(f"  config error: {err}")
+        if s.last_error:
+            typer.echo(f"  last error: {s.last_error}")
+        for d in s.decisions[-10:]:
+            typer.echo(f"  {d.summary}")
+        for wf_id, wf_status, st in resizes:
+            if st is None:
+                typer.echo(f"  {wf_id}: {wf_status}")
+            else:
+                typer.echo(
+                    f"  {wf_id}: {st.phase.value} {_cores(st.from_cpu)} → {_cores(st.cpu)} CPU"
+                    f"{' (paused)' if st.paused else ''}"
+                )
+
+    def _signal(ref: str, pod: str | None, name: str) -> None:
+        ns, cluster_name = _split(ref, "raycluster")
+
+        async def go(client: Client) -> str:
+            wf_id = resize_workflow_id(ns, pod) if pod else reconcile_workflow_id(ns, cluster_name)
+            await client.get_workflow_handle(wf_id).signal(name)
+            return wf_id
+
+        typer.echo(f"{name}d {_run(go)}")
+
+    @app.command("pause")
+    def pause_cmd(
+        cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
+        pod: Annotated[str | None, typer.Option(help="Pause this pod's resize instead.")] = None,
+    ) -> None:
+        """Hold a cluster's reconcile (or one pod's resize) before its next action."""
+        _signal(cluster, pod, "pause")
+
+    @app.command("resume")
+    def resume_cmd(
+        cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
+        pod: Annotated[str | None, typer.Option(help="Resume this pod's resize instead.")] = None,
+    ) -> None:
+        """Let a paused reconcile (or resize) go on."""
+        _signal(cluster, pod, "resume")
+
+    @app.command("cancel")
+    def cancel_cmd(pod: Annotated[str, typer.Argument(help="<namespace>/<pod>")]) -> None:
+        """Cancel a pod's resize: it is rolled back to where it started."""
+        ns, name = _split(pod, "pod")
+
+        async def go(client: Client) -> str:
+            wf_id = resize_workflow_id(ns, name)
+            await client.get_workflow_handle(wf_id).cancel()
+            return wf_id
+
+        typer.echo(f"cancel requested: {_run(go)} rolls the pod back, then ends CANCELED")

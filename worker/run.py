@@ -1,0 +1,121 @@
+"""`raysize worker`: the process that runs raysize's workflows and activities."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+from activities.cluster import ClusterActivities, DiscoveryActivities, RaySettings
+from activities.k8s import Kube
+from activities.ray_gcs import TlsConfig, resolve_token
+from worker.settings import Settings
+from worker.temporal import connect, ensure_search_attributes
+from workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
+from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
+from workflows.resize_workflow import PodResizeWorkflow
+
+log = logging.getLogger("raysize.worker")
+
+WORKFLOWS = [ReconcileWorkflow, PodResizeWorkflow, DiscoveryWorkflow]
+
+
+def reconcile_input(settings: Settings) -> Callable[[str, str], ReconcileInput]:
+    def make(namespace: str, cluster: str) -> ReconcileInput:
+        return ReconcileInput(
+            namespace=namespace,
+            cluster=cluster,
+            tick_s=settings.tick_s,
+            max_concurrent_resizes=settings.max_concurrent_resizes,
+            resize_poll_interval_s=settings.resize_poll_interval_s,
+            settings=settings.planner(),
+        )
+
+    return make
+
+
+def discovery_id(settings: Settings) -> str:
+    return f"discovery/{settings.task_queue}"
+
+
+def build_worker(
+    client: Client, settings: Settings, kube: Kube
+) -> tuple[Worker, ClusterActivities]:
+    ray = RaySettings(
+        gcs_override=settings.gcs_address,
+        token=resolve_token(settings.ray_token),
+        tls=TlsConfig.from_env(),
+    )
+    cluster = ClusterActivities(
+        kube=kube,
+        ray=ray,
+        settings=settings.planner(),
+        temporal=client,
+        task_queue=settings.task_queue,
+    )
+    discovery = DiscoveryActivities(
+        kube=kube,
+        temporal=client,
+        task_queue=settings.task_queue,
+        start_input=reconcile_input(settings),
+    )
+    activities: list[Any] = [
+        *cluster.activities(),
+        discovery.list_rayclusters,
+        discovery.ensure_reconcilers,
+    ]
+    worker = Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=activities,
+        max_concurrent_workflow_task_polls=10,
+        max_concurrent_activity_task_polls=10,
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+    return worker, cluster
+
+
+async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    client = await connect(settings)
+    added = await ensure_search_attributes(client, register=settings.register_search_attributes)
+    if added:
+        log.info("registered search attributes: %s", ", ".join(added))
+    kube = Kube.from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
+    worker, cluster = build_worker(client, settings, kube)
+    if settings.discover:
+        await client.start_workflow(
+            DiscoveryWorkflow.run,
+            DiscoveryInput(
+                namespaces=tuple(settings.namespace_list()),
+                interval_s=settings.discovery_interval_s,
+            ),
+            id=discovery_id(settings),
+            task_queue=settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "raysize worker polling %s on %s (namespace %s)",
+        settings.task_queue,
+        settings.temporal_address,
+        settings.temporal_namespace,
+    )
+    try:
+        async with worker:
+            await stop.wait()
+            log.info("shutting down: finishing running activities (up to 10 s)")
+    finally:
+        cluster.close()

@@ -1,0 +1,79 @@
+"""Every setting of the raysize worker, from `RAYSIZE_*` environment variables or flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from workflows.model import PlannerSettings, ResizePolicy
+from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
+
+
+class Settings(BaseSettings):
+    """The worker's configuration. Each field is `RAYSIZE_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="RAYSIZE_", extra="ignore")
+
+    # --- Temporal ---
+    temporal_address: str = Field("localhost:7233", description="Temporal frontend host:port")
+    temporal_namespace: str = Field("default", description="Temporal namespace")
+    task_queue: str = Field("raysize", description="task queue the worker polls")
+    temporal_tls_cert: Path | None = Field(None, description="client certificate (mTLS)")
+    temporal_tls_key: Path | None = Field(None, description="client private key (mTLS)")
+    temporal_tls_ca: Path | None = Field(None, description="CA bundle of the server")
+    temporal_api_key: str | None = Field(None, description="API key (Temporal Cloud)")
+    register_search_attributes: bool = Field(
+        True, description="register raysize's search attributes at start when allowed"
+    )
+
+    # --- Kubernetes ---
+    kubeconfig: Path | None = Field(
+        None, description="kubeconfig file; default: $KUBECONFIG, then in-cluster config"
+    )
+    namespaces: str = Field("", description="comma-separated namespaces to watch; empty: all")
+    discover: bool = Field(True, description="manage every RayCluster with ray.io/ippr")
+    discovery_interval_s: float = Field(15.0, gt=0, description="seconds between discovery rounds")
+
+    # --- Ray ---
+    gcs_address: str | None = Field(
+        None,
+        description="GCS host:port for every cluster (default: from the RayCluster status, "
+        "else <cluster>-head-svc.<namespace>.svc:6379)",
+    )
+    ray_token: str | None = Field(
+        None, description="Ray auth token (default: $RAY_AUTH_TOKEN / $RAY_AUTH_TOKEN_PATH)"
+    )
+
+    # --- decisions ---
+    tick_s: float = Field(5.0, gt=0, description="longest wait between two reconciles")
+    max_concurrent_resizes: int = Field(100, ge=1, description="resize sagas per cluster at once")
+    resize_policy: ResizePolicy = Field(ResizePolicy.RIGHT_SIZE, description="right-size or max")
+    cpu_step: str = Field("1", description="CPU rounding step of a resize target (quantity)")
+    memory_step: str = Field("1Gi", description="memory rounding step (quantity)")
+    idle_timeout_s: float = Field(60.0, ge=0, description="idle pods older than this shrink/go")
+    resize_poll_interval_s: float = Field(0.2, gt=0, description="pod polling interval")
+
+    @field_validator("cpu_step", "memory_step")
+    @classmethod
+    def _quantity(cls, value: str, info: object) -> str:
+        name = getattr(info, "field_name", "")
+        try:
+            units = quantity_to_units(value, CPU if name == "cpu_step" else MEMORY, what=name)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from exc
+        if units <= 0:
+            raise ValueError(f"{name}: {value!r} must be positive")
+        return value
+
+    def planner(self) -> PlannerSettings:
+        return PlannerSettings(
+            idle_timeout_s=self.idle_timeout_s,
+            resize_policy=self.resize_policy,
+            cpu_step=quantity_to_units(self.cpu_step, CPU),
+            memory_step=quantity_to_units(self.memory_step, MEMORY),
+        )
+
+    def namespace_list(self) -> list[str]:
+        return [n.strip() for n in self.namespaces.split(",") if n.strip()]

@@ -1,0 +1,67 @@
+"""DiscoveryWorkflow (`discovery/<task queue>`): every RayCluster with `ray.io/ippr` (or
+opted in with `raysize.io/enabled: "true"`) in the watched namespaces gets its reconcile
+workflow. A reconcile workflow ends by itself when its RayCluster is deleted."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+
+from pydantic import BaseModel, ConfigDict
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.contracts import Act
+
+
+class DiscoveryInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    interval_s: float = 15.0
+    max_rounds_per_run: int = 200
+
+
+@workflow.defn(name="DiscoveryWorkflow")
+class DiscoveryWorkflow:
+    def __init__(self) -> None:
+        self.clusters: list[tuple[str, str]] = []
+        self.woken = False
+        self.last_error = ""
+
+    @workflow.signal
+    def wake(self) -> None:
+        self.woken = True
+
+    @workflow.query
+    def clusters_seen(self) -> list[str]:
+        return [f"{ns}/{name}" for ns, name in self.clusters]
+
+    @workflow.run
+    async def run(self, inp: DiscoveryInput) -> None:
+        for _ in range(inp.max_rounds_per_run):
+            self.woken = False
+            try:
+                found: list[tuple[str, str]] = await workflow.execute_activity(
+                    Act.LIST_CLUSTERS,
+                    list(inp.namespaces),
+                    result_type=list[tuple[str, str]],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                )
+                self.clusters = [tuple(c) for c in found]  # type: ignore[misc]
+                await workflow.execute_activity(
+                    Act.ENSURE_RECONCILERS,
+                    self.clusters,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                )
+                self.last_error = ""
+            except ActivityError as exc:
+                self.last_error = str(exc.cause or exc)
+                workflow.logger.warning("discovery round failed: %s", self.last_error)
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self.woken, timeout=inp.interval_s)
+        workflow.continue_as_new(inp)
