@@ -413,6 +413,15 @@ class Kube:
         unknown = sorted((set(replicas) | set(workers_to_delete)) - set(index))
         if unknown:
             raise Invalid(f"RayCluster {namespace}/{cluster} has no worker group {unknown[0]!r}")
+        if any(workers_to_delete.values()):
+            # a pod already gone needs no deleting: a retry after the operator acted is a no-op
+            pods, _ = self.list_cluster_pods(namespace, cluster)
+            alive = {
+                p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")
+            }
+            workers_to_delete = {
+                g: tuple(n for n in names if n in alive) for g, names in workers_to_delete.items()
+            }
         ops: list[Obj] = []
         for name, i in index.items():
             group = groups[i]

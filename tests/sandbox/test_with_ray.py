@@ -7,21 +7,20 @@ both Raylets in the GCS by `instance_id` = pod name, delete one pod, see its Ray
 from __future__ import annotations
 
 from kubernetes import client
-from ray._raylet import GcsClient
 
+from activities.ray_gcs import RayGcsClient
 from sandbox.kubelet import KubeletTiming
 from tests.sandbox.conftest import client_for, wait_for
 from tests.sandbox.test_kubectl_and_operator import raycluster
 
-ALIVE = 0  # GcsNodeInfo.ALIVE
-
 
 def alive_instances(address: str) -> set[str]:
     try:
-        nodes = GcsClient(address=address).get_all_node_info(timeout=5)
+        with RayGcsClient(address, timeout=5) as gcs:
+            nodes = gcs.nodes(alive_only=True)
     except Exception:  # the GCS is not up yet: nothing registered
         return set()
-    return {n.instance_id for n in nodes.values() if n.state == ALIVE}
+    return {n.pod for n in nodes}
 
 
 def test_scaling_to_two_starts_two_raylets_and_deleting_one_stops_it(make_sandbox, tmp_path):
@@ -63,8 +62,8 @@ def test_scaling_to_two_starts_two_raylets_and_deleting_one_stops_it(make_sandbo
         timeout=120,
         interval=1.0,
     )
-    nodes = GcsClient(address=address).get_all_node_info(timeout=5)
-    types = {n.instance_id: n.node_type_name for n in nodes.values() if n.state == ALIVE}
+    with RayGcsClient(address, timeout=5) as gcs:
+        types = {n.pod: n.group for n in gcs.nodes(alive_only=True)}
     assert types[workers[0]] == "small"
 
     victim = workers[0]
