@@ -303,7 +303,12 @@ class Kube:
 
     def _raw(self, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
         response = self._call(kind, fn, *args, _preload_content=False, **kwargs)
-        doc: Obj = json.loads(response.data)
+        try:
+            doc: Obj = json.loads(response.data)
+        finally:
+            # back to the pool: without this every call opens a new connection (and, on a
+            # real cluster, a new TLS handshake)
+            response.release_conn()
         return doc
 
     # --- reads ----------------------------------------------------------------------

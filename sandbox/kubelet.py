@@ -24,7 +24,7 @@ import queue
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -159,6 +159,8 @@ class Kubelet:
         self._node_used: dict[str, Amounts] = {}
         self._node_count: dict[str, int] = {}
         self._deferred: set[tuple[str, str]] = set()
+        # status changes being collected for one write: (pod key, changes)
+        self._batch: tuple[tuple[str, str], list[Callable[[Obj], Obj | None]]] | None = None
         self._unscheduled: set[tuple[str, str]] = set()
         self._timers: list[_Timer] = []
         self._seq = itertools.count()
@@ -486,12 +488,28 @@ class Kubelet:
                     cs["allocatedResources"] = _rl_json(parts["requests"])
             return p
 
-        self._write_status(key, accepted)
-        self._event(
-            pod, "Normal", "ResizeStarted", _resize_message("Pod resize started", pod, generation)
-        )
         state.actuate_at = time.monotonic() + self.timing.actuation_delay_s
-        self._after(self.timing.actuation_delay_s, lambda: self._maybe_actuate(key))
+        if self.timing.actuation_delay_s <= 0:
+            # Nothing to wait for: like the kubelet's status manager, report acceptance
+            # and actuation in one status write (K8S_RESIZE.md §2, step 3).
+            with self._one_status_write(key):
+                self._write_status(key, accepted)
+                self._event(
+                    pod,
+                    "Normal",
+                    "ResizeStarted",
+                    _resize_message("Pod resize started", pod, generation),
+                )
+                self._maybe_actuate(key)
+        else:
+            self._write_status(key, accepted)
+            self._event(
+                pod,
+                "Normal",
+                "ResizeStarted",
+                _resize_message("Pod resize started", pod, generation),
+            )
+            self._after(self.timing.actuation_delay_s, lambda: self._maybe_actuate(key))
         if self._deferred:
             self._retry_deferred("pod_updated")  # a shrink may have made room
 
@@ -629,7 +647,30 @@ class Kubelet:
         self._retry_deferred("pod_resized")
 
     # --- writes -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _one_status_write(self, key: tuple[str, str]) -> Iterator[None]:
+        """Collect the status changes made inside, and write them to the pod at once."""
+        changes: list[Callable[[Obj], Obj | None]] = []
+        previous, self._batch = self._batch, (key, changes)
+        try:
+            yield
+        finally:
+            self._batch = previous
+            if changes:
+
+                def all_of(p: Obj) -> Obj:
+                    for change in changes:
+                        out = change(p)
+                        p = p if out is None else out
+                    return p
+
+                self._write_status(key, all_of)
+
     def _write_status(self, key: tuple[str, str], change: Callable[[Obj], Obj | None]) -> None:
+        if self._batch is not None and self._batch[0] == key:
+            self._batch[1].append(change)
+            return
+
         def mutate(p: Obj) -> Obj:
             p.setdefault("status", {})
             out = change(p)

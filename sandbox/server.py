@@ -540,6 +540,7 @@ def _wants_table(headers: dict[str, str]) -> bool:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
+    wbufsize = -1  # buffered: headers and body leave in one send when the request ends
     server_version = "raysize-sandbox"
     sys_version = ""
     api: Api
