@@ -65,6 +65,8 @@ class NodeSpec:
     memory: int  # bytes
     supports_resize: bool = True
     max_pods: int = 110
+    # the container runtime never applies a resize: it stays InProgress (to test timeouts)
+    stalls_actuation: bool = False
 
 
 @dataclass
@@ -560,7 +562,10 @@ class Kubelet:
         if state.actuate_at is not None and time.monotonic() < state.actuate_at:
             return
         actual = _actual(pod)
-        if not self.nodes[state.node].supports_resize or actual is None:
+        node = self.nodes[state.node]
+        if not node.supports_resize or actual is None:
+            return
+        if node.stalls_actuation and actual != state.allocated:
             return
         if actual == state.allocated:
             if _condition(pod, IN_PROGRESS) is not None:

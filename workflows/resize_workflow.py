@@ -156,13 +156,13 @@ class PodResizeWorkflow:
             self._finish(ResizeOutcome.POD_GONE, "the pod is gone")
         except _Failed as failure:
             await self._roll_back(req, str(failure))
-            self._finish(ResizeOutcome.ROLLED_BACK, str(failure))
+            self._finish(ResizeOutcome.ROLLED_BACK, "")  # _roll_back said why
         except (asyncio.CancelledError, ActivityError) as exc:
             if not is_cancelled_exception(exc):
                 raise
             workflow.logger.info("resize of %s canceled by operator: rolling back", req.pod)
             await self._roll_back(req, "canceled by operator")
-            self._finish(ResizeOutcome.CANCELED, "canceled by operator")
+            self._finish(ResizeOutcome.CANCELED, "")
             raise
         return self.state()
 
@@ -340,6 +340,12 @@ class PodResizeWorkflow:
             await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
         except _PodGone:
             self.detail = f"{reason}; the pod is gone"
+        except _Failed as failure:  # the way back was refused too: say so, end anyway
+            self.detail = f"{reason}; rolling back failed: {failure}"
+            workflow.logger.warning("resize of %s: %s", req.pod, self.detail)
+            with contextlib.suppress(_Failed, _PodGone):
+                # still record the failure, so the planner never picks this pod again
+                await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
 
     # --- steps ---------------------------------------------------------------------------
     async def _gate(self) -> None:

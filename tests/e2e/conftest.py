@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from kubernetes import client, config
 from temporalio.client import Client
@@ -23,7 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import KubeletTiming
+from sandbox.kubelet import KubeletTiming, NodeSpec
 from tests.orchestration.temporal_env import venv_binary
 from worker.run import run_worker
 from worker.settings import Settings
@@ -173,13 +174,19 @@ async def eventually(check: Callable[[], Any], timeout: float = 60, every: float
     raise AssertionError(f"not reached in {timeout}s (last: {last!r})")
 
 
+@pytest.fixture
+def nodes() -> list[NodeSpec]:
+    """The sandbox's nodes; a test overrides this fixture for another shape."""
+    return [NodeSpec("node-a", 8000, 32 * GIB)]
+
+
 @pytest_asyncio.fixture
-async def stack(dev_server: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+async def stack(
+    dev_server: WorkflowEnvironment, tmp_path: Path, nodes: list[NodeSpec]
+) -> AsyncIterator[Stack]:
     sandbox = Sandbox(
         SandboxConfig(
-            nodes=1,
-            node_cpu=8000,
-            node_memory=32 * GIB,
+            node_specs=nodes,
             with_ray=True,
             timing=KubeletTiming(actuation_delay_s=0.0),
         )
@@ -213,23 +220,30 @@ async def stack(dev_server: WorkflowEnvironment, tmp_path: Path) -> AsyncIterato
 
 DRIVER = textwrap.dedent(
     """
-    import sys, ray
+    import sys, time, ray
     ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
-    cpus = float(sys.argv[2])
 
-    @ray.remote(num_cpus=cpus)
-    def work():
+    @ray.remote
+    def work(cpus, hold_s):
+        time.sleep(hold_s)  # hold the CPUs a while, like real work
         return f"ran with {cpus:g} CPU on {ray.get_runtime_context().get_node_id()}"
 
-    print(ray.get(work.remote(), timeout=float(sys.argv[3])), flush=True)
+    sizes = [float(c) for c in sys.argv[2].split(",")]
+    hold = float(sys.argv[4])
+    refs = [work.options(num_cpus=c).remote(c, hold) for c in sizes]
+    for line in ray.get(refs, timeout=float(sys.argv[3])):
+        print(line, flush=True)
     """
 )
 
 
-def start_driver(gcs: str, cpus: float, timeout_s: float = 120) -> subprocess.Popen[str]:
-    """A Ray driver in its own process group that waits for one task of `cpus` CPUs."""
+def start_driver(
+    gcs: str, cpus: float | str, timeout_s: float = 120, hold_s: float = 0
+) -> subprocess.Popen[str]:
+    """A Ray driver in its own process group that runs tasks of these CPU sizes
+    ("2" or "4,2") and waits for all of them."""
     return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, gcs, str(cpus), str(timeout_s)],
+        [sys.executable, "-c", DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

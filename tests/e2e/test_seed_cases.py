@@ -4,14 +4,32 @@ from __future__ import annotations
 
 import asyncio
 
-from workflows.contracts import ResizeOutcome
+import pytest
+
+from sandbox.kubelet import NodeSpec
+from workflows.contracts import ResizeOutcome, ResizeState
 from workflows.resize_workflow import PodResizeWorkflow
 
-from .conftest import Stack, eventually, ippr_cluster, start_driver, stop_driver
+from .conftest import GIB, Stack, eventually, ippr_cluster, start_driver, stop_driver
 
 
 def cpu_of(pod: object) -> str:
     return pod.spec.containers[0].resources.limits["cpu"]  # type: ignore[attr-defined]
+
+
+async def run_driver(stack: Stack, gcs: str, cpus: str, hold_s: float = 0) -> list[str]:
+    driver = start_driver(gcs, cpus, timeout_s=150, hold_s=hold_s)
+    try:
+        out, err = await asyncio.to_thread(driver.communicate, timeout=170)
+    finally:
+        stop_driver(driver)
+    assert driver.returncode == 0, err[-2000:]
+    return out.splitlines()
+
+
+async def resize_of(stack: Stack, pod: str) -> ResizeState:
+    handle = stack.temporal.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/default/{pod}")
+    return await handle.result()
 
 
 async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(stack: Stack) -> None:
@@ -20,13 +38,8 @@ async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(stack: Sta
     pods = await eventually(
         lambda: [p for p in stack.workers("case1") if p.status.phase == "Running"], 60
     )
-    driver = start_driver(gcs, 2)
-    try:
-        out, err = await asyncio.to_thread(driver.communicate, timeout=150)
-    finally:
-        stop_driver(driver)
-    assert driver.returncode == 0, err[-2000:]
-    assert "ran with 2 CPU" in out
+    out = await run_driver(stack, gcs, "2")
+    assert out[0].startswith("ran with 2 CPU")
     pod = stack.workers("case1")[0]
     assert pod.metadata.name == pods[0].metadata.name  # resized in place, not replaced
     assert cpu_of(pod) == "2"  # right-sized: what the task needs, not the maximum
@@ -36,3 +49,60 @@ async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(stack: Sta
     state = await handle.result()
     assert state.outcome == ResizeOutcome.SUCCEEDED
     assert (state.raylet_cpu, state.cpu) == (2000, 2000)
+
+
+async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
+    stack: Stack,
+) -> None:
+    stack.create(ippr_cluster("case2"))
+    gcs = await eventually(lambda: stack.gcs("case2"), 60)
+    first = await eventually(
+        lambda: [p for p in stack.workers("case2") if p.status.phase == "Running"], 60
+    )
+    out = await run_driver(stack, gcs, "2,4", hold_s=3)
+    assert sorted(line.split(" on ")[0] for line in out) == ["ran with 2 CPU", "ran with 4 CPU"]
+    pods = {p.metadata.name: cpu_of(p) for p in stack.workers("case2")}
+    assert len(pods) == 2  # one grown in place, one launched (and grown)
+    assert first[0].metadata.name in pods  # the pod it had was grown, not replaced
+    # each pod grew to what its task needs (which task Ray reports first decides which
+    # one the existing pod takes)
+    assert sorted(pods.values()) == ["2", "4"]
+    for name in pods:
+        assert (await resize_of(stack, name)).outcome == ResizeOutcome.SUCCEEDED
+
+
+async def test_case_3_scaling_out_with_ippr_capacity_considerations(stack: Stack) -> None:
+    stack.create(ippr_cluster("case3", replicas=0))
+    gcs = await eventually(lambda: stack.gcs("case3"), 60)
+    out = await run_driver(stack, gcs, "2")
+    assert out[0].startswith("ran with 2 CPU")
+    pods = stack.workers("case3")
+    assert [cpu_of(p) for p in pods] == ["2"]  # one 1-CPU pod launched, then grown
+    assert (await resize_of(stack, pods[0].metadata.name)).outcome == ResizeOutcome.SUCCEEDED
+    assert stack.raycluster("case3")["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [[NodeSpec("stuck", 1500, 8 * GIB, stalls_actuation=True), NodeSpec("ok", 8000, 32 * GIB)]],
+)
+async def test_case_4_ippr_timeout_rolls_back_and_scales_out(stack: Stack) -> None:
+    # the first worker lands on a node whose runtime never applies a resize
+    stack.create(ippr_cluster("case4", timeout_s=5))
+    gcs = await eventually(lambda: stack.gcs("case4"), 60)
+    first = await eventually(
+        lambda: [p for p in stack.workers("case4") if p.status.phase == "Running"], 60
+    )
+    stuck = first[0].metadata.name
+    out = await run_driver(stack, gcs, "2")
+    assert out[0].startswith("ran with 2 CPU")
+    timed_out = await resize_of(stack, stuck)
+    assert timed_out.outcome == ResizeOutcome.ROLLED_BACK
+    assert timed_out.detail.startswith("Pod resize timed out after 5s")
+    pods = {p.metadata.name: p for p in stack.workers("case4")}
+    assert cpu_of(pods[stuck]) == "1"  # rolled back
+    status = pods[stuck].metadata.annotations["ray.io/ippr-status"]
+    assert '"last-failed-reason": "Pod resize timed out after 5s"' in status
+    (other,) = [n for n in pods if n != stuck]
+    assert cpu_of(pods[other]) == "2"  # scaled out, and the new pod grew
+    assert (await resize_of(stack, other)).outcome == ResizeOutcome.SUCCEEDED

@@ -49,6 +49,7 @@ class FakeCluster:
         self.mode = "done"  # done | hang | error
         self.error_message = 'cannot decrease memory limits: attempting to set container "ray" memory limit (1) below current usage (2)'
         self.raylet_failures = 0
+        self.refuse_patches = False  # answer every resize patch with 422 Invalid
         self.calls: list[str] = []
         self.patches: list[tuple[int, int]] = []
         self.raylet_calls: list[tuple[int, int]] = []
@@ -60,6 +61,13 @@ class FakeCluster:
         async def patch(inp: PatchResizeInput) -> PatchResizeResult:
             self._alive()
             self.calls.append("patch")
+            if self.refuse_patches:
+                raise ApplicationError(
+                    'Pod "w1" is invalid: spec: Forbidden: Pod running on node without '
+                    "support for resize",
+                    type=Err.INVALID,
+                    non_retryable=True,
+                )
             self.patches.append((inp.cpu, inp.memory))
             self.pod.spec_cpu, self.pod.spec_memory = inp.cpu, inp.memory
             self.pod.generation += 1

@@ -219,3 +219,17 @@ async def test_retarget_sends_the_new_size(ts_env: WorkflowEnvironment) -> None:
     assert cluster.patches == [(4000, 2 * GIB), (3000, 2 * GIB)]
     assert state.outcome == ResizeOutcome.SUCCEEDED
     assert cluster.pod.raylet_cpu == 3000
+
+
+async def test_refused_resize_ends_rolled_back_with_the_failure_recorded(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    cluster = FakeCluster(pod())
+    cluster.refuse_patches = True
+    async with running(ts_env, cluster, request()) as handle:
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.ROLLED_BACK
+    assert state.detail.startswith('Kubernetes refused the resize: Pod "w1" is invalid')
+    assert "rolling back failed" in state.detail
+    assert cluster.pod.status.last_failed_at is not None  # never picked again
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (1000, 1000)
