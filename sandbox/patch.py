@@ -34,6 +34,9 @@ _MERGE_KEYS: dict[str, str] = {
     "hostAliases": "ip",
     "workerGroupSpecs": "groupName",
 }
+# (parent field, field) → merge key, where the same field name has another key elsewhere:
+# a Service's `spec.ports` merge by `port`, a container's `ports` by `containerPort`.
+_MERGE_KEYS_UNDER: dict[tuple[str, str], str] = {("spec", "ports"): "port"}
 # Lists of scalars merged as sets (patchStrategy:"merge" on a primitive list).
 _MERGED_PRIMITIVE_LISTS = {"finalizers"}
 
@@ -99,8 +102,9 @@ def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
             out.pop(key, None)
             continue
         current = out.get(key)
-        if isinstance(value, list) and key in _MERGE_KEYS and isinstance(current, list):
-            out[key] = _merge_list(current, value, _MERGE_KEYS[key], key)
+        merge_key = _MERGE_KEYS_UNDER.get((field, key)) or _MERGE_KEYS.get(key)
+        if isinstance(value, list) and merge_key and isinstance(current, list):
+            out[key] = _merge_list(current, value, merge_key, key)
         elif (
             isinstance(value, list) and key in _MERGED_PRIMITIVE_LISTS and isinstance(current, list)
         ):

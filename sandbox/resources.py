@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox import pods
+from sandbox import generic, pods
 from sandbox.errors import FieldError, invalid_object, required
 from sandbox.store import ResourceType
 
@@ -30,9 +30,14 @@ RAYCLUSTERS = ResourceType(
     categories=("all",),
 )
 
-ALL = (PODS, NODES, EVENTS, NAMESPACES, RAYCLUSTERS)
+ALL = (PODS, NODES, EVENTS, NAMESPACES, RAYCLUSTERS, *generic.KINDS)
 BY_GROUP: dict[tuple[str, str], ResourceType] = {(r.group, r.name): r for r in ALL}
-GROUP_VERSIONS = {"": "v1", "ray.io": "v1"}
+GROUP_VERSIONS = {"": "v1", "ray.io": "v1", **generic.GROUP_VERSIONS}
+CUSTOM = (RAYCLUSTERS,)  # served from a CRD: no strategic merge patch
+
+
+def strategic_merge_allowed(r: ResourceType) -> bool:
+    return r not in CUSTOM
 
 
 def discovery_resource_list(group: str) -> Obj:
@@ -85,6 +90,12 @@ def prepare_create(r: ResourceType, obj: Obj) -> None:
         _validate_raycluster(obj)
     elif r is NODES:
         obj.setdefault("status", {})
+    elif r is NAMESPACES:
+        name = obj["metadata"].get("name", "")
+        obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+        obj["status"] = {"phase": "Active"}
+    elif r in generic.KINDS:
+        generic.prepare_create(r, obj)
     elif r is EVENTS and not obj.get("involvedObject"):
         raise invalid_object(
             "Event",
@@ -137,6 +148,8 @@ def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
                 new["status"] = old["status"]
             else:
                 new.pop("status", None)
+    if r in generic.KINDS:
+        generic.prepare_update(r, sub, old, new)
     if r is RAYCLUSTERS:
         if sub != "status":
             _validate_raycluster(new)

@@ -28,6 +28,7 @@ from sandbox.patch import (
     STRATEGIC_MERGE_PATCH,
     apply_patch,
 )
+from sandbox.rbac import Authorizer, Request
 from sandbox.resources import (
     ALL,
     BY_GROUP,
@@ -37,6 +38,7 @@ from sandbox.resources import (
     discovery_resource_list,
     prepare_create,
     prepare_update,
+    strategic_merge_allowed,
 )
 from sandbox.selectors import (
     fields_match,
@@ -96,6 +98,7 @@ class Api:
         self.store = store or Store()
         self.faults = faults or Faults()
         self._denied: set[tuple[str, str]] = set()
+        self.authorizer: Authorizer | None = None  # None: every client is system:admin
         self.requests = 0
         self.stopping = threading.Event()
         self.store.create("namespaces", "", _namespace("default"))
@@ -144,6 +147,7 @@ class Api:
                     DEFAULT_USER,
                     route.resource.group,
                 )
+            self._authorize(verb, route)
             decision = self.faults.decide(verb, route.label, route.name)
             if decision.latency_s:
                 time.sleep(decision.latency_s)
@@ -154,6 +158,16 @@ class Api:
             )
         except ApiError as e:
             return _error(e)
+
+    def _authorize(self, verb: str, route: Route) -> None:
+        authz = self.authorizer
+        if authz is None:
+            return
+        r = route.resource
+        if not authz.allows(Request(verb, r.group, route.label, route.namespace, route.name)):
+            raise errors.forbidden_request(
+                verb, route.label, route.name, route.namespace, authz.user, r.group
+            )
 
     def _fixed(self, parts: list[str]) -> Response | None:
         path = "/" + "/".join(parts)
@@ -411,7 +425,7 @@ class Api:
             raise errors.unsupported_media_type(content_type)
         if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
             raise errors.unsupported_media_type(content_type)
-        if route.resource.group and content_type == STRATEGIC_MERGE_PATCH:
+        if content_type == STRATEGIC_MERGE_PATCH and not strategic_merge_allowed(route.resource):
             raise errors.unsupported_media_type(content_type)
         patch = _decode(body)
 

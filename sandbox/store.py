@@ -306,7 +306,15 @@ class Store:
             yield from [e.obj for e in self._objects.get(resource, {}).values()]
 
 
-_GROUPS = {"rayclusters": "ray.io"}
+_GROUPS = {
+    "rayclusters": "ray.io",
+    # sandbox.generic's kinds (GROUP_OF there; a test keeps the two equal)
+    "deployments": "apps",
+    "roles": "rbac.authorization.k8s.io",
+    "rolebindings": "rbac.authorization.k8s.io",
+    "clusterroles": "rbac.authorization.k8s.io",
+    "clusterrolebindings": "rbac.authorization.k8s.io",
+}
 
 
 def _group_of(resource: str) -> str:

@@ -1,0 +1,71 @@
+"""Helpers for the deploy/ tests: render with kubectl's kustomize, run kubectl on a sandbox."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sandbox.cluster import Sandbox, SandboxConfig
+from sandbox.kubelet import KubeletTiming
+
+KUBECTL = "/usr/bin/kubectl"
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+TRIAL = DEPLOY / "overlays" / "trial"
+EXAMPLE = DEPLOY / "examples" / "raycluster-ippr.yaml"
+SA_USER = "system:serviceaccount:raysize:raysize"
+
+
+def run_kubectl(*args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+    home = str(kubeconfig.parent) if kubeconfig else os.environ.get("HOME", "/tmp")
+    env = {**os.environ, "HOME": home}
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = str(kubeconfig)
+    return subprocess.run(
+        [KUBECTL, *args], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
+    )
+
+
+def render(path: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize <path>`: offline, no cluster."""
+    out = run_kubectl("kustomize", str(path))
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = find(docs, kind, name)
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Iterator[tuple[Sandbox, Path]]:
+    """A fresh sandbox and its kubeconfig; closed after the test."""
+    sb = Sandbox(SandboxConfig(nodes=1, timing=KubeletTiming(actuation_delay_s=0.0))).start()
+    try:
+        yield sb, sb.write_kubeconfig(tmp_path / "kubeconfig")
+    finally:
+        sb.close()
+
+
+@pytest.fixture
+def kubectl(sandbox: tuple[Sandbox, Path]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    _, kubeconfig = sandbox
+
+    def call(*args: str) -> subprocess.CompletedProcess[str]:
+        return run_kubectl(*args, kubeconfig=kubeconfig)
+
+    return call

@@ -1,0 +1,180 @@
+"""`kubectl apply` of deploy/ to a fresh sandbox, and the service account's reach there."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import config
+from kubernetes.client.exceptions import ApiException
+
+from activities.cluster import list_rayclusters
+from activities.k8s import Kube
+from sandbox.rbac import Authorizer
+from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, TRIAL, render
+from tests.sandbox.conftest import wait_for
+from workflows.ippr import IpprStatus, read_group_specs
+from workflows.resources import GIB
+
+
+def names(out: str) -> set[str]:
+    return set(out.split())
+
+
+def test_apply_base_then_trial_then_example(kubectl):
+    first = kubectl("apply", "-k", str(DEPLOY))
+    assert first.returncode == 0, first.stderr
+    assert "deployment.apps/raysize-worker created" in first.stdout
+    again = kubectl("apply", "-k", str(DEPLOY))
+    assert again.returncode == 0, again.stderr
+    assert "created" not in again.stdout and "configured" not in again.stdout, again.stdout
+
+    got = kubectl(
+        "get",
+        "namespace/raysize",
+        "clusterrole/raysize",
+        "clusterrolebinding/raysize",
+        "-o",
+        "name",
+    )
+    assert got.returncode == 0, got.stderr
+    assert names(got.stdout) == {
+        "namespace/raysize",
+        "clusterrole.rbac.authorization.k8s.io/raysize",
+        "clusterrolebinding.rbac.authorization.k8s.io/raysize",
+    }
+    got = kubectl("get", "serviceaccount,configmap,deployment", "-n", "raysize", "-o", "name")
+    assert got.returncode == 0, got.stderr
+    (cm,) = [n for n in names(got.stdout) if n.startswith("configmap/")]
+    assert names(got.stdout) == {"serviceaccount/raysize", cm, "deployment.apps/raysize-worker"}
+    table = kubectl("get", "deployment", "raysize-worker", "-n", "raysize")
+    assert table.returncode == 0 and "raysize-worker" in table.stdout, table.stderr
+
+    # what the server stores is what was rendered
+    stored = json.loads(kubectl("get", "clusterrole", "raysize", "-o", "json").stdout or "{}")
+    rendered = {d["kind"]: d for d in render(DEPLOY)}
+    assert stored["rules"] == rendered["ClusterRole"]["rules"]
+    worker = json.loads(
+        kubectl("get", "deploy/raysize-worker", "-n", "raysize", "-o", "json").stdout
+    )
+    assert worker["spec"] == rendered["Deployment"]["spec"]
+    assert worker["metadata"]["generation"] == 1
+
+    trial = kubectl("apply", "-k", str(TRIAL))
+    assert trial.returncode == 0, trial.stderr
+    assert "deployment.apps/temporal-dev created" in trial.stdout
+    assert "service/temporal-dev created" in trial.stdout
+    assert "deployment.apps/raysize-worker configured" in trial.stdout
+    worker = json.loads(
+        kubectl("get", "deploy/raysize-worker", "-n", "raysize", "-o", "json").stdout
+    )
+    rendered = {(d["kind"], d["metadata"]["name"]): d for d in render(TRIAL)}
+    assert worker["spec"] == rendered[("Deployment", "raysize-worker")]["spec"]
+    assert worker["metadata"]["generation"] == 2
+    svc = json.loads(kubectl("get", "svc/temporal-dev", "-n", "raysize", "-o", "json").stdout)
+    assert svc["spec"]["clusterIP"] and svc["spec"]["type"] == "ClusterIP"
+
+    example = kubectl("apply", "-f", str(EXAMPLE))
+    assert example.returncode == 0, example.stderr
+    assert "raycluster.ray.io/raysize-example created" in example.stdout
+    rc = json.loads(kubectl("get", "raycluster/raysize-example", "-o", "json").stdout)
+    assert read_group_specs(rc).errors == ()
+    pods = wait_for(
+        lambda: (
+            kubectl(
+                "get", "pods", "-l", "ray.io/cluster=raysize-example", "-o", "name"
+            ).stdout.split()
+            or None
+        )
+    )
+    assert len(pods) == 2  # head + 1 worker
+
+
+@pytest.fixture
+def as_service_account(sandbox, kubectl):
+    """deploy/ and the example applied as admin; then every request is the worker's."""
+    sb, kubeconfig = sandbox
+    for args in (("apply", "-k", str(DEPLOY)), ("apply", "-f", str(EXAMPLE))):
+        out = kubectl(*args)
+        assert out.returncode == 0, out.stderr
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    kube = Kube(api, timeout_s=5.0)
+    wait_for(lambda: len(kube.read_cluster("default", "raysize-example").pods) == 2)
+    sb.api.authorizer = Authorizer(sb.store, SA_USER)
+    try:
+        yield sb, kube
+    finally:
+        sb.api.authorizer = None
+        api.close()
+
+
+def test_service_account_can_do_what_raysize_does(as_service_account):
+    _, kube = as_service_account
+    cluster = kube.read_cluster("default", "raysize-example")  # get rayclusters, list pods
+    assert cluster.groups.errors == ()
+    worker = next(p for p in cluster.pods if p.group == "cpu")
+    assert kube.patch_resize("default", worker.name, 2000, 4 * GIB) >= 1  # pods/resize
+    kube.set_ippr_status("default", worker.name, IpprStatus(raylet_id="r1"))  # patch pods
+    assert kube.scale("default", "raysize-example", {"cpu": 2}, {}) is True  # patch rayclusters
+    kube.record_event("default", "Pod", worker.name, "RaysizeResize", "to 2 CPU")  # events
+    kube.record_event("default", "RayCluster", "raysize-example", "RaysizeScale", "+1")
+    assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, "")] == ["raysize-example"]
+    assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, "default")] == [
+        "raysize-example"
+    ]
+    # watch pods (what watch_pods_change streams; it swallows errors, so ask directly)
+    pods = kube.core.list_namespaced_pod(
+        "default",
+        label_selector="ray.io/cluster=raysize-example",
+        watch=True,
+        timeout_seconds=1,
+        _preload_content=False,
+    )
+    assert b'"ADDED"' in pods.read()
+    events = kube.custom.list_cluster_custom_object(
+        "ray.io", "v1", "rayclusters", watch=True, timeout_seconds=1, _preload_content=False
+    )
+    assert b"raysize-example" in events.read()  # watch rayclusters
+
+
+@pytest.mark.parametrize(
+    ("what", "call"),
+    [
+        (
+            "create pods",
+            lambda c, r: c.create_namespaced_pod("default", {"metadata": {"name": "x"}}),
+        ),
+        ("delete pods", lambda c, r: c.delete_namespaced_pod("p", "default")),
+        ("update pods", lambda c, r: c.replace_namespaced_pod("p", "default", {})),
+        ("patch pods/status", lambda c, r: c.patch_namespaced_pod_status("p", "default", {})),
+        ("list secrets", lambda c, r: c.list_namespaced_secret("raysize")),
+        ("get configmaps", lambda c, r: c.list_namespaced_config_map("raysize")),
+        ("list nodes", lambda c, r: c.list_node()),
+        ("list events", lambda c, r: c.list_namespaced_event("default")),
+        ("delete namespaces", lambda c, r: c.delete_namespace("default")),
+        (
+            "create rayclusters",
+            lambda c, r: r.create_namespaced_custom_object(
+                "ray.io", "v1", "default", "rayclusters", {"metadata": {"name": "x"}}
+            ),
+        ),
+        (
+            "delete rayclusters",
+            lambda c, r: r.delete_namespaced_custom_object(
+                "ray.io", "v1", "default", "rayclusters", "raysize-example"
+            ),
+        ),
+        (
+            "patch rayclusters/status",
+            lambda c, r: r.patch_namespaced_custom_object_status(
+                "ray.io", "v1", "default", "rayclusters", "raysize-example", {}
+            ),
+        ),
+    ],
+)
+def test_service_account_can_do_nothing_else(as_service_account, what, call):
+    _, kube = as_service_account
+    with pytest.raises(ApiException) as err:
+        call(kube.core, kube.custom)
+    assert err.value.status == 403, what
+    assert SA_USER in json.loads(err.value.body)["message"]

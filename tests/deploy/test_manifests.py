@@ -1,0 +1,271 @@
+"""deploy/ renders offline; its RBAC is exactly what raysize needs; the example validates."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import DEPLOY, EXAMPLE, ROOT, TRIAL, find, one, render
+from worker.settings import Settings
+from workflows.ippr import IPPR_ANNOTATION, read_group_specs
+
+# (apiGroup, resource, verb): the whole grant, and nothing else (issue 6).
+EXPECTED_RULES = {
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "patch"),
+    ("", "pods/resize", "patch"),
+    ("", "events", "create"),
+    ("ray.io", "rayclusters", "get"),
+    ("ray.io", "rayclusters", "list"),
+    ("ray.io", "rayclusters", "watch"),
+    ("ray.io", "rayclusters", "patch"),
+}
+
+# Every kubernetes-client call raysize's code makes → what RBAC must allow for it.
+CLIENT_CALLS = {
+    "read_namespaced_pod": {("", "pods", "get")},
+    "list_namespaced_pod": {("", "pods", "list")},
+    "patch_namespaced_pod": {("", "pods", "patch")},
+    "patch_namespaced_pod_resize": {("", "pods/resize", "patch")},
+    "create_namespaced_event": {("", "events", "create")},
+    "get_namespaced_custom_object": {("ray.io", "rayclusters", "get")},
+    "list_namespaced_custom_object": {("ray.io", "rayclusters", "list")},
+    "list_cluster_custom_object": {("ray.io", "rayclusters", "list")},
+    "patch_namespaced_custom_object": {("ray.io", "rayclusters", "patch")},
+}
+
+
+def rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule.get("apiGroups", [])
+        for r in rule.get("resources", [])
+        for v in rule.get("verbs", [])
+    }
+
+
+@pytest.fixture(scope="module")
+def base() -> list[dict[str, Any]]:
+    return render(DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def trial() -> list[dict[str, Any]]:
+    return render(TRIAL)
+
+
+def worker_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    deploy = one(docs, "Deployment", "raysize-worker")
+    (container,) = [c for c in deploy["spec"]["template"]["spec"]["containers"]]
+    assert container["name"] == "worker"
+    return container
+
+
+def test_base_renders_the_expected_objects(base):
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in base)
+    configmaps = [n for k, n in kinds if k == "ConfigMap"]
+    assert len(configmaps) == 1 and configmaps[0].startswith("raysize-config-")
+    assert sorted(k for k in kinds if k[0] != "ConfigMap") == [
+        ("ClusterRole", "raysize"),
+        ("ClusterRoleBinding", "raysize"),
+        ("Deployment", "raysize-worker"),
+        ("Namespace", "raysize"),
+        ("ServiceAccount", "raysize"),
+    ]
+    for d in base:
+        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert d["metadata"]["namespace"] == "raysize", d["kind"]
+
+
+def test_rbac_is_exactly_what_raysize_needs(base):
+    roles = find(base, "ClusterRole") + find(base, "Role")
+    bindings = find(base, "ClusterRoleBinding") + find(base, "RoleBinding")
+    assert [r["kind"] for r in roles] == ["ClusterRole"]
+    assert [b["kind"] for b in bindings] == ["ClusterRoleBinding"]
+    rules = roles[0]["rules"]
+    for rule in rules:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames/URLs
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[key], rule
+    assert rule_set(rules) == EXPECTED_RULES
+    assert len(rule_set(rules)) == sum(
+        len(r["apiGroups"]) * len(r["resources"]) * len(r["verbs"]) for r in rules
+    ), "a permission is listed twice"
+    binding = bindings[0]
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": roles[0]["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "raysize", "namespace": "raysize"}
+    ]
+    spec = one(base, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "raysize"
+
+
+def test_every_kubernetes_call_in_the_code_is_granted():
+    """Scan the code for kubernetes-client calls: each must be known here and granted."""
+    sources = {
+        p: p.read_text()
+        for d in ("activities", "worker", "workflows")
+        for p in (ROOT / d).glob("*.py")
+    }
+    needed: set[tuple[str, str, str]] = set()
+    for path, text in sources.items():
+        for method in re.findall(r"\.(?:core|custom)\.(\w+)", text):
+            assert method in CLIENT_CALLS, f"{path.name}: new Kubernetes call {method}: update RBAC"
+            needed |= CLIENT_CALLS[method]
+        if re.search(r"\.stream\(\s*kube\.core\.list_namespaced_pod", text):
+            needed.add(("", "pods", "watch"))
+    assert ("", "pods", "watch") in needed  # the scan sees the pod watch
+    assert needed <= EXPECTED_RULES
+    # rayclusters watch is granted for the issue's contract although no call uses it yet
+    assert EXPECTED_RULES - needed == {("ray.io", "rayclusters", "watch")}
+
+
+def test_worker_deployment(base):
+    deploy = one(base, "Deployment", "raysize-worker")
+    assert deploy["spec"]["replicas"] == 1
+    pod = deploy["spec"]["template"]["spec"]
+    labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert deploy["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    c = worker_container(base)
+    assert c["image"] == "raysize:0.1.0"
+    for kind in ("requests", "limits"):
+        assert set(c["resources"][kind]) == {"cpu", "memory"}
+    assert c["livenessProbe"]["exec"]["command"][:4] == ["python", "-m", "worker.health", "live"]
+    assert c["readinessProbe"]["exec"]["command"][:4] == ["python", "-m", "worker.health", "ready"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        p = c[probe]
+        assert p["timeoutSeconds"] >= 5 and p["periodSeconds"] >= 10
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    # the heartbeat file is on a writable volume
+    env = {e["name"]: e for e in c["env"]}
+    health = env["RAYSIZE_HEALTH_FILE"]["value"]
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert any(health.startswith(path + "/") for path in mounts)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+
+
+def test_secrets_are_optional_and_wired_to_the_settings(base):
+    c = worker_container(base)
+    pod = one(base, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in c["env"]}
+    refs = {name: e["valueFrom"]["secretKeyRef"] for name, e in env.items() if "valueFrom" in e}
+    assert refs == {
+        "RAYSIZE_TEMPORAL_API_KEY": {
+            "name": "raysize-temporal",
+            "key": "api-key",
+            "optional": True,
+        },
+        "RAY_AUTH_TOKEN": {"name": "raysize-ray-token", "key": "token", "optional": True},
+    }
+    assert "temporal_api_key" in Settings.model_fields
+    secret_volumes = [v["secret"] for v in pod["volumes"] if "secret" in v]
+    assert secret_volumes and all(s["optional"] is True for s in secret_volumes)
+    assert [s["secretName"] for s in secret_volumes] == ["raysize-temporal-tls"]
+    # TLS paths are not set by default: the files would not exist without the secret
+    assert not {n for n in env if n.startswith("RAYSIZE_TEMPORAL_TLS_")}
+
+
+def test_configmap_holds_valid_settings(base):
+    (cm,) = find(base, "ConfigMap")
+    c = worker_container(base)
+    assert c["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
+    fields = {f"RAYSIZE_{name.upper()}" for name in Settings.model_fields}
+    assert set(cm["data"]) <= fields, set(cm["data"]) - fields
+    settings = Settings(**{k.removeprefix("RAYSIZE_").lower(): v for k, v in cm["data"].items()})
+    assert settings.namespace_list() == []  # every namespace: the ClusterRole is needed
+
+
+def test_mtls_component_points_the_worker_at_the_mounted_secret(tmp_path: Path):
+    # an overlay of the user's, next to a copy of deploy/ (kustomize wants relative paths)
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    overlay = tmp_path / "mine"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": ["../deploy/base"],
+                "components": ["../deploy/components/temporal-mtls"],
+            }
+        )
+    )
+    docs = render(overlay)
+    c = worker_container(docs)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "temporal-tls")["mountPath"]
+    for var, file in (
+        ("RAYSIZE_TEMPORAL_TLS_CERT", "tls.crt"),
+        ("RAYSIZE_TEMPORAL_TLS_KEY", "tls.key"),
+        ("RAYSIZE_TEMPORAL_TLS_CA", "ca.crt"),
+    ):
+        assert env[var] == f"{mount}/{file}"
+    pod = one(docs, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
+    tls = next(v for v in pod["volumes"] if v["name"] == "temporal-tls")
+    assert tls["secret"] == {
+        "secretName": "raysize-temporal-tls",
+        "optional": False,
+        "defaultMode": 0o440,
+    }
+    # the API key and Ray token stay where they were
+    assert env.keys() >= {"RAYSIZE_TEMPORAL_API_KEY", "RAY_AUTH_TOKEN", "RAYSIZE_HEALTH_FILE"}
+
+
+def test_trial_overlay_adds_a_temporal_dev_server_and_points_the_worker_at_it(base, trial):
+    server = one(trial, "Deployment", "temporal-dev")
+    service = one(trial, "Service", "temporal-dev")
+    assert server["metadata"]["namespace"] == service["metadata"]["namespace"] == "raysize"
+    (c,) = server["spec"]["template"]["spec"]["containers"]
+    assert c["image"].startswith("temporalio/temporal:")
+    args = c["args"]
+    assert args[:2] == ["server", "start-dev"]
+    assert args[args.index("--ip") + 1] == "0.0.0.0"
+    assert (
+        service["spec"]["selector"].items()
+        <= server["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert server["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports == {"grpc": 7233, "ui": 8233}
+
+    (cm,) = find(trial, "ConfigMap")
+    host, port = cm["data"]["RAYSIZE_TEMPORAL_ADDRESS"].rsplit(":", 1)
+    assert host == "temporal-dev.raysize.svc" and int(port) == ports["grpc"]
+    worker = one(trial, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
+    (init,) = worker["initContainers"]
+    assert init["image"] == worker["containers"][0]["image"] == "raysize:0.1.0"
+    assert init["command"][:4] == ["python", "-m", "worker.health", "ready"]
+    assert init["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
+    # the overlay grants nothing more
+    assert find(trial, "ClusterRole") == find(base, "ClusterRole")
+    assert find(trial, "Role") == find(trial, "RoleBinding") == []
+
+
+def test_example_raycluster_passes_raysize_validation():
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    (rc,) = docs
+    assert (rc["apiVersion"], rc["kind"]) == ("ray.io/v1", "RayCluster")
+    assert IPPR_ANNOTATION in rc["metadata"]["annotations"]
+    specs = read_group_specs(rc)
+    assert specs.errors == ()
+    assert specs.ippr_enabled
+    managed = {name for name, g in specs.groups.items() if g.ippr is not None}
+    assert managed == {"cpu"}
+    limits = specs.groups["cpu"].ippr
+    assert limits is not None and limits.max_cpu == 4000 and limits.resize_timeout_s == 60
