@@ -17,6 +17,7 @@ from temporalio.worker import Worker
 from activities.cluster import ClusterActivities, DiscoveryActivities, RaySettings
 from activities.k8s import Kube
 from activities.ray_gcs import TlsConfig, resolve_token
+from worker.health import heartbeat
 from worker.settings import Settings
 from worker.temporal import connect, ensure_search_attributes
 from workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
@@ -85,6 +86,16 @@ def build_worker(
 
 
 async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    beat = asyncio.create_task(heartbeat())  # liveness: deploy/ probes read this file
+    try:
+        await _run_worker(settings, stop=stop)
+    finally:
+        beat.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await beat
+
+
+async def _run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     client = await connect(settings)
     added = await ensure_search_attributes(client, register=settings.register_search_attributes)
     if added:

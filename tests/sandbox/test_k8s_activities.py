@@ -166,9 +166,16 @@ def test_deferred_and_infeasible_progress(env):
 
 def test_scale_is_idempotent_and_guarded(env):
     _sb, kube = env
-    view = kube.read_cluster("default", "rc")
     victim = workers(kube)[0]
-    assert kube.scale("default", "rc", {"small": 1}, {"small": (victim,)}, view.resource_version)
+    for _ in range(50):  # the operator may still be writing the cluster's status
+        view = kube.read_cluster("default", "rc")
+        try:
+            assert kube.scale(
+                "default", "rc", {"small": 1}, {"small": (victim,)}, view.resource_version
+            )
+            break
+        except Conflict:
+            continue
     wait_for(lambda: workers(kube) == [w for w in workers(kube) if w != victim])
     wait_for(lambda: len(workers(kube)) == 1)
     # The same request again (a retried activity) is a no-op, even with the old version:
