@@ -1,0 +1,88 @@
+"""Record the histories the replay test checks: `python -m tests.orchestration.record_histories`.
+
+Run it when a workflow change is *meant* to change what the workflows do, and commit the
+new files together with the change; an unintended difference fails test_replay.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+from temporalio.worker import Worker
+
+from tests.orchestration.fake_cluster import FakeCluster, FakePod
+from tests.orchestration.fake_world import FakeWorld
+from tests.orchestration.temporal_env import start_time_skipping
+from tests.orchestration.test_reconcile_workflow import ResizeRecorder
+from tests.orchestration.test_resize_workflow import request
+from tests.workflows.kit import group, pod, res, snapshot
+from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
+from workflows.resize_workflow import PodResizeWorkflow
+
+HERE = Path(__file__).parent / "histories"
+GIB = 1024**3
+
+
+async def record() -> None:
+    env = await start_time_skipping()
+    try:
+        runs = {
+            "resize_happy": ("done", {}),
+            "resize_deferred": ("done", {"node_room_cpu": 3000}),
+            "resize_error_rollback": ("error", {}),
+        }
+        for name, (mode, extra) in runs.items():
+            cluster = FakeCluster(
+                FakePod(cpu=1000, memory=2 * GIB, raylet_cpu=1000, raylet_memory=2 * GIB, **extra)
+            )
+            cluster.mode = mode
+            queue = f"q-{uuid.uuid4()}"
+            async with Worker(
+                env.client,
+                task_queue=queue,
+                workflows=[PodResizeWorkflow],
+                activities=cluster.activities(),
+            ):
+                handle = await env.client.start_workflow(
+                    PodResizeWorkflow.run, request(), id=f"resize/ns/{name}", task_queue=queue
+                )
+                await handle.result()
+                history = await handle.fetch_history()
+            (HERE / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
+
+        world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+        recorder = ResizeRecorder(world)
+        queue = f"q-{uuid.uuid4()}"
+        async with Worker(
+            env.client,
+            task_queue=queue,
+            workflows=[ReconcileWorkflow, PodResizeWorkflow],
+            activities=[*world.activities(), *recorder.workflow_activities()],
+        ):
+            handle = await env.client.start_workflow(
+                ReconcileWorkflow.run,
+                ReconcileInput(namespace="ns", cluster="demo", tick_s=0.5, max_ticks_per_run=4),
+                id="reconcile/ns/demo",
+                task_queue=queue,
+            )
+            first_run = handle.result_run_id
+            for _ in range(200):
+                if world.observed >= 5:
+                    break
+                await asyncio.sleep(0.05)
+            history = await env.client.get_workflow_handle(
+                "reconcile/ns/demo", run_id=first_run
+            ).fetch_history()
+            await handle.terminate("recorded")
+        (HERE / "reconcile_grow.json").write_text(
+            json.dumps(json.loads(history.to_json()), indent=1)
+        )
+    finally:
+        await env.shutdown()
+
+
+if __name__ == "__main__":
+    asyncio.run(record())
