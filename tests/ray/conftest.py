@@ -43,7 +43,7 @@ def _no_ambient_ray_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster() -> Iterator[LocalRayCluster]:
     root = short_tmp()
     ray = LocalRayCluster(root=root, env=dict(FAST_HEALTH_CHECKS))
@@ -59,13 +59,13 @@ def cluster() -> Iterator[LocalRayCluster]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def gcs(cluster: LocalRayCluster) -> Iterator[RayGcsClient]:
     with cluster.client() as client:
         yield client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def worker_ids(cluster: LocalRayCluster, gcs: RayGcsClient) -> dict[str, str]:
     state = gcs.cluster_state()
     ids = {}

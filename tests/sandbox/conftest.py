@@ -66,7 +66,7 @@ def pod_body(
     }
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     external = os.environ.get("RAYSIZE_TEST_KUBECONFIG")
     if external:
@@ -88,7 +88,7 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         sandbox.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kube(kubeconfig: str) -> Iterator[client.ApiClient]:
     api = config.new_client_from_config(config_file=kubeconfig)
     try:
