@@ -491,19 +491,8 @@ class Kubelet:
             return p
 
         state.actuate_at = time.monotonic() + self.timing.actuation_delay_s
-        if self.timing.actuation_delay_s <= 0:
-            # Nothing to wait for: like the kubelet's status manager, report acceptance
-            # and actuation in one status write (K8S_RESIZE.md §2, step 3).
-            with self._one_status_write(key):
-                self._write_status(key, accepted)
-                self._event(
-                    pod,
-                    "Normal",
-                    "ResizeStarted",
-                    _resize_message("Pod resize started", pod, generation),
-                )
-                self._maybe_actuate(key)
-        else:
+
+        def start() -> None:
             self._write_status(key, accepted)
             self._event(
                 pod,
@@ -511,6 +500,15 @@ class Kubelet:
                 "ResizeStarted",
                 _resize_message("Pod resize started", pod, generation),
             )
+
+        if self.timing.actuation_delay_s <= 0:
+            # Nothing to wait for: like the kubelet's status manager, report acceptance
+            # and actuation in one status write (K8S_RESIZE.md §2, step 3).
+            with self._one_status_write(key):
+                start()
+                self._maybe_actuate(key)
+        else:
+            start()
             self._after(self.timing.actuation_delay_s, lambda: self._maybe_actuate(key))
         if self._deferred:
             self._retry_deferred("pod_updated")  # a shrink may have made room

@@ -268,12 +268,13 @@ def prepare_update(old: Obj, new: Obj) -> None:
     canonicalize_resources(new)
     _default_requests(new)
     new["status"] = old.get("status", {})
-    _keep_system_metadata(old, new)
+    keep_system_metadata(old, new)
     if new.get("spec") != old.get("spec"):
         new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
 
 
-def _keep_system_metadata(old: Obj, new: Obj) -> None:
+def keep_system_metadata(old: Obj, new: Obj) -> None:
+    """Fields a client may not set: they stay as the server has them."""
     meta = new.setdefault("metadata", {})
     for key in (
         "uid",

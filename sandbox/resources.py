@@ -133,7 +133,7 @@ def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
             pods.prepare_update(old, new)
             pods.validate_update(old, new)
         return
-    _keep_system_metadata(old, new)
+    pods.keep_system_metadata(old, new)
     if r.subresources and "status" in r.subresources:
         if sub == "status":
             new["spec"] = old.get("spec")
@@ -157,20 +157,3 @@ def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
         old_like = {k: v for k, v in old.items() if k not in ("metadata", "status")}
         if spec_like != old_like:
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
-
-
-def _keep_system_metadata(old: Obj, new: Obj) -> None:
-    meta = new.setdefault("metadata", {})
-    for key in (
-        "uid",
-        "creationTimestamp",
-        "name",
-        "namespace",
-        "generation",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-    ):
-        if key in old["metadata"]:
-            meta[key] = old["metadata"][key]
-        else:
-            meta.pop(key, None)

@@ -316,53 +316,53 @@ def _parse_group_limits(
     def err(fld: str, problem: str, fix: str) -> None:
         errors.append(ConfigError(group=name, field=fld, problem=problem, fix=fix))
 
-    max_cpu: int | None = None
-    if "max-cpu" not in entry:
-        err("max-cpu", "is missing", 'add "max-cpu", a quantity string like "4" or a number')
-    else:
-        v = entry["max-cpu"]
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
+    def limit(
+        key: str, name: str, types: tuple[type, ...], hints: tuple[str, str, str]
+    ) -> int | None:
+        """One of max-cpu / max-memory: present, of Ray's types, a positive quantity."""
+        missing, wrong_type, bad_quantity = hints
+        if key not in entry:
+            err(key, "is missing", missing)
+            return None
+        v = entry[key]
+        if isinstance(v, bool) or not isinstance(v, types):
+            err(key, f"{v!r} is {type(v).__name__}", wrong_type)
+            return None
+        try:
+            units = quantity_to_units(v, name, what=key)
+        except QuantityError as exc:
+            err(key, str(exc).removeprefix(f"{key}: "), bad_quantity)
+            return None
+        if units <= 0:
             err(
-                "max-cpu",
-                f"{v!r} is {type(v).__name__}",
-                'use a string quantity like "4" or "1500m", or a number',
+                key,
+                f"{v!r} is zero",
+                f"give a positive {'CPU' if name == CPU else 'memory'} amount",
             )
-        else:
-            try:
-                max_cpu = quantity_to_units(v, CPU, what="max-cpu")
-                if max_cpu <= 0:
-                    err("max-cpu", f"{v!r} is zero", "give a positive CPU amount")
-                    max_cpu = None
-            except QuantityError as exc:
-                err(
-                    "max-cpu",
-                    str(exc).removeprefix("max-cpu: "),
-                    'use a quantity like "4", "1500m" or 4',
-                )
+            return None
+        return units
 
-    max_memory: int | None = None
-    if "max-memory" not in entry:
-        err("max-memory", "is missing", 'add "max-memory", a quantity like "8Gi" or bytes')
-    else:
-        v = entry["max-memory"]
-        if isinstance(v, bool) or not isinstance(v, str | int):
-            err(
-                "max-memory",
-                f"{v!r} is {type(v).__name__}",
-                'use a string quantity like "8Gi" or an integer number of bytes',
-            )
-        else:
-            try:
-                max_memory = quantity_to_units(v, MEMORY, what="max-memory")
-                if max_memory <= 0:
-                    err("max-memory", f"{v!r} is zero", "give a positive memory amount")
-                    max_memory = None
-            except QuantityError as exc:
-                err(
-                    "max-memory",
-                    str(exc).removeprefix("max-memory: "),
-                    'use a quantity like "8Gi", "512Mi" or an integer of bytes',
-                )
+    # Ray's schema: max-cpu is a string or any number, max-memory a string or an integer
+    max_cpu = limit(
+        "max-cpu",
+        CPU,
+        (str, int, float),
+        (
+            'add "max-cpu", a quantity string like "4" or a number',
+            'use a string quantity like "4" or "1500m", or a number',
+            'use a quantity like "4", "1500m" or 4',
+        ),
+    )
+    max_memory = limit(
+        "max-memory",
+        MEMORY,
+        (str, int),
+        (
+            'add "max-memory", a quantity like "8Gi" or bytes',
+            'use a string quantity like "8Gi" or an integer number of bytes',
+            'use a quantity like "8Gi", "512Mi" or an integer of bytes',
+        ),
+    )
 
     timeout: int | None = None
     if "resize-timeout" not in entry:

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         resize_workflow_id,
     )
     from workflows.resources import CPU, MEMORY, Resources, units_to_float
+    from workflows.waiting import until_done_or
 
 KEEP_DECISIONS = 50
 
@@ -370,13 +371,7 @@ class ReconcileWorkflow:
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(maximum_attempts=1),
         )
-        woken = asyncio.ensure_future(workflow.wait_condition(lambda: self.woken))
-        try:
-            await workflow.wait([watch, woken], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (watch, woken):
-                if not task.done():
-                    task.cancel()
+        await until_done_or(watch, lambda: self.woken)
         if watch.done() and watch.exception() is not None:
             # the watch failed (GCS restarting?): don't spin, wait out the tick
             with contextlib.suppress(TimeoutError):

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         WaitResizeInput,
     )
     from workflows.ippr import IpprStatus, KubeletReport, parse_kubelet_message
+    from workflows.waiting import until_done_or
 
 T = TypeVar("T")
 
@@ -284,15 +285,7 @@ class PodResizeWorkflow:
                     non_retryable_error_types=[Err.POD_GONE, Err.FORBIDDEN],
                 ),
             )
-            retarget = asyncio.ensure_future(
-                workflow.wait_condition(lambda: self.new_target is not None)
-            )
-            try:
-                await workflow.wait([poll, retarget], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (poll, retarget):
-                    if not task.done():
-                        task.cancel()
+            await until_done_or(poll, lambda: self.new_target is not None)
             if not poll.done() or self.new_target is not None:
                 return None
             try:
