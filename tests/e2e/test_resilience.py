@@ -1,0 +1,63 @@
+"""Resizes that meet a full node or a flaky API server still end where they should."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+
+from sandbox.faults import FaultRule
+from sandbox.kubelet import NodeSpec
+from workflows.contracts import ResizeOutcome
+
+from .conftest import GIB, Stack, eventually, ippr_cluster
+from .test_seed_cases import cpu_of, resize_of, run_driver
+
+
+@pytest.mark.parametrize("nodes", [[NodeSpec("small-node", 2500, 16 * GIB)]])
+async def test_infeasible_resize_is_asked_again_at_the_nodes_capacity(stack: Stack) -> None:
+    # a 2.5-CPU task: right-sizing asks for 3 CPUs, which the 2.5-CPU node can never give
+    stack.create(ippr_cluster("tight"))
+    gcs = await eventually(lambda: stack.gcs("tight"), 60)
+    pod = (
+        await eventually(
+            lambda: [p for p in stack.workers("tight") if p.status.phase == "Running"], 60
+        )
+    )[0].metadata.name
+    out = await run_driver(stack, gcs, "2.5")
+    assert out[0].startswith("ran with 2.5 CPU")
+    state = await resize_of(stack, pod)
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert state.attempts[0].result.startswith(
+        "Infeasible: Node didn't have enough capacity: cpu, requested: 3000, capacity: 2500"
+    )
+    assert (state.cpu, state.raylet_cpu) == (2500, 2500)
+    assert cpu_of(stack.workers("tight")[0]) == "2500m"
+
+
+async def test_ten_percent_api_faults_lose_nothing(stack: Stack) -> None:
+    stack.create(ippr_cluster("flaky"))
+    gcs = await eventually(lambda: stack.gcs("flaky"), 60)
+    pod = (
+        await eventually(
+            lambda: [p for p in stack.workers("flaky") if p.status.phase == "Running"], 60
+        )
+    )[0].metadata.name
+    rule = stack.sandbox.faults.add(FaultRule(error_rate=0.1, codes=(409, 429, 500)))
+    try:
+        out = await run_driver(stack, gcs, "2")
+    finally:
+        stack.sandbox.faults.clear()
+    assert out[0].startswith("ran with 2 CPU")
+    assert rule.injected > 0  # the faults did happen
+    state = await resize_of(stack, pod)
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert state.raylet_cpu == 2000 and cpu_of(stack.workers("flaky")[0]) == "2"
+    failed = [
+        wf
+        async for wf in stack.temporal.list_workflows(
+            "ExecutionStatus='Failed' OR ExecutionStatus='TimedOut'"
+        )
+    ]
+    assert failed == []
+    reconcile = await stack.temporal.get_workflow_handle("reconcile/default/flaky").describe()
+    assert reconcile.status == WorkflowExecutionStatus.RUNNING
