@@ -63,6 +63,7 @@ def ippr_cluster(
     max_memory: str = "4Gi",
     timeout_s: int = 30,
     max_replicas: int = 4,
+    idle_timeout_s: int | None = None,
 ) -> dict[str, Any]:
     def template(c: str, m: str) -> dict[str, Any]:
         return {
@@ -84,6 +85,7 @@ def ippr_cluster(
             }
         }
 
+    options = {} if idle_timeout_s is None else {"idleTimeoutSeconds": idle_timeout_s}
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayCluster",
@@ -104,6 +106,7 @@ def ippr_cluster(
             },
         },
         "spec": {
+            "autoscalerOptions": options,
             "headGroupSpec": {"rayStartParams": {}, "template": template("0", "1Gi")},
             "workerGroupSpecs": [
                 {

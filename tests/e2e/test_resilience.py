@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
@@ -61,3 +63,28 @@ async def test_ten_percent_api_faults_lose_nothing(stack: Stack) -> None:
     assert failed == []
     reconcile = await stack.temporal.get_workflow_handle("reconcile/default/flaky").describe()
     assert reconcile.status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(stack: Stack) -> None:
+    stack.create(ippr_cluster("idle", idle_timeout_s=3))
+    gcs = await eventually(lambda: stack.gcs("idle"), 60)
+    pod = (
+        await eventually(
+            lambda: [p for p in stack.workers("idle") if p.status.phase == "Running"], 60
+        )
+    )[0].metadata.name
+    out = await run_driver(stack, gcs, "2")
+    assert out[0].startswith("ran with 2 CPU")
+
+    async def shrunk() -> bool:
+        state = await resize_of(stack, pod)
+        return state.from_cpu == 2000 and state.outcome == ResizeOutcome.SUCCEEDED
+
+    end = asyncio.get_running_loop().time() + 90
+    while not await shrunk():
+        assert asyncio.get_running_loop().time() < end, "the idle pod was not shrunk back"
+        await asyncio.sleep(0.5)
+    state = await resize_of(stack, pod)
+    assert (state.cpu, state.raylet_cpu) == (1000, 1000)  # back to its template size
+    # then, still idle at its template size, it is removed (min_workers is 0)
+    await eventually(lambda: pod not in {p.metadata.name for p in stack.workers("idle")}, 90)
