@@ -264,6 +264,8 @@ class ClusterActivities:
         return address
 
     async def _address_of(self, namespace: str, cluster: str) -> str:
+        if self.ray.gcs_override:
+            return self.ray.gcs_override
         known = self._addresses.get((namespace, cluster))
         if known:
             return known

@@ -1,0 +1,202 @@
+"""Orchestration throughput: N concurrent pod resizes through raysize's real saga.
+
+    python -m bench.orchestration_bench [--resizes 1000]
+
+A real Temporal dev server, the sandbox Kubernetes (its own process, kubelet actuating at
+once), one `raysize worker` process, and — for this benchmark only — the GCS stand-in
+(`sandbox/gcs_standin.py`) in place of a thousand Raylets. Prints the wall time from the
+first start to the last result, the worker's peak RSS, and the history length of one
+happy-path resize. Targets: 1,000 resizes < 60 s, RSS < 300 MB, ≤ 40 events.
+Every process it starts is stopped by its own process group, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from kubernetes import client, config
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from bench.sandbox_bench import raw
+from sandbox.gcs_standin import GcsStandIn
+from sandbox.rayprocs import free_port
+from workflows.contracts import ResizeOutcome, ResizeRequest
+from workflows.resize_workflow import SEARCH_ATTRIBUTES, PodResizeWorkflow
+
+GIB = 1024**3
+
+
+def venv_binary(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def pod(i: int) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": f"bench-{i:04d}",
+            "labels": {"ray.io/cluster": "bench", "ray.io/group": "small"},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "ray-worker",
+                    "image": "rayproject/ray:2.60.0",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi"},
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                    },
+                    "resizePolicy": [
+                        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                        {"resourceName": "memory", "restartPolicy": "NotRequired"},
+                    ],
+                }
+            ]
+        },
+    }
+
+
+async def run(n: int, tmp: Path) -> None:
+    kubeconfig = tmp / "kubeconfig"
+    sandbox = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "sandbox", "up", "--nodes", "4", "--node-cpu",
+         "1000", "--node-memory", "4Ti", "--max-pods", "1000", "--actuation-delay", "0",
+         "--port", str(free_port()), "--kubeconfig", str(kubeconfig)],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker: subprocess.Popen[bytes] | None = None
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=venv_binary("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES),
+        dev_server_log_level="error",
+        dev_server_extra_args=[
+            "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+            "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+        ],
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            if sandbox.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("the sandbox did not start")
+            await asyncio.sleep(0.05)
+        core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
+        for i in range(n):
+            raw(core.create_namespaced_pod("default", pod(i), _preload_content=False))
+        while (
+            sum(1 for p in core.list_namespaced_pod("default").items if p.status.phase == "Running")
+            < n
+        ):
+            await asyncio.sleep(0.2)
+
+        with GcsStandIn() as gcs:
+            queue = f"bench-{uuid.uuid4().hex[:6]}"
+            log = (tmp / "worker.log").open("wb")
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "worker.cli", "worker", "--log-level", "WARNING"],
+                env={
+                    **os.environ,
+                    "RAYSIZE_TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+                    "RAYSIZE_TASK_QUEUE": queue,
+                    "RAYSIZE_KUBECONFIG": str(kubeconfig),
+                    "RAYSIZE_DISCOVER": "false",
+                    "RAYSIZE_GCS_ADDRESS": gcs.address,
+                },
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            requests = [
+                ResizeRequest(
+                    namespace="default",
+                    cluster="bench",
+                    pod=f"bench-{i:04d}",
+                    group="small",
+                    node_id=f"{i + 1:056x}",
+                    from_cpu=1000,
+                    from_memory=GIB,
+                    cpu=2000,
+                    memory=2 * GIB,
+                    timeout_s=120,
+                    reason="benchmark",
+                    poll_interval_s=0.1,
+                )
+                for i in range(n)
+            ]
+            started = time.perf_counter()
+            limit = asyncio.Semaphore(100)
+
+            async def one(req: ResizeRequest) -> ResizeOutcome:
+                async with limit:
+                    handle = await env.client.start_workflow(
+                        PodResizeWorkflow.run,
+                        req,
+                        id=f"resize/default/{req.pod}",
+                        task_queue=queue,
+                    )
+                state = await handle.result()
+                return state.outcome
+
+            outcomes = await asyncio.gather(*(one(r) for r in requests))
+            elapsed = time.perf_counter() - started
+            rss = peak_rss_mb(worker.pid)
+            history = await env.client.get_workflow_handle(
+                "resize/default/bench-0000"
+            ).fetch_history()
+            ok = sum(1 for o in outcomes if o == ResizeOutcome.SUCCEEDED)
+            resized = sum(
+                1
+                for p in core.list_namespaced_pod("default").items
+                if p.status.container_statuses
+                and p.status.container_statuses[0].resources.limits["cpu"] == "2"
+            )
+            print(
+                f"resizes={n} succeeded={ok} seconds={elapsed:.1f} per_second={n / elapsed:.1f} "
+                f"worker_peak_rss_mb={rss:.0f} events_per_resize={len(history.events)} "
+                f"pods_resized={resized} raylets_resized={gcs.resizes}"
+            )
+    finally:
+        if worker is not None:
+            stop(worker)
+        stop(sandbox)
+        await env.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="raysize orchestration throughput")
+    parser.add_argument("--resizes", type=int, default=1000, help="concurrent pod resizes")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rsbench") as tmp:
+        asyncio.run(run(args.resizes, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
