@@ -1,0 +1,217 @@
+"""Reaction time: a pending Ray demand → its pod grown and the Raylet resized.
+
+    python -m bench.reaction_bench [--trials 50]
+
+A real Temporal dev server, the sandbox Kubernetes with real Ray processes (kubelet
+actuating at once), and a raysize worker. One long-lived Ray driver submits, per trial, a
+task that needs more CPUs than its pod has; the clock runs from the submission until the
+GCS reports the Raylet at the new size. The pod is idle right after (idle timeout 1 s), so
+raysize shrinks it back before the next trial. Targets: p50 < 1 s, p99 < 3 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.ray_gcs import RayGcsClient
+from sandbox.cluster import Sandbox, SandboxConfig
+from sandbox.kubelet import KubeletTiming, NodeSpec
+from worker.run import run_worker
+from worker.settings import Settings
+from workflows.resize_workflow import SEARCH_ATTRIBUTES
+
+GIB = 1024**3
+DRIVER = textwrap.dedent(
+    """
+    import sys, time, ray
+    ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
+
+    @ray.remote
+    def work():
+        time.sleep(0.3)
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cpus = float(line)
+        t = time.time()
+        ref = work.options(num_cpus=cpus).remote()
+        print(f"submitted {t}", flush=True)
+        ray.get(ref)
+        print("done", flush=True)
+    """
+)
+
+
+def raycluster() -> dict[str, Any]:
+    container = {
+        "name": "ray-worker",
+        "image": "rayproject/ray:2.60.0",
+        "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
+        },
+    }
+    head = {**container, "resources": {"requests": {"cpu": "0", "memory": "1Gi"}}}
+    ippr = {"groups": {"small": {"max-cpu": "4", "max-memory": "4Gi", "resize-timeout": 30}}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": "react", "annotations": {"ray.io/ippr": json.dumps(ippr)}},
+        "spec": {
+            "autoscalerOptions": {"idleTimeoutSeconds": 1},
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [head]}}},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "small",
+                    "replicas": 1,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [container]}},
+                }
+            ],
+        },
+    }
+
+
+async def run(trials: int, tmp: Path) -> None:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES),
+        dev_server_log_level="error",
+    )
+    sandbox = Sandbox(
+        SandboxConfig(
+            node_specs=[NodeSpec("node-a", 8000, 32 * GIB)],
+            with_ray=True,
+            timing=KubeletTiming(actuation_delay_s=0.0),
+        )
+    ).start()
+    stop = asyncio.Event()
+    worker: asyncio.Task[None] | None = None
+    driver: subprocess.Popen[str] | None = None
+    try:
+        kubeconfig = sandbox.write_kubeconfig(tmp / "kubeconfig")
+        custom = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
+        settings = Settings(
+            temporal_address=env.client.service_client.config.target_host,
+            task_queue=f"react-{uuid.uuid4().hex[:6]}",
+            kubeconfig=kubeconfig,
+            namespaces="default",
+            discovery_interval_s=0.5,
+            resize_poll_interval_s=0.02,
+        )
+        worker = asyncio.create_task(run_worker(settings, stop=stop))
+        custom.create_namespaced_custom_object(
+            "ray.io", "v1", "default", "rayclusters", raycluster()
+        )
+        gcs = ""
+        while not gcs:
+            status = (
+                custom.get_namespaced_custom_object(
+                    "ray.io", "v1", "default", "rayclusters", "react"
+                ).get("status")
+                or {}
+            )
+            if (status.get("head") or {}).get("serviceIP") and (status.get("endpoints") or {}).get(
+                "gcs-server"
+            ):
+                gcs = f"{status['head']['serviceIP']}:{status['endpoints']['gcs-server']}"
+            await asyncio.sleep(0.2)
+        ray = RayGcsClient(gcs, timeout=5)
+
+        def worker_cpu() -> int:
+            return observe()[0]
+
+        def observe() -> tuple[int, bool]:
+            """(the worker Raylet's CPU total, whether Ray reports a pending demand)"""
+            try:
+                state = ray.cluster_state()
+            except Exception:
+                return 0, False
+            cpu = max((n.total.cpu for n in state.nodes if n.group == "small"), default=0)
+            return cpu, bool(state.demands)
+
+        while worker_cpu() != 1000:
+            await asyncio.sleep(0.2)
+        driver = subprocess.Popen(
+            [sys.executable, "-c", DRIVER, gcs],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        assert driver.stdin is not None and driver.stdout is not None
+        assert (await asyncio.to_thread(driver.stdout.readline)).strip() == "ready"
+        reactions: list[float] = []
+        reported: list[float] = []  # submission → Ray's GCS reports the demand
+        for trial in range(trials):
+            cpus = 2 + trial % 3  # 2, 3 or 4 CPUs: always more than the pod has
+            while worker_cpu() != 1000:  # shrunk back after the last trial
+                await asyncio.sleep(0.05)
+            driver.stdin.write(f"{cpus}\n")
+            driver.stdin.flush()
+            line = await asyncio.to_thread(driver.stdout.readline)
+            submitted = float(line.split()[1])
+            seen = None
+            while True:
+                cpu, pending = observe()
+                if pending and seen is None:
+                    seen = time.time()
+                if cpu >= cpus * 1000:
+                    break
+                await asyncio.sleep(0.01)
+            reactions.append(time.time() - submitted)
+            reported.append((seen or time.time()) - submitted)
+            assert (await asyncio.to_thread(driver.stdout.readline)).strip() == "done"
+        reactions.sort()
+        p99 = reactions[min(len(reactions) - 1, int(len(reactions) * 0.99))]
+        print(
+            f"trials={trials} reaction_p50_s={statistics.median(reactions):.3f} "
+            f"reaction_p99_s={p99:.3f} min_s={reactions[0]:.3f} max_s={reactions[-1]:.3f} "
+            f"ray_reports_demand_p50_s={statistics.median(reported):.3f}"
+        )
+        ray.close()
+    finally:
+        if driver is not None and driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(10)
+        stop.set()
+        if worker is not None:
+            try:
+                await asyncio.wait_for(worker, 30)
+            except Exception:
+                worker.cancel()
+        await asyncio.to_thread(sandbox.close)
+        await env.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="raysize reaction time")
+    parser.add_argument("--trials", type=int, default=50)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rsreact") as tmp:
+        asyncio.run(run(args.trials, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
