@@ -225,8 +225,6 @@ class ClusterActivities:
     kube: Kube
     ray: RaySettings = field(default_factory=RaySettings)
     settings: PlannerSettings = field(default_factory=PlannerSettings)
-    temporal: Client | None = None
-    task_queue: str = "raysize"
     _clients: dict[str, RayGcsClient] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _addresses: dict[tuple[str, str], str] = field(default_factory=dict)

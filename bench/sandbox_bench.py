@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -218,5 +217,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _ = statistics
     main()

@@ -55,13 +55,7 @@ def build_worker(
         token=resolve_token(settings.ray_token),
         tls=TlsConfig.from_env(),
     )
-    cluster = ClusterActivities(
-        kube=kube,
-        ray=ray,
-        settings=settings.planner(),
-        temporal=client,
-        task_queue=settings.task_queue,
-    )
+    cluster = ClusterActivities(kube=kube, ray=ray, settings=settings.planner())
     discovery = DiscoveryActivities(
         kube=kube,
         temporal=client,
