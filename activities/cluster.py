@@ -25,13 +25,16 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.k8s import K8sActivities, Kube, KubeCluster
-from activities.k8s_errors import ClusterGone, KubeError
+from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
+from activities.pod_watch import PodWatch
 from activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
 from activities.ray_gcs import RayGcsClient, TlsConfig
 from activities.ray_state import ClusterState, LabelOperator, LabelSelector
 from workflows.contracts import (
     Act,
     Err,
+    FinishResizeInput,
+    FinishResizeResult,
     Observation,
     ObserveInput,
     RayletResizeInput,
@@ -228,13 +231,19 @@ class ClusterActivities:
     _clients: dict[str, RayGcsClient] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _addresses: dict[tuple[str, str], str] = field(default_factory=dict)
+    pods: PodWatch | None = None  # set in __post_init__: one pod watch per worker
+
+    def __post_init__(self) -> None:
+        if self.pods is None:
+            self.pods = PodWatch(self.kube.core)
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
             self.observe_cluster,
             self.wait_for_change,
             self.resize_raylet,
-            *K8sActivities(self.kube).activities(),
+            self.finish_resize,
+            *K8sActivities(self.kube, self.pods).activities(),
         ]
 
     # --- helpers --------------------------------------------------------------------
@@ -249,6 +258,8 @@ class ClusterActivities:
             return client
 
     def close(self) -> None:
+        if self.pods is not None:
+            self.pods.close()
         with self._lock:
             for c in self._clients.values():
                 c.close()
@@ -350,6 +361,25 @@ class ClusterActivities:
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
+        return await self._resize_raylet(inp)
+
+    @activity.defn(name=Act.FINISH_RESIZE)
+    async def finish_resize(self, inp: FinishResizeInput) -> FinishResizeResult:
+        """The pod has its new size: bring the Raylet to it (the reply is the truth), then
+        write the pod's final ray.io/ippr-status. Both steps are idempotent, so a retry
+        repeats them safely. A status Kubernetes refuses does not undo a done resize: it
+        is reported back instead."""
+        applied = await self._resize_raylet(inp)
+        try:
+            await asyncio.to_thread(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
+        except (Invalid, Forbidden) as exc:
+            log.warning("%s/%s: ray.io/ippr-status not written: %s", inp.namespace, inp.pod, exc)
+            return FinishResizeResult(cpu=applied.cpu, memory=applied.memory, status_error=str(exc))
+        except KubeError as exc:
+            raise exc.to_application_error() from exc
+        return FinishResizeResult(cpu=applied.cpu, memory=applied.memory)
+
+    async def _resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
         address = await self._address_of(inp.namespace, inp.cluster)
         try:
             applied = await asyncio.to_thread(

@@ -27,11 +27,12 @@ from activities.k8s_errors import (
     Unavailable,
     from_api_exception,
 )
+from activities.pod_watch import PodWatch
 from workflows.contracts import (
     Act,
+    ApplyResizeInput,
+    ApplyResizeResult,
     EventInput,
-    PatchResizeInput,
-    PatchResizeResult,
     ProgressState,
     ResizeProgress,
     ScaleInput,
@@ -370,6 +371,13 @@ class Kube:
             gcs_address=f"{host}:{port}" if host and port else "",
         )
 
+    def find_pod(self, namespace: str, pod: str) -> Obj | None:
+        """The pod, or None when it is gone."""
+        try:
+            return self.get_pod(namespace, pod)
+        except PodGone:
+            return None
+
     def resize_progress(
         self, namespace: str, pod: str, cpu: int, memory: int, generation: int
     ) -> ResizeProgress:
@@ -392,9 +400,10 @@ class Kube:
         )
         return int(doc["metadata"].get("generation", 0))
 
-    def set_ippr_status(self, namespace: str, pod: str, status: IpprStatus) -> None:
+    def set_ippr_status(self, namespace: str, pod: str, status: IpprStatus) -> Obj:
+        """Write ray.io/ippr-status; returns the pod as it is now."""
         body = {"metadata": {"annotations": {IPPR_STATUS_ANNOTATION: status.to_annotation()}}}
-        self._call(
+        return self._raw(
             "Pod", self.core.patch_namespaced_pod, pod, namespace, body, _content_type=MERGE_PATCH
         )
 
@@ -520,8 +529,10 @@ class Kube:
 class K8sActivities:
     """The Temporal face of `Kube`: typed errors become non-retryable where they must."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, pods: PodWatch | None = None) -> None:
+        """`pods`: the worker's shared pod watch; without it, waits poll the pod."""
         self.kube = kube
+        self.pods = pods
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -531,7 +542,7 @@ class K8sActivities:
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
-            self.patch_resize,
+            self.apply_resize,
             self.wait_resize,
             self.set_status,
             self.scale_groups,
@@ -542,31 +553,67 @@ class K8sActivities:
         """For the observe activity, which adds what Ray reports."""
         return await self._run(self.kube.read_cluster, namespace, cluster)
 
-    @activity.defn(name=Act.PATCH_RESIZE)
-    async def patch_resize(self, inp: PatchResizeInput) -> PatchResizeResult:
+    @activity.defn(name=Act.APPLY_RESIZE)
+    async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
+        """PATCH pods/resize (absolute, so a retry repeats nothing), record
+        ray.io/ippr-status, then watch the kubelet for up to the window."""
         generation = await self._run(
             self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory
         )
-        await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
-        return PatchResizeResult(generation=generation)
+        now = await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
+        progress = await self._watch(
+            inp.namespace, inp.pod, inp.cpu, inp.memory, generation, inp.poll_interval_s,
+            inp.window_s, now,
+        )  # fmt: skip
+        return ApplyResizeResult(generation=generation, progress=progress)
 
     @activity.defn(name=Act.WAIT_RESIZE)
     async def wait_resize(self, inp: WaitResizeInput) -> ResizeProgress:
         """Poll the pod until the resize leaves IN_PROGRESS or the window ends; heartbeats."""
-        deadline = time.monotonic() + inp.window_s
-        while True:
-            progress = await self._run(
-                self.kube.resize_progress,
-                inp.namespace,
-                inp.pod,
-                inp.cpu,
-                inp.memory,
-                inp.generation,
-            )
-            if progress.state != ProgressState.IN_PROGRESS or time.monotonic() >= deadline:
-                return progress
-            activity.heartbeat(progress.state.value)
-            await asyncio.sleep(min(inp.poll_interval_s, max(0.0, deadline - time.monotonic())))
+        return await self._watch(
+            inp.namespace, inp.pod, inp.cpu, inp.memory, inp.generation, inp.poll_interval_s,
+            inp.window_s,
+        )  # fmt: skip
+
+    async def _watch(
+        self,
+        namespace: str,
+        pod: str,
+        cpu: int,
+        memory: int,
+        generation: int,
+        poll_interval_s: float,
+        window_s: float,
+        current: Obj | None = None,
+    ) -> ResizeProgress:
+        deadline = time.monotonic() + window_s
+        if self.pods is None:
+            while True:
+                progress = await self._run(
+                    self.kube.resize_progress, namespace, pod, cpu, memory, generation
+                )
+                left = deadline - time.monotonic()
+                if progress.state != ProgressState.IN_PROGRESS or left <= 0:
+                    return progress
+                activity.heartbeat(progress.state.value)
+                await asyncio.sleep(min(poll_interval_s, left))
+        # subscribe first, then read: no change can fall between the two
+        with self.pods.subscribe(namespace, pod) as changes:
+            # what the caller just read is as new as a read now (the watch has the rest)
+            obj = current or await self._run(self.kube.find_pod, namespace, pod)
+            while True:
+                if obj is None:
+                    return ResizeProgress(state=ProgressState.POD_GONE)
+                progress = progress_of(obj, cpu, memory, generation)
+                left = deadline - time.monotonic()
+                if progress.state != ProgressState.IN_PROGRESS or left <= 0:
+                    return progress
+                activity.heartbeat(progress.state.value)
+                heard = await changes.wait(min(self.pods.resync_s, left))
+                if heard and changes.latest is not None and not changes.deleted:
+                    obj = changes.latest
+                else:  # silence, a restarted watch, or a deletion to confirm: read it
+                    obj = await self._run(self.kube.find_pod, namespace, pod)
 
     @activity.defn(name=Act.SET_STATUS)
     async def set_status(self, inp: SetStatusInput) -> None:

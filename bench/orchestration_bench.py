@@ -24,6 +24,8 @@ import uuid
 from pathlib import Path
 
 from kubernetes import client, config
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -31,7 +33,13 @@ from bench.sandbox_bench import raw
 from sandbox.gcs_standin import GcsStandIn
 from sandbox.rayprocs import free_port
 from workflows.contracts import ResizeOutcome, ResizeRequest
-from workflows.resize_workflow import SEARCH_ATTRIBUTES, PodResizeWorkflow
+from workflows.resize_workflow import (
+    POD_NAME,
+    RAY_CLUSTER,
+    RAY_NAMESPACE,
+    SEARCH_ATTRIBUTES,
+    PodResizeWorkflow,
+)
 
 GIB = 1024**3
 
@@ -48,6 +56,28 @@ def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> dict[str, float]:
+    """CPU seconds of each direct child of this process, by program name."""
+    out: dict[str, float] = {}
+    me = str(os.getpid())
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        if text.rsplit(")", 1)[1].split()[1] == me:
+            pid = int(stat.parent.name)
+            out[f"{name}[{pid}]"] = cpu_seconds(pid)
+    return out
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -85,8 +115,10 @@ def pod(i: int) -> dict[str, object]:
 async def run(n: int, tmp: Path) -> None:
     kubeconfig = tmp / "kubeconfig"
     sandbox = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "sandbox", "up", "--nodes", "4", "--node-cpu",
-         "1000", "--node-memory", "4Ti", "--max-pods", "1000", "--actuation-delay", "0",
+        # 250 pods per node, each node with room for all of them to double
+        [sys.executable, "-m", "worker.cli", "sandbox", "up", "--nodes", str(-(-n // 250)),
+         "--node-cpu", "1000", "--node-memory", "4Ti", "--max-pods", "250",
+         "--actuation-delay", "0",
          "--port", str(free_port()), "--kubeconfig", str(kubeconfig)],
         start_new_session=True,
         stdout=subprocess.DEVNULL,
@@ -100,6 +132,8 @@ async def run(n: int, tmp: Path) -> None:
         dev_server_extra_args=[
             "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
             "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+            # an activity scheduled by a workflow task goes straight back to that worker
+            "--dynamic-config-value", "system.enableActivityEagerExecution=true",
         ],
     )  # fmt: skip
     try:
@@ -134,6 +168,13 @@ async def run(n: int, tmp: Path) -> None:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            profiler = None
+            if os.environ.get("BENCH_PROFILE_WORKER"):  # py-spy collapsed stacks of the worker
+                profiler = subprocess.Popen(
+                    ["py-spy", "record", "--pid", str(worker.pid), "--format", "raw",
+                     "--rate", "200", "-o", os.environ["BENCH_PROFILE_WORKER"]],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                )  # fmt: skip
             requests = [
                 ResizeRequest(
                     namespace="default",
@@ -154,24 +195,56 @@ async def run(n: int, tmp: Path) -> None:
             started = time.perf_counter()
             limit = asyncio.Semaphore(100)
 
-            async def one(req: ResizeRequest) -> ResizeOutcome:
+            async def start(req: ResizeRequest) -> None:
+                # started as the reconcile workflow starts them: who it is about is set
                 async with limit:
-                    handle = await env.client.start_workflow(
+                    await env.client.start_workflow(
                         PodResizeWorkflow.run,
                         req,
                         id=f"resize/default/{req.pod}",
                         task_queue=queue,
+                        search_attributes=TypedSearchAttributes(
+                            [
+                                SearchAttributePair(RAY_CLUSTER, req.cluster),
+                                SearchAttributePair(RAY_NAMESPACE, req.namespace),
+                                SearchAttributePair(POD_NAME, req.pod),
+                            ]
+                        ),
                     )
-                state = await handle.result()
-                return state.outcome
 
-            outcomes = await asyncio.gather(*(one(r) for r in requests))
+            await asyncio.gather(*(start(r) for r in requests))
+            # like an operator, watch the count (a result long-poll per workflow would
+            # load the server more than raysize itself does)
+            query = f"TaskQueue='{queue}' AND ExecutionStatus!='Running'"
+            while (await env.client.count_workflows(query)).count < n:
+                await asyncio.sleep(0.25)
             elapsed = time.perf_counter() - started
             rss = peak_rss_mb(worker.pid)
+            cpu = children_cpu()
+            if profiler is not None:
+                stop(profiler)
+            cpu["bench"] = cpu_seconds(os.getpid())
             history = await env.client.get_workflow_handle(
                 "resize/default/bench-0000"
             ).fetch_history()
-            ok = sum(1 for o in outcomes if o == ResizeOutcome.SUCCEEDED)
+            ok = (
+                await env.client.count_workflows(
+                    f"TaskQueue='{queue}' AND ResizeOutcome='{ResizeOutcome.SUCCEEDED.value}'"
+                )
+            ).count
+            took = sorted(
+                [
+                    (w.close_time - w.start_time).total_seconds()
+                    async for w in env.client.list_workflows(f"TaskQueue='{queue}'")
+                    if w.close_time is not None
+                ]
+            )
+            if took:
+                print(
+                    f"resize_seconds p50={took[len(took) // 2]:.1f} "
+                    f"p90={took[len(took) * 9 // 10]:.1f} max={took[-1]:.1f}"
+                )
+            print(await first_resize_steps(env.client))
             resized = sum(
                 1
                 for p in core.list_namespaced_pod("default").items
@@ -183,11 +256,32 @@ async def run(n: int, tmp: Path) -> None:
                 f"worker_peak_rss_mb={rss:.0f} events_per_resize={len(history.events)} "
                 f"pods_resized={resized} raylets_resized={gcs.resizes}"
             )
+            print("cpu_seconds " + " ".join(f"{k}={v:.1f}" for k, v in sorted(cpu.items())))
     finally:
         if worker is not None:
             stop(worker)
         stop(sandbox)
         await env.shutdown()
+
+
+async def first_resize_steps(temporal: Client) -> str:
+    """How long each activity of the first resize waited to start and ran."""
+    history = await temporal.get_workflow_handle("resize/default/bench-0000").fetch_history()
+    scheduled: dict[int, tuple[str, float]] = {}
+    started: dict[int, float] = {}
+    steps = []
+    for e in history.events:
+        t = e.event_time.ToDatetime().timestamp()
+        if e.HasField("activity_task_scheduled_event_attributes"):
+            name = e.activity_task_scheduled_event_attributes.activity_type.name
+            scheduled[e.event_id] = (name, t)
+        elif e.HasField("activity_task_started_event_attributes"):
+            started[e.activity_task_started_event_attributes.scheduled_event_id] = t
+        elif e.HasField("activity_task_completed_event_attributes"):
+            sid = e.activity_task_completed_event_attributes.scheduled_event_id
+            name, at = scheduled[sid]
+            steps.append(f"{name}: queued {started[sid] - at:.2f}s ran {t - started[sid]:.2f}s")
+    return "first resize: " + "; ".join(steps)
 
 
 def main() -> None:

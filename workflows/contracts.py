@@ -25,7 +25,8 @@ class Act:
     SCALE = "scale_groups"
     EVENT = "record_event"
     RESIZE_RAYLET = "resize_raylet"
-    PATCH_RESIZE = "patch_pod_resize"
+    FINISH_RESIZE = "finish_resize"
+    APPLY_RESIZE = "apply_pod_resize"
     WAIT_RESIZE = "wait_pod_resize"
     SET_STATUS = "set_ippr_status"
     LIST_CLUSTERS = "list_rayclusters"
@@ -58,16 +59,17 @@ class RayletResizeResult(_M):
     memory: int
 
 
-class PatchResizeInput(_M):
+class ApplyResizeInput(_M):
+    """Patch the pod, record the status, then watch the kubelet for up to `window_s`:
+    one activity (one round trip) for what is, on the happy path, the whole resize."""
+
     namespace: str
     pod: str
     cpu: int = Field(description="absolute size: the limit if the container has one")
     memory: int
     status: IpprStatus = Field(description="ray.io/ippr-status to write after the patch")
-
-
-class PatchResizeResult(_M):
-    generation: int
+    poll_interval_s: float = 0.2
+    window_s: float = 30.0
 
 
 class ProgressState(StrEnum):
@@ -104,10 +106,25 @@ class ResizeProgress(_M):
     other_memory_requests: int = 0
 
 
+class ApplyResizeResult(_M):
+    generation: int
+    progress: ResizeProgress
+
+
 class SetStatusInput(_M):
     namespace: str
     pod: str
     status: IpprStatus
+
+
+class FinishResizeInput(RayletResizeInput):
+    """Bring the Raylet to the pod's size, then write the pod's final ray.io/ippr-status."""
+
+    status: IpprStatus
+
+
+class FinishResizeResult(RayletResizeResult):
+    status_error: str = Field("", description="why the final status was not written, if not")
 
 
 class ResizeRequest(_M):

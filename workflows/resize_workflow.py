@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import timedelta
-from typing import TypeVar
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contracts import (
         Act,
+        ApplyResizeInput,
+        ApplyResizeResult,
         AttemptRecord,
         Err,
-        PatchResizeInput,
-        PatchResizeResult,
+        FinishResizeInput,
+        FinishResizeResult,
         ProgressState,
         RayletResizeInput,
         RayletResizeResult,
@@ -56,6 +58,11 @@ K8S_RETRY = RetryPolicy(
     maximum_attempts=20,
     non_retryable_error_types=[Err.POD_GONE, Err.INVALID, Err.FORBIDDEN],
 )
+WATCH_RETRY = RetryPolicy(
+    maximum_interval=timedelta(seconds=5),
+    non_retryable_error_types=[Err.POD_GONE, Err.FORBIDDEN],
+)
+HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 RAYLET_SYNC_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
@@ -103,6 +110,7 @@ class PodResizeWorkflow:
         self.raylet: tuple[int, int] | None = None
         self.detail = ""
         self.status = IpprStatus()
+        self.unset_attributes: list[SearchAttributeUpdate[Any]] = []
 
     # --- messages ------------------------------------------------------------------------
     @workflow.signal
@@ -142,15 +150,19 @@ class PodResizeWorkflow:
         self.req = req
         self.cpu, self.memory = req.cpu, req.memory
         self.status = IpprStatus(raylet_id=req.node_id)
-        workflow.upsert_search_attributes(
-            [
-                RAY_CLUSTER.value_set(req.cluster),
-                RAY_NAMESPACE.value_set(req.namespace),
-                POD_NAME.value_set(req.pod),
-                RESIZE_PHASE.value_set(self.phase.value),
-                RESIZE_OUTCOME.value_set(self.outcome.value),
-            ]
-        )
+        # who this resize is about, unless the starter set it (the reconcile workflow
+        # does): sent with the first phase, in one upsert
+        given = workflow.info().typed_search_attributes
+        self.unset_attributes = [
+            key.value_set(value)
+            for key, value in (
+                (RAY_CLUSTER, req.cluster),
+                (RAY_NAMESPACE, req.namespace),
+                (POD_NAME, req.pod),
+            )
+            if given.get(key) != value
+        ]
+        self.unset_attributes.append(RESIZE_OUTCOME.value_set(self.outcome.value))
         try:
             await self._resize(req)
         except _PodGone:
@@ -185,25 +197,12 @@ class PodResizeWorkflow:
                     if self.memory < req.from_memory:
                         self.memory = max(self.memory, applied.memory)
                 await self._gate()
-            # (b) ask Kubernetes
-            self._set_phase(ResizePhase.PATCHING)
+            # (b) ask Kubernetes, (c) and watch the kubelet: one activity on the happy path
+            self._set_phase(ResizePhase.POLLING)
             self.status = self.status.model_copy(
                 update={"resizing_at": int(workflow.now().timestamp())}
             )
-            patched = await self._k8s(
-                Act.PATCH_RESIZE,
-                PatchResizeInput(
-                    namespace=req.namespace,
-                    pod=req.pod,
-                    cpu=self.cpu,
-                    memory=self.memory,
-                    status=self.status,
-                ),
-                PatchResizeResult,
-            )
-            # (c) wait for the kubelet
-            self._set_phase(ResizePhase.POLLING)
-            progress = await self._poll(req, patched.generation, req.timeout_s)
+            progress = await self._apply(req, self.cpu, self.memory, self.status)
             if progress is None:
                 if self.new_target is not None:
                     self.attempts.append(self._attempt("retargeted"))
@@ -241,27 +240,75 @@ class PodResizeWorkflow:
             self.detail = f"{progress.reason}: asking again at the size the node allows"
             self.cpu, self.memory = cpu, memory
 
-        # (f) the pod has it: now the Raylet
+        # (f) the pod has it: now the Raylet, then the final ray.io/ippr-status
         await self._gate()
         self._set_phase(ResizePhase.SYNCING_RAYLET)
-        applied = await self._raylet(req, self.cpu, self.memory, until_it_takes=True)
-        if applied is None:
+        done = self.status.model_copy(update={"resizing_at": None})
+        finished = await self._finish_resize(req, self.cpu, self.memory, done)
+        if finished is None:
             raise _PodGone()
-        await self._set_status(req, self.status.model_copy(update={"resizing_at": None}))
-        self._finish(ResizeOutcome.SUCCEEDED, "")
+        note = finished.status_error
+        self._finish(ResizeOutcome.SUCCEEDED, note and f"ray.io/ippr-status not written: {note}")
+
+    async def _apply(
+        self, req: ResizeRequest, cpu: int, memory: int, status: IpprStatus
+    ) -> ResizeProgress | None:
+        """Patch the pod and wait for the kubelet, bounded by the group's resize-timeout;
+        None on timeout or when a new target arrives."""
+        deadline = workflow.now() + timedelta(seconds=req.timeout_s)
+        window = min(req.poll_window_s, req.timeout_s)
+        apply = workflow.start_activity(
+            Act.APPLY_RESIZE,
+            ApplyResizeInput(
+                namespace=req.namespace,
+                pod=req.pod,
+                cpu=cpu,
+                memory=memory,
+                status=status,
+                poll_interval_s=req.poll_interval_s,
+                window_s=window,
+            ),
+            result_type=ApplyResizeResult,
+            start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=K8S_RETRY,
+        )
+        await until_done_or(apply, lambda: self.new_target is not None)
+        if not apply.done() or self.new_target is not None:
+            return None
+        try:
+            applied: ApplyResizeResult = apply.result()
+        except ActivityError as exc:
+            failure = self._k8s_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        self.status = status
+        if applied.progress.state != ProgressState.IN_PROGRESS:
+            return applied.progress
+        return await self._poll(req, applied.generation, deadline)
 
     async def _poll(
-        self, req: ResizeRequest, generation: int, timeout_s: int
+        self, req: ResizeRequest, generation: int, deadline: datetime
     ) -> ResizeProgress | None:
-        """Wait for the kubelet; None on timeout or when a new target arrives.
+        """Keep waiting for the kubelet; None on timeout or when a new target arrives.
 
-        One activity watches the pod for a window (heartbeating), then the workflow
-        sleeps on a durable timer, backing off, until the resize timeout: the timeout
-        lives in the workflow, so it survives worker restarts and time-skipping tests.
+        The workflow sleeps on a durable timer, backing off, then one activity watches the
+        pod for a window (heartbeating), until the resize timeout: the timeout lives in the
+        workflow, so it survives worker restarts and time-skipping tests.
         """
-        deadline = workflow.now() + timedelta(seconds=timeout_s)
         pause = 1.0
         while True:
+            remaining = (deadline - workflow.now()).total_seconds()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: self.new_target is not None, timeout=min(pause, remaining)
+                )
+            if self.new_target is not None:
+                return None
+            pause = min(pause * 2, 30.0)
             remaining = (deadline - workflow.now()).total_seconds()
             if remaining <= 0:
                 return None
@@ -278,12 +325,9 @@ class PodResizeWorkflow:
                     window_s=window,
                 ),
                 result_type=ResizeProgress,
-                start_to_close_timeout=timedelta(seconds=window + 30),
-                heartbeat_timeout=timedelta(seconds=15),
-                retry_policy=RetryPolicy(
-                    maximum_interval=timedelta(seconds=5),
-                    non_retryable_error_types=[Err.POD_GONE, Err.FORBIDDEN],
-                ),
+                start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                retry_policy=WATCH_RETRY,
             )
             await until_done_or(poll, lambda: self.new_target is not None)
             if not poll.done() or self.new_target is not None:
@@ -296,12 +340,6 @@ class PodResizeWorkflow:
                 raise
             if progress.state != ProgressState.IN_PROGRESS:
                 return progress
-            with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(
-                    lambda: self.new_target is not None,
-                    timeout=max(0.001, min(pause, remaining - window)),
-                )
-            pause = min(pause * 2, 30.0)
 
     async def _roll_back(self, req: ResizeRequest, reason: str) -> None:
         """Put the pod and its Raylet back where they started, and say why."""
@@ -312,25 +350,16 @@ class PodResizeWorkflow:
             update={"last_failed_at": now, "last_failed_reason": reason, "resizing_at": now}
         )
         try:
-            patched = await self._k8s(
-                Act.PATCH_RESIZE,
-                PatchResizeInput(
-                    namespace=req.namespace,
-                    pod=req.pod,
-                    cpu=req.from_cpu,
-                    memory=req.from_memory,
-                    status=failed,
-                ),
-                PatchResizeResult,
-            )
             self.cpu, self.memory = req.from_cpu, req.from_memory
-            progress = await self._poll(req, patched.generation, req.timeout_s)
+            progress = await self._apply(req, req.from_cpu, req.from_memory, failed)
             cpu, memory = req.from_cpu, req.from_memory
             if progress is not None and progress.state == ProgressState.DONE:
                 cpu, memory = progress.cpu or cpu, progress.memory or memory
+            done = failed.model_copy(update={"resizing_at": None})
             if self.raylet is not None and self.raylet != (cpu, memory):
-                await self._raylet(req, cpu, memory, until_it_takes=True)
-            await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
+                await self._finish_resize(req, cpu, memory, done)
+            else:
+                await self._set_status(req, done)
         except _PodGone:
             self.detail = f"{reason}; the pod is gone"
         except _Failed as failure:  # the way back was refused too: say so, end anyway
@@ -358,12 +387,20 @@ class PodResizeWorkflow:
             )
             return result
         except ActivityError as exc:
-            kind = _error_type(exc)
-            if kind == Err.POD_GONE:
-                raise _PodGone() from exc
-            if kind in (Err.INVALID, Err.FORBIDDEN):
-                raise _Failed(f"Kubernetes refused the resize: {_error_message(exc)}") from exc
-            raise
+            failure = self._k8s_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    @staticmethod
+    def _k8s_failure(exc: ActivityError) -> Exception:
+        """What a failed Kubernetes activity means for the saga."""
+        kind = _error_type(exc)
+        if kind == Err.POD_GONE:
+            return _PodGone()
+        if kind in (Err.INVALID, Err.FORBIDDEN):
+            return _Failed(f"Kubernetes refused the resize: {_error_message(exc)}")
+        return exc
 
     async def _set_status(self, req: ResizeRequest, status: IpprStatus) -> None:
         self.status = status
@@ -404,6 +441,35 @@ class PodResizeWorkflow:
         self.raylet = (result.cpu, result.memory)
         return result
 
+    async def _finish_resize(
+        self, req: ResizeRequest, cpu: int, memory: int, status: IpprStatus
+    ) -> FinishResizeResult | None:
+        """The Raylet to the pod's size, until it takes, then the final status; None when
+        the pod or its node is gone."""
+        try:
+            result: FinishResizeResult = await workflow.execute_activity(
+                Act.FINISH_RESIZE,
+                FinishResizeInput(
+                    namespace=req.namespace,
+                    cluster=req.cluster,
+                    pod=req.pod,
+                    node_id=req.node_id,
+                    cpu=cpu,
+                    memory=memory,
+                    status=status,
+                ),
+                result_type=FinishResizeResult,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RAYLET_SYNC_RETRY,
+            )
+        except ActivityError as exc:
+            if _error_type(exc) in (Err.RAYLET_GONE, Err.POD_GONE):
+                return None
+            raise
+        self.raylet = (result.cpu, result.memory)
+        self.status = status
+        return result
+
     # --- bookkeeping ---------------------------------------------------------------------
     def _attempt(self, result: str) -> AttemptRecord:
         return AttemptRecord(cpu=self.cpu, memory=self.memory, result=result)
@@ -411,15 +477,22 @@ class PodResizeWorkflow:
     def _set_phase(self, phase: ResizePhase) -> None:
         if phase != self.phase:
             self.phase = phase
-            workflow.upsert_search_attributes([RESIZE_PHASE.value_set(phase.value)])
+            updates, self.unset_attributes = self.unset_attributes, []
+            workflow.upsert_search_attributes([*updates, RESIZE_PHASE.value_set(phase.value)])
 
     def _finish(self, outcome: ResizeOutcome, detail: str) -> None:
         self.outcome = outcome
         if detail:
             self.detail = detail
         self.phase = ResizePhase.DONE
+        updates = [u for u in self.unset_attributes if u.key != RESIZE_OUTCOME]
+        self.unset_attributes = []
         workflow.upsert_search_attributes(
-            [RESIZE_PHASE.value_set(self.phase.value), RESIZE_OUTCOME.value_set(outcome.value)]
+            [
+                *updates,
+                RESIZE_PHASE.value_set(self.phase.value),
+                RESIZE_OUTCOME.value_set(outcome.value),
+            ]
         )
 
 

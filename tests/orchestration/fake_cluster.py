@@ -14,9 +14,11 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.contracts import (
     Act,
+    ApplyResizeInput,
+    ApplyResizeResult,
     Err,
-    PatchResizeInput,
-    PatchResizeResult,
+    FinishResizeInput,
+    FinishResizeResult,
     ProgressState,
     RayletResizeInput,
     RayletResizeResult,
@@ -57,8 +59,7 @@ class FakeCluster:
         self.polls_started = asyncio.Event()
 
     def activities(self) -> list[object]:
-        @activity.defn(name=Act.PATCH_RESIZE)
-        async def patch(inp: PatchResizeInput) -> PatchResizeResult:
+        async def patch(inp: ApplyResizeInput) -> int:
             self._alive()
             self.calls.append("patch")
             if self.refuse_patches:
@@ -73,10 +74,29 @@ class FakeCluster:
             self.pod.generation += 1
             self.pod.status = inp.status
             self.statuses.append(inp.status)
-            return PatchResizeResult(generation=self.pod.generation)
+            return self.pod.generation
+
+        @activity.defn(name=Act.APPLY_RESIZE)
+        async def apply(inp: ApplyResizeInput) -> ApplyResizeResult:
+            generation = await patch(inp)
+            progress = await watch(
+                WaitResizeInput(
+                    namespace=inp.namespace,
+                    pod=inp.pod,
+                    cpu=inp.cpu,
+                    memory=inp.memory,
+                    generation=generation,
+                    poll_interval_s=inp.poll_interval_s,
+                    window_s=inp.window_s,
+                )
+            )
+            return ApplyResizeResult(generation=generation, progress=progress)
 
         @activity.defn(name=Act.WAIT_RESIZE)
         async def wait(inp: WaitResizeInput) -> ResizeProgress:
+            return await watch(inp)
+
+        async def watch(inp: WaitResizeInput) -> ResizeProgress:
             self.calls.append("wait")
             self.polls_started.set()
             until = asyncio.get_running_loop().time() + inp.window_s
@@ -108,6 +128,14 @@ class FakeCluster:
                 await asyncio.sleep(0.02)
             return ResizeProgress(state=ProgressState.IN_PROGRESS, cpu=self.pod.cpu)
 
+        @activity.defn(name=Act.FINISH_RESIZE)
+        async def finish(inp: FinishResizeInput) -> FinishResizeResult:
+            applied = await raylet(inp)
+            await set_status(
+                SetStatusInput(namespace=inp.namespace, pod=inp.pod, status=inp.status)
+            )
+            return FinishResizeResult(cpu=applied.cpu, memory=applied.memory)
+
         @activity.defn(name=Act.SET_STATUS)
         async def set_status(inp: SetStatusInput) -> None:
             self._alive()
@@ -129,7 +157,7 @@ class FakeCluster:
             self.pod.raylet_memory = inp.memory
             return RayletResizeResult(cpu=self.pod.raylet_cpu, memory=self.pod.raylet_memory)
 
-        return [patch, wait, set_status, raylet]
+        return [apply, wait, set_status, raylet, finish]
 
     def _alive(self) -> None:
         if self.pod.gone:

@@ -16,8 +16,10 @@ from temporalio.worker import Worker
 
 from workflows.contracts import (
     Act,
-    PatchResizeInput,
-    PatchResizeResult,
+    ApplyResizeInput,
+    ApplyResizeResult,
+    FinishResizeInput,
+    FinishResizeResult,
     ProgressState,
     RayletResizeInput,
     RayletResizeResult,
@@ -46,10 +48,14 @@ class ResizeRecorder:
         self.hold = False
 
     def workflow_activities(self) -> list[object]:
-        @activity.defn(name=Act.PATCH_RESIZE)
-        async def patch(inp: PatchResizeInput) -> PatchResizeResult:
+        @activity.defn(name=Act.APPLY_RESIZE)
+        async def apply(inp: ApplyResizeInput) -> ApplyResizeResult:
             self.world.resizing.add(inp.pod)
-            return PatchResizeResult(generation=2)
+            while self.hold:
+                activity.heartbeat()
+                await asyncio.sleep(0.02)
+            done = ResizeProgress(state=ProgressState.DONE, cpu=inp.cpu, memory=inp.memory)
+            return ApplyResizeResult(generation=2, progress=done)
 
         @activity.defn(name=Act.WAIT_RESIZE)
         async def wait(inp: WaitResizeInput) -> ResizeProgress:
@@ -67,7 +73,13 @@ class ResizeRecorder:
         async def status(inp: SetStatusInput) -> None:
             self.world.resizing.discard(inp.pod)
 
-        return [patch, wait, raylet, status]
+        @activity.defn(name=Act.FINISH_RESIZE)
+        async def finish(inp: FinishResizeInput) -> FinishResizeResult:
+            self.world.resized(inp.pod, inp.cpu, inp.memory)
+            self.world.resizing.discard(inp.pod)
+            return FinishResizeResult(cpu=inp.cpu, memory=inp.memory)
+
+        return [apply, wait, raylet, status, finish]
 
 
 @asynccontextmanager

@@ -24,9 +24,9 @@ from sandbox.kubelet import KubeletTiming
 from tests.sandbox.conftest import client_for, wait_for
 from tests.sandbox.test_kubectl_and_operator import raycluster
 from workflows.contracts import (
+    ApplyResizeInput,
     Err,
     EventInput,
-    PatchResizeInput,
     ProgressState,
     SetStatusInput,
     WaitResizeInput,
@@ -96,10 +96,10 @@ def test_resize_keeps_the_gap_and_reports_progress(env):
     acts = K8sActivities(kube)
     pod = workers(kube)[0]
     status = IpprStatus(raylet_id="abc", resizing_at=123)
-    patched = run(
-        acts.patch_resize,
-        (PatchResizeInput(namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)),
+    apply = ApplyResizeInput(
+        namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status, window_s=0
     )
+    patched = run(acts.apply_resize, apply)  # no window: patch, record, look once
     raw = kube.get_pod("default", pod)
     res = raw["spec"]["containers"][0]["resources"]
     assert res == {
@@ -127,11 +127,9 @@ def test_resize_keeps_the_gap_and_reports_progress(env):
     assert progress.state == ProgressState.DONE
     assert (progress.cpu, progress.memory, progress.cpu_gap) == (3000, 5 * GIB, 500)
     # Asking again for the same size changes nothing: absolute targets are idempotent.
-    again = run(
-        acts.patch_resize,
-        (PatchResizeInput(namespace="default", pod=pod, cpu=3000, memory=5 * GIB, status=status)),
-    )
+    again = run(acts.apply_resize, apply.model_copy(update={"window_s": 5}))
     assert again.generation == patched.generation
+    assert again.progress.state == ProgressState.DONE
 
 
 def test_deferred_and_infeasible_progress(env):
