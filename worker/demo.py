@@ -277,6 +277,16 @@ class Watcher:
             log.debug("state of %s: %s", wf_id, exc)
             return None
 
+    async def poll_all(self, sandbox: Sandbox) -> None:
+        """One round of polling. A failed read (an API busy for a moment) only leaves that
+        part of the view as it was; the story's deadline bounds a lasting failure."""
+        self.report_ray_processes(sandbox)
+        for part in (self.poll_pods, self.poll_ray, self.poll_resizes):
+            try:
+                await part()
+            except Exception as exc:
+                log.warning("%s failed: %r", part.__name__, exc)
+
     def progress(self, workload_rc: int | None) -> Progress:
         return Progress(
             resizes=list(self.state.resizes.values()),
@@ -380,10 +390,7 @@ async def _watch(
                 f"the raysize worker exited with code {started.worker.returncode}:\n"
                 f"{log_tail(started.workdir / 'worker.log')}"
             )
-        await watcher.poll_pods()
-        watcher.report_ray_processes(started.sandbox)
-        await watcher.poll_ray()
-        await watcher.poll_resizes()
+        await watcher.poll_all(started.sandbox)
         workers_up = [p for p in state.pods.values() if p.role == "worker" and p.phase == "Running"]
         registered = {r.pod for r in state.raylets.values() if r.status in ("running", "idle")}
         if (
@@ -474,6 +481,8 @@ def run_demo(cfg: DemoConfig, sink: Sink) -> int:
     """Run one scenario; returns the exit code (0 done, 1 not done, 2 usage, 130 signal)."""
     try:
         temporal_bin, _ = preflight(cfg)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
     except DemoError as exc:
         sys.stderr.write(f"error: {exc}\n")
         if isinstance(sink, JsonSink):
@@ -529,10 +538,10 @@ def run_demo(cfg: DemoConfig, sink: Sink) -> int:
     if interrupted:
         sink.event({"event": "interrupted", "message": "interrupted: everything was stopped"})
         code = EXIT_INTERRUPTED
-    if code == EXIT_OK and not cfg.keep_logs:
-        shutil.rmtree(workdir, ignore_errors=True)
-    else:
+    if code == EXIT_NOT_DONE or cfg.keep_logs:
         sink.event({"event": "logs", "workdir": str(workdir)})
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     return code
 
 

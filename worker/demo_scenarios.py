@@ -131,6 +131,7 @@ SCENARIOS: dict[str, Scenario] = {
                     "hold_s": 2.0,
                 },
             ),
+            check=_grow_check,
         ),
         Scenario(
             name="timeout",

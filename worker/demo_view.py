@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -160,21 +161,33 @@ class LiveSink:
         if kind == "summary":
             self.close()
             self.console.print(render_summary(doc))
+            if doc["resizes"]:
+                self.console.print("Resize workflows in the Temporal UI:")
+                for r in doc["resizes"]:
+                    # one line each, never wrapped, so a terminal can open it
+                    self.console.print(
+                        f"  {r['outcome']:<10} {r['pod']}  {r['ui_link']}",
+                        markup=False,
+                        highlight=False,
+                        soft_wrap=True,
+                    )
             return
         if kind == "error":
             self.close()
         if self._closed:  # after the live view: plain lines
             if kind == "error":
-                self.console.print(f"[red]error:[/red] {doc.get('message', '')}")
+                self.console.print(f"[red]error:[/red] {escape(str(doc.get('message', '')))}")
             elif kind in ("stopping", "interrupted"):
-                self.console.print(str(doc.get("message", "")))
+                self.console.print(str(doc.get("message", "")), markup=False)
+            elif kind == "stopped" and not doc.get("problems"):
+                self.console.print("stopped: nothing the demo started is left running")
             elif kind == "stopped" and doc.get("problems"):
                 self.console.print(f"[red]not stopped cleanly:[/red] {doc['problems']}")
             elif kind == "logs":
                 self.console.print(f"logs: {doc['workdir']}")
             return
         if kind in ("stage", "started"):
-            self.notes.append(str(doc.get("message", "")))
+            self.notes.append(escape(str(doc.get("message", ""))))
         elif kind == "resize" and doc.get("closed"):
             self.notes.append(
                 f"resize of {doc['pod']} {doc['from_cpu']} → {doc['cpu']} CPU: "
@@ -273,12 +286,8 @@ def render_summary(doc: dict[str, Any]) -> RenderableType:
     ]
     for what in ("grew", "shrank", "rolled_back"):
         for item in doc[what]:
-            lines.append(f"  {what.replace('_', ' ')}: {item}")
+            lines.append(f"  {what.replace('_', ' ')}: {escape(item)}")
     lines.append(f"  worker pods: {', '.join(doc['worker_pods']) or 'none'}")
     for m in doc["missing"]:
-        lines.append(f"  [red]missing:[/red] {m}")
-    if doc["resizes"]:
-        lines.append("Resize workflows in the Temporal UI:")
-        for r in doc["resizes"]:
-            lines.append(f"  {r['outcome']:<10} {r['pod']}: {r['ui_link']}")
+        lines.append(f"  [red]missing:[/red] {escape(m)}")
     return Panel("\n".join(lines), title="summary", border_style="green" if doc["ok"] else "red")
