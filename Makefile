@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench bench-ray clean install
+.PHONY: test lint typecheck unit bench bench-ray clean install demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ bench: $(STAMP)
 # Ours against Ray 2.60's autoscaler v2 scheduler (slow: Ray takes minutes at 2,000 pods)
 bench-ray: $(STAMP)
 	$(BIN)/python -m bench.ray_compare
+
+# The whole product on this machine (Temporal dev server, sandbox with real Ray, worker);
+# pass options with DEMO_ARGS, e.g. make demo DEMO_ARGS="--scenario timeout"
+demo: $(STAMP)
+	$(BIN)/raysize demo $(DEMO_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

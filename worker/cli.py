@@ -34,6 +34,9 @@ def _mount() -> None:
     from worker import cli_ops
 
     cli_ops.register(app)
+    from worker import cli_demo
+
+    cli_demo.register(app)
 
 
 _mount()

@@ -1,0 +1,101 @@
+"""`raysize demo`: the whole product on this machine, no cluster needed."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from worker.demo_scenarios import SCENARIOS
+
+_SCENARIO_HELP = "; ".join(f"{s.name}: {s.title}" for s in SCENARIOS.values())
+
+
+DEMO_HELP = "\n\n".join(
+    [
+        "Run raysize end to end on this machine, no cluster needed.",
+        "Starts a Temporal dev server (with its web UI and raysize's search attributes), the "
+        "sandbox (a local Kubernetes API, kubelet and KubeRay stand-in, with real Ray processes "
+        "behind the Ray pods) and a raysize worker; creates the RayCluster default/demo with a "
+        "ray.io/ippr annotation (1 worker of 1 CPU, growable to 4 in place); runs a Ray "
+        "workload that needs more than that, and shows live what happens: Ray's pending "
+        "demands, the pods and their sizes, each resize's phase and outcome, the Raylet totals "
+        "and the workload's progress. At the end: a summary and the Temporal UI link of each "
+        "resize workflow.",
+        "Ctrl-C, or the end of the story, stops every process the demo started.",
+        "Exit codes: 0 the story reached its expected end; 1 it did not, or something failed "
+        "(the logs are kept and their directory printed); 2 bad options, a busy port or a "
+        "missing dependency (install with: pip install -e '.\\[demo]'); 130 interrupted.",
+    ]
+)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def _port(value: int, flag: str) -> int:
+    if not 1 <= value <= 65535:
+        raise _fail(f"{flag} {value}: expected a port number 1..65535")
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo", help=DEMO_HELP)
+    def demo_cmd(
+        scenario: Annotated[
+            str,
+            typer.Option(
+                "--scenario", help=f"which story to tell (default grow). {_SCENARIO_HELP}."
+            ),
+        ] = "grow",
+        headless: Annotated[
+            bool,
+            typer.Option(
+                "--headless",
+                help="print one JSON object per line per change instead of the live view "
+                "(for scripts and tests); the last line is the summary",
+            ),
+        ] = False,
+        temporal_port: Annotated[
+            int, typer.Option("--temporal-port", help="port of the Temporal dev server (gRPC)")
+        ] = 7233,
+        ui_port: Annotated[
+            int, typer.Option("--ui-port", help="port of the Temporal web UI")
+        ] = 8233,
+        timeout: Annotated[
+            float,
+            typer.Option(
+                "--timeout", help="seconds the story may take before the demo gives up (exit 1)"
+            ),
+        ] = 300.0,
+        keep_logs: Annotated[
+            bool,
+            typer.Option(
+                "--keep-logs",
+                help="keep the temp dir with the dev server's, worker's and driver's logs "
+                "(always kept when the story does not reach its end)",
+            ),
+        ] = False,
+    ) -> None:
+        """Run raysize end to end on this machine, no cluster needed (see --help)."""
+        if scenario not in SCENARIOS:
+            raise _fail(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
+        _port(temporal_port, "--temporal-port")
+        _port(ui_port, "--ui-port")
+        if not timeout > 0:
+            raise _fail(f"--timeout {timeout:g}: expected a positive number of seconds")
+
+        from worker.demo import DemoConfig, run_demo
+        from worker.demo_view import JsonSink, LiveSink, Sink
+
+        sink: Sink = JsonSink() if headless else LiveSink()
+        cfg = DemoConfig(
+            scenario=SCENARIOS[scenario],
+            temporal_port=temporal_port,
+            ui_port=ui_port,
+            timeout_s=timeout,
+            keep_logs=keep_logs,
+        )
+        raise typer.Exit(code=run_demo(cfg, sink))
