@@ -20,6 +20,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
+    from workflows import telemetry
     from workflows.contracts import (
         Act,
         AttemptRecord,
@@ -151,6 +152,7 @@ class PodResizeWorkflow:
                 RESIZE_OUTCOME.value_set(self.outcome.value),
             ]
         )
+        telemetry.resize_started(req)
         try:
             await self._resize(req)
         except _PodGone:
@@ -160,6 +162,9 @@ class PodResizeWorkflow:
             self._finish(ResizeOutcome.ROLLED_BACK, "")  # _roll_back said why
         except (asyncio.CancelledError, ActivityError) as exc:
             if not is_cancelled_exception(exc):
+                telemetry.resize_finished(
+                    req, ResizeOutcome.FAILED, f"activity failed: {exc}", self.cpu, self.memory
+                )
                 raise
             workflow.logger.info("resize of %s canceled by operator: rolling back", req.pod)
             await self._roll_back(req, "canceled by operator")
@@ -247,6 +252,7 @@ class PodResizeWorkflow:
         applied = await self._raylet(req, self.cpu, self.memory, until_it_takes=True)
         if applied is None:
             raise _PodGone()
+        telemetry.raylet_synced(req)
         await self._set_status(req, self.status.model_copy(update={"resizing_at": None}))
         self._finish(ResizeOutcome.SUCCEEDED, "")
 
@@ -421,6 +427,8 @@ class PodResizeWorkflow:
         workflow.upsert_search_attributes(
             [RESIZE_PHASE.value_set(self.phase.value), RESIZE_OUTCOME.value_set(outcome.value)]
         )
+        if self.req is not None:
+            telemetry.resize_finished(self.req, outcome, self.detail, self.cpu, self.memory)
 
 
 def _error_type(exc: ActivityError) -> str | None:
