@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import unquote
 
 import opentelemetry.context
 import opentelemetry.trace
@@ -202,6 +203,16 @@ def _otlp_metrics_url(env: Mapping[str, str]) -> str | None:
     return base.rstrip("/") + "/v1/metrics" if base else None
 
 
+def _otlp_headers(env: Mapping[str, str], signal: str) -> dict[str, str] | None:
+    """`OTEL_EXPORTER_OTLP_<SIGNAL>_HEADERS`, else `OTEL_EXPORTER_OTLP_HEADERS`:
+    `k1=v1,k2=v2` with URL-encoded values (the OTLP exporter spec)."""
+    raw = env.get(f"OTEL_EXPORTER_OTLP_{signal}_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS")
+    if not raw:
+        return None
+    pairs = (item.split("=", 1) for item in raw.split(",") if "=" in item)
+    return {unquote(k.strip()): unquote(v.strip()) for k, v in pairs}
+
+
 def _tracing_enabled(env: Mapping[str, str]) -> bool:
     return (
         bool(
@@ -227,9 +238,10 @@ def setup_telemetry(
     if span_exporter is None and _tracing_enabled(env):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        span_exporter = OTLPSpanExporter(  # endpoint, headers, timeout: from OTEL_* as usual
+        span_exporter = OTLPSpanExporter(  # timeout, compression, TLS: from OTEL_* as usual
             endpoint=env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            or env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces"
+            or env["OTEL_EXPORTER_OTLP_ENDPOINT"].rstrip("/") + "/v1/traces",
+            headers=_otlp_headers(env, "TRACES"),
         )
     if span_exporter is not None:
         service = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "raysize"}
@@ -248,7 +260,12 @@ def setup_telemetry(
         if otlp_url:
             log.warning("RAYSIZE_PROMETHEUS_BIND is set: metrics are not sent over OTLP")
     elif otlp_url and env.get("OTEL_METRICS_EXPORTER", "otlp") != "none":
-        metrics = OpenTelemetryConfig(url=otlp_url, http=True, histogram_bucket_overrides=buckets)
+        metrics = OpenTelemetryConfig(
+            url=otlp_url,
+            headers=_otlp_headers(env, "METRICS"),
+            http=True,
+            histogram_bucket_overrides=buckets,
+        )
         export = f"otlp {otlp_url}"
     runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics)) if metrics else None
 

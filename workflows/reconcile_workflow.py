@@ -213,8 +213,8 @@ class ReconcileWorkflow:
         snapshot = obs.snapshot.model_copy(
             update={"settings": _merge_settings(inp.settings, obs.snapshot.settings)}
         )
-        if telemetry.has_pending_demand(snapshot) != (self.carry.demand_seen_at is not None):
-            seen = workflow.now().timestamp() if telemetry.has_pending_demand(snapshot) else None
+        seen = telemetry.demand_seen_at(self.carry.demand_seen_at, snapshot)
+        if seen != self.carry.demand_seen_at:
             self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
         p = telemetry.timed_plan(plan, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p

@@ -194,8 +194,13 @@ def timed_plan(
     return p
 
 
-def has_pending_demand(snapshot: ClusterSnapshot | None) -> bool:
-    return snapshot is not None and bool(snapshot.demands or snapshot.gangs or snapshot.constraints)
+def demand_seen_at(previous: float | None, snapshot: ClusterSnapshot) -> float | None:
+    """Since when (epoch seconds, workflow time) Ray has reported pending demand: kept
+    while any is pending, None once none is. Per cluster, not per demand: while demands
+    overlap, a later one is dated from the first (the latency metric then errs long)."""
+    if not (snapshot.demands or snapshot.gangs or snapshot.constraints):
+        return None
+    return previous if previous is not None else workflow.now().timestamp()
 
 
 def log_decisions(namespace: str, cluster: str, tick: int, p: Plan, *, scaled: bool) -> None:

@@ -60,7 +60,12 @@ def with_interceptors(client: Client, interceptors: list[Any]) -> Client:
 
 
 async def reconcile_one_resize(
-    client: Client, world: FakeWorld, saga: ResizeRecorder, namespace: str | None = None
+    client: Client,
+    world: FakeWorld,
+    saga: ResizeRecorder,
+    namespace: str | None = None,
+    *,
+    cached: bool = True,
 ) -> tuple[str, ResizeState]:
     """Run the reconcile loop until the resize of w1 it starts has finished; returns the
     namespace used and the resize's final state."""
@@ -71,6 +76,7 @@ async def reconcile_one_resize(
         task_queue=queue,
         workflows=[ReconcileWorkflow, PodResizeWorkflow],
         activities=[*world.activities(), *saga.workflow_activities()],
+        max_cached_workflows=1000 if cached else 0,  # 0: every workflow task replays
     ):
         handle = await client.start_workflow(
             ReconcileWorkflow.run,

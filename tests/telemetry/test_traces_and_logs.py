@@ -166,3 +166,24 @@ def test_formatters_render_the_fields(run: TracedRun) -> None:
     text = TextFormatter().format(record)
     assert "decision cluster=demo" in text
     assert f"workflow_id=reconcile/{run.namespace}/demo" in text
+
+
+async def test_tracing_survives_a_worker_that_replays_every_task() -> None:
+    """No cache: each workflow task replays the history first. Spans and metrics are
+    skipped while replaying and nothing they do may fail a task or break determinism."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    env = await start_time_skipping()
+    try:
+        client = with_interceptors(env.client, default_interceptors(provider.get_tracer("test")))
+        world = growing_world()
+        _, state = await reconcile_one_resize(client, world, FlakyRaylet(world), cached=False)
+    finally:
+        await env.shutdown()
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    spans = exporter.get_finished_spans()
+    start_child = _one(spans, "StartChildWorkflow:PodResizeWorkflow")
+    assert _parent(spans, start_child).name == DECISION_SPAN
+    for name in SAGA_ACTIVITIES:  # once each: replays make no second span
+        _one(spans, f"RunActivity:{name}")

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from temporalio import activity, workflow
 
 from worker.settings import Settings
-from worker.telemetry import JsonFormatter, TextFormatter, configure_logging
+from worker.telemetry import JsonFormatter, TextFormatter, _otlp_headers, configure_logging
 from workflows.telemetry import failure_reason, logfmt
 
 
@@ -86,3 +86,11 @@ def test_json_formatter_plain_record() -> None:
     record = logging.LogRecord("raysize.worker", logging.INFO, __file__, 1, "hi %s", ("x",), None)
     doc = json.loads(JsonFormatter().format(record))
     assert doc["msg"] == "hi x" and doc["logger"] == "raysize.worker" and doc["level"] == "INFO"
+
+
+def test_otlp_headers_follow_the_exporter_spec() -> None:
+    env = {"OTEL_EXPORTER_OTLP_HEADERS": "api-key=a%20b, x=1"}
+    assert _otlp_headers(env, "METRICS") == {"api-key": "a b", "x": "1"}
+    env["OTEL_EXPORTER_OTLP_METRICS_HEADERS"] = "only=metrics"
+    assert _otlp_headers(env, "METRICS") == {"only": "metrics"}
+    assert _otlp_headers({}, "TRACES") is None
