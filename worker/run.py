@@ -20,7 +20,7 @@ from activities.ray_gcs import TlsConfig, resolve_token
 from worker.health import heartbeat
 from worker.settings import Settings
 from worker.telemetry import Telemetry, setup_telemetry
-from worker.temporal import connect, ensure_search_attributes
+from worker.temporal import SetupError, connect, ensure_search_attributes
 from workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
 from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
@@ -91,7 +91,10 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
 
 
 async def _run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    telemetry = setup_telemetry(settings)
+    try:
+        telemetry = setup_telemetry(settings)
+    except ValueError as exc:  # e.g. the Prometheus address is malformed or taken
+        raise SetupError(f"telemetry: {exc} (RAYSIZE_PROMETHEUS_BIND, OTEL_*)") from exc
     try:
         await _serve(settings, telemetry, stop=stop)
     finally:
