@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
@@ -69,16 +68,18 @@ def _cores(units: int) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker_cmd(
-        log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+        log_level: Annotated[
+            str | None, typer.Option(help="DEBUG, INFO, WARNING (default: RAYSIZE_LOG_LEVEL)")
+        ] = None,
     ) -> None:
         """Run the raysize worker (settings: RAYSIZE_* environment variables, see README)."""
         from worker.run import run_worker
+        from worker.telemetry import configure_logging
 
-        logging.basicConfig(
-            level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
+        settings = _settings()
+        configure_logging(log_level or settings.log_level, settings.log_format)
         try:
-            asyncio.run(run_worker(_settings()))
+            asyncio.run(run_worker(settings))
         except SetupError as exc:
             raise _fail(str(exc)) from None
 

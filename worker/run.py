@@ -20,7 +20,8 @@ from activities.k8s import Kube
 from activities.ray_gcs import TlsConfig, resolve_token
 from worker.health import heartbeat
 from worker.settings import Settings
-from worker.temporal import connect, ensure_search_attributes
+from worker.telemetry import Telemetry, setup_telemetry
+from worker.temporal import SetupError, connect, ensure_search_attributes
 from workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
 from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
@@ -105,7 +106,25 @@ async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -
 
 
 async def _run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
-    client = await connect(settings)
+    try:
+        telemetry = setup_telemetry(settings)
+    except ValueError as exc:  # e.g. the Prometheus address is malformed or taken
+        raise SetupError(f"telemetry: {exc} (RAYSIZE_PROMETHEUS_BIND, OTEL_*)") from exc
+    try:
+        await _serve(settings, telemetry, stop=stop)
+    finally:
+        telemetry.shutdown()
+
+
+async def _serve(
+    settings: Settings, telemetry: Telemetry, *, stop: asyncio.Event | None = None
+) -> None:
+    client = await connect(settings, telemetry)
+    log.info(
+        "telemetry: traces %s, metrics %s",
+        "over OTLP" if telemetry.tracer_provider else "off",
+        telemetry.metrics_export,
+    )
     added = await ensure_search_attributes(client, register=settings.register_search_attributes)
     if added:
         log.info("registered search attributes: %s", ", ".join(added))

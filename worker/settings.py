@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -54,6 +55,17 @@ class Settings(BaseSettings):
     memory_step: str = Field("1Gi", description="memory rounding step (quantity)")
     idle_timeout_s: float = Field(60.0, ge=0, description="idle pods older than this shrink/go")
     resize_poll_interval_s: float = Field(0.2, gt=0, description="pod polling interval")
+
+    # --- telemetry (traces and OTLP metrics: the standard OTEL_EXPORTER_OTLP_* variables) ---
+    prometheus_bind: str | None = Field(
+        None,
+        description="host:port to serve Prometheus metrics on at /metrics (raysize_* and "
+        "Temporal SDK metrics), e.g. 0.0.0.0:9464; default: off",
+    )
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text: time level logger message key=value; json: one object a line"
+    )
 
     @field_validator("cpu_step", "memory_step")
     @classmethod

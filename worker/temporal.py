@@ -12,6 +12,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from worker.settings import Settings
+from worker.telemetry import Telemetry, default_interceptors
 from workflows.resize_workflow import SEARCH_ATTRIBUTES
 
 
@@ -19,7 +20,9 @@ class SetupError(RuntimeError):
     """Something the operator must fix before raysize can run; the message says how."""
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, telemetry: Telemetry | None = None) -> Client:
+    """A client with raysize's data converter and telemetry interceptors (workers built
+    from it inherit them); `telemetry` brings the metrics runtime and span export."""
     tls: TLSConfig | bool = False
     if settings.temporal_tls_cert or settings.temporal_tls_ca or settings.temporal_api_key:
         tls = TLSConfig(
@@ -40,6 +43,8 @@ async def connect(settings: Settings) -> Client:
             tls=tls,
             api_key=settings.temporal_api_key,
             data_converter=pydantic_data_converter,
+            interceptors=telemetry.interceptors if telemetry else default_interceptors(),
+            runtime=telemetry.runtime if telemetry else None,
         )
     except RuntimeError as exc:
         raise SetupError(

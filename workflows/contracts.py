@@ -144,6 +144,11 @@ class ResizeRequest(_M):
     max_attempts: int = 3
     poll_interval_s: float = 0.2
     poll_window_s: float = 30.0
+    demand_seen_at: float | None = Field(
+        default=None,
+        description="epoch seconds when raysize first saw the pending demand behind this "
+        "resize (None: not demand-driven); feeds raysize_demand_to_resize_seconds",
+    )
 
 
 class ResizePhase(StrEnum):

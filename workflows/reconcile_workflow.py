@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from workflows import telemetry
     from workflows.contracts import (
         Act,
         Decision,
@@ -59,6 +60,7 @@ class ReconcileCarry(BaseModel):
     decisions: tuple[Decision, ...] = ()
     config_errors: tuple[str, ...] = ()
     resizes_started: int = 0
+    demand_seen_at: float | None = None  # epoch s: since when Ray has reported pending demand
 
 
 class ReconcileInput(BaseModel):
@@ -154,7 +156,8 @@ class ReconcileWorkflow:
                 workflow.logger.info("RayCluster %s/%s is gone: done", inp.namespace, inp.cluster)
                 return "RayCluster deleted"
             if obs is not None and not self.paused:
-                await self._reconcile(inp, obs)
+                with telemetry.decision_scope():
+                    await self._reconcile(inp, obs)
             self.carry = self.carry.model_copy(update={"ticks": self.carry.ticks + 1})
             ticks_this_run += 1
             if (
@@ -210,10 +213,14 @@ class ReconcileWorkflow:
         snapshot = obs.snapshot.model_copy(
             update={"settings": _merge_settings(inp.settings, obs.snapshot.settings)}
         )
-        p = plan(snapshot)
+        seen = telemetry.demand_seen_at(self.carry.demand_seen_at, snapshot)
+        if seen != self.carry.demand_seen_at:
+            self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
+        p = telemetry.timed_plan(plan, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
         if p.is_empty:
             return
+        telemetry.decision_span(inp.namespace, inp.cluster, self.carry.ticks, p)
         started = await self._start_resizes(inp, obs, p)
         self.carry = self.carry.model_copy(
             update={"resizes_started": self.carry.resizes_started + started}
@@ -230,7 +237,7 @@ class ReconcileWorkflow:
                 Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(lines))
             )
             del self.decisions[:-KEEP_DECISIONS]
-            workflow.logger.info("%s/%s %s", inp.namespace, inp.cluster, summary)
+            telemetry.log_decisions(inp.namespace, inp.cluster, self.carry.ticks, p, scaled=scaled)
             await self._event(inp, "Reconciled", summary[:1000])
 
     async def _start_resizes(self, inp: ReconcileInput, obs: Observation, p: Plan) -> int:
@@ -277,6 +284,7 @@ class ReconcileWorkflow:
             reason=r.reason,
             poll_interval_s=inp.resize_poll_interval_s,
             poll_window_s=inp.resize_poll_window_s,
+            demand_seen_at=None if r.shrinks else self.carry.demand_seen_at,
         )
         wf_id = resize_workflow_id(inp.namespace, r.pod)
         try:

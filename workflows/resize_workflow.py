@@ -20,6 +20,7 @@ from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUp
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
+    from workflows import telemetry
     from workflows.contracts import (
         Act,
         ApplyResizeInput,
@@ -163,6 +164,7 @@ class PodResizeWorkflow:
             if given.get(key) != value
         ]
         self.unset_attributes.append(RESIZE_OUTCOME.value_set(self.outcome.value))
+        telemetry.resize_started(req)
         try:
             await self._resize(req)
         except _PodGone:
@@ -172,6 +174,9 @@ class PodResizeWorkflow:
             self._finish(ResizeOutcome.ROLLED_BACK, "")  # _roll_back said why
         except (asyncio.CancelledError, ActivityError) as exc:
             if not is_cancelled_exception(exc):
+                telemetry.resize_finished(
+                    req, ResizeOutcome.FAILED, f"activity failed: {exc}", self.cpu, self.memory
+                )
                 raise
             workflow.logger.info("resize of %s canceled by operator: rolling back", req.pod)
             await self._roll_back(req, "canceled by operator")
@@ -247,6 +252,7 @@ class PodResizeWorkflow:
         finished = await self._finish_resize(req, self.cpu, self.memory, done)
         if finished is None:
             raise _PodGone()
+        telemetry.raylet_synced(req)
         note = finished.status_error
         self._finish(ResizeOutcome.SUCCEEDED, note and f"ray.io/ippr-status not written: {note}")
 
@@ -494,6 +500,8 @@ class PodResizeWorkflow:
                 RESIZE_OUTCOME.value_set(outcome.value),
             ]
         )
+        if self.req is not None:
+            telemetry.resize_finished(self.req, outcome, self.detail, self.cpu, self.memory)
 
 
 def _error_type(exc: ActivityError) -> str | None:
