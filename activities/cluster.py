@@ -20,7 +20,7 @@ from typing import Any
 from kubernetes import watch
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -52,8 +52,12 @@ from workflows.model import (
     PodView,
     ResizeState,
 )
-from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow, reconcile_workflow_id
-from workflows.resize_workflow import RAY_CLUSTER, RAY_NAMESPACE
+from workflows.reconcile_workflow import (
+    ReconcileInput,
+    ReconcileWorkflow,
+    reconcile_search_attributes,
+    reconcile_workflow_id,
+)
 from workflows.resources import CPU, MEMORY
 
 log = logging.getLogger("raysize.activities")
@@ -415,13 +419,20 @@ class DiscoveryActivities:
 
     @activity.defn(name=Act.ENSURE_RECONCILERS)
     async def ensure_reconcilers(self, clusters: list[tuple[str, str]]) -> int:
-        """Start a reconcile workflow for each cluster that has none running."""
+        """Start a reconcile workflow for each cluster that has none running.
+
+        A cluster whose last reconcile was canceled (`raysize stop`, or `temporal workflow
+        cancel`) stays unmanaged: that was an operator's decision, and only `raysize start`
+        undoes it."""
         started = 0
         for ns, name in clusters:
             wf_id = reconcile_workflow_id(ns, name)
             try:
                 desc = await self.temporal.get_workflow_handle(wf_id).describe()
-                if desc.status == WorkflowExecutionStatus.RUNNING:
+                if desc.status in (
+                    WorkflowExecutionStatus.RUNNING,
+                    WorkflowExecutionStatus.CANCELED,
+                ):
                     continue
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
@@ -432,9 +443,7 @@ class DiscoveryActivities:
                 id=wf_id,
                 task_queue=self.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=TypedSearchAttributes(
-                    [SearchAttributePair(RAY_CLUSTER, name), SearchAttributePair(RAY_NAMESPACE, ns)]
-                ),
+                search_attributes=reconcile_search_attributes(ns, name),
             )
             log.info("started %s: RayCluster %s/%s is managed by raysize", wf_id, ns, name)
             started += 1

@@ -526,6 +526,9 @@ class Kube:
         return self._raw(kind, self.core.create_namespaced_event, namespace, body)
 
 
+HEARTBEAT_EVERY_S = 5.0  # well inside the saga's 15 s heartbeat timeout
+
+
 class K8sActivities:
     """The Temporal face of `Kube`: typed errors become non-retryable where they must."""
 
@@ -609,7 +612,9 @@ class K8sActivities:
                 if progress.state != ProgressState.IN_PROGRESS or left <= 0:
                     return progress
                 activity.heartbeat(progress.state.value)
-                heard = await changes.wait(min(self.pods.resync_s, left))
+                # silence longer than the poll interval: read the pod (a watch can be
+                # quiet for reasons of its own); every few seconds at most, to heartbeat
+                heard = await changes.wait(min(poll_interval_s, HEARTBEAT_EVERY_S, left))
                 if heard and changes.latest is not None and not changes.deleted:
                     obj = changes.latest
                 else:  # silence, a restarted watch, or a deletion to confirm: read it

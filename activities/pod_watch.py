@@ -5,8 +5,8 @@ A resize saga waits for the kubelet to act on its pod. Polling each pod (GET eve
 server lets one client make, and most of the worker's CPU. Instead the worker keeps one
 watch on the pods of each namespace it waits in and hands each change of a pod to the
 activities waiting on it. An activity reads the pod itself only when it starts, after
-the watch reconnects, and when nothing was heard for `resync_s` (a silent or dropped
-watch must never leave a resize waiting forever).
+the watch reconnects, and when nothing was heard for its poll interval (a silent or
+dropped watch must never leave a resize waiting forever).
 """
 
 from __future__ import annotations
@@ -54,9 +54,8 @@ class Subscription:
 class PodWatch:
     """Namespaces are watched from the first wait on one of their pods until `close`."""
 
-    def __init__(self, core: Any, *, resync_s: float = 5.0, timeout_s: int = 300) -> None:
+    def __init__(self, core: Any, *, timeout_s: int = 300) -> None:
         self.core = core
-        self.resync_s = resync_s
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._subs: dict[Key, list[Subscription]] = {}

@@ -188,7 +188,6 @@ async def run(n: int, tmp: Path) -> None:
                     memory=2 * GIB,
                     timeout_s=120,
                     reason="benchmark",
-                    poll_interval_s=0.1,
                 )
                 for i in range(n)
             ]

@@ -191,7 +191,6 @@ async def run(trials: int, tmp: Path, timeline: bool = False) -> None:
             kubeconfig=kubeconfig,
             namespaces="default",
             discovery_interval_s=0.5,
-            resize_poll_interval_s=0.02,
         )
         worker = asyncio.create_task(run_worker(settings, stop=stop))
         custom.create_namespaced_custom_object(

@@ -15,10 +15,14 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.settings import Settings
+from worker.settings import LOG_LEVELS, Settings
 from worker.temporal import SetupError, connect
 from workflows.contracts import ReconcileStatus, ResizeState
-from workflows.reconcile_workflow import ReconcileWorkflow, reconcile_workflow_id
+from workflows.reconcile_workflow import (
+    ReconcileWorkflow,
+    reconcile_search_attributes,
+    reconcile_workflow_id,
+)
 from workflows.resize_workflow import PodResizeWorkflow, resize_workflow_id
 from workflows.resources import CPU, units_to_float
 
@@ -69,7 +73,8 @@ def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker_cmd(
         log_level: Annotated[
-            str | None, typer.Option(help="DEBUG, INFO, WARNING (default: RAYSIZE_LOG_LEVEL)")
+            str | None,
+            typer.Option(help="DEBUG, INFO, WARNING or ERROR (default: RAYSIZE_LOG_LEVEL)"),
         ] = None,
     ) -> None:
         """Run the raysize worker (settings: RAYSIZE_* environment variables, see README)."""
@@ -77,7 +82,9 @@ def register(app: typer.Typer) -> None:
         from worker.telemetry import configure_logging
 
         settings = _settings()
-        configure_logging(log_level or settings.log_level, settings.log_format)
+        if log_level is not None and log_level.upper() not in LOG_LEVELS:
+            raise _fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
+        configure_logging((log_level or settings.log_level).upper(), settings.log_format)
         try:
             asyncio.run(run_worker(settings))
         except SetupError as exc:
@@ -99,6 +106,7 @@ def register(app: typer.Typer) -> None:
                 id=reconcile_workflow_id(ns, name),
                 task_queue=settings.task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=reconcile_search_attributes(ns, name),
             )
             return handle.id
 
@@ -106,7 +114,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("stop")
     def stop_cmd(cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")]) -> None:
-        """Stop managing a RayCluster (running resizes finish on their own)."""
+        """Stop managing a RayCluster until `raysize start` (running resizes finish on
+        their own; discovery leaves a stopped cluster alone)."""
         ns, name = _split(cluster, "raycluster")
 
         async def go(client: Client) -> None:

@@ -11,6 +11,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from workflows.model import PlannerSettings, ResizePolicy
 from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
 
 class Settings(BaseSettings):
     """The worker's configuration. Each field is `RAYSIZE_<NAME>` in the environment."""
@@ -54,7 +56,12 @@ class Settings(BaseSettings):
     cpu_step: str = Field("1", description="CPU rounding step of a resize target (quantity)")
     memory_step: str = Field("1Gi", description="memory rounding step (quantity)")
     idle_timeout_s: float = Field(60.0, ge=0, description="idle pods older than this shrink/go")
-    resize_poll_interval_s: float = Field(0.2, gt=0, description="pod polling interval")
+    resize_poll_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="seconds of silence from the pod watch after which a resizing pod is "
+        "read again (the watch itself wakes a resize at once)",
+    )
 
     # --- telemetry (traces and OTLP metrics: the standard OTEL_EXPORTER_OTLP_* variables) ---
     prometheus_bind: str | None = Field(
@@ -63,6 +70,14 @@ class Settings(BaseSettings):
         "Temporal SDK metrics), e.g. 0.0.0.0:9464; default: off",
     )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"{value!r}: expected one of {', '.join(LOG_LEVELS)}")
+        return value.upper()
+
     log_format: Literal["text", "json"] = Field(
         "text", description="text: time level logger message key=value; json: one object a line"
     )

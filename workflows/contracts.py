@@ -44,6 +44,9 @@ class Err:
     RAY_AUTH = "RayUnauthenticated"
 
 
+POLL_INTERVAL_S = 5.0  # re-read a resizing pod after this much silence from its watch
+
+
 # --- resize saga ---------------------------------------------------------------------------
 class RayletResizeInput(_M):
     namespace: str
@@ -68,7 +71,7 @@ class ApplyResizeInput(_M):
     cpu: int = Field(description="absolute size: the limit if the container has one")
     memory: int
     status: IpprStatus = Field(description="ray.io/ippr-status to write after the patch")
-    poll_interval_s: float = 0.2
+    poll_interval_s: float = POLL_INTERVAL_S
     window_s: float = 30.0
 
 
@@ -87,7 +90,7 @@ class WaitResizeInput(_M):
     cpu: int
     memory: int
     generation: int
-    poll_interval_s: float = 0.2
+    poll_interval_s: float = POLL_INTERVAL_S
     window_s: float = 30.0  # return IN_PROGRESS after this long, so the workflow can time out
 
 
@@ -142,7 +145,7 @@ class ResizeRequest(_M):
     timeout_s: int
     reason: str = ""
     max_attempts: int = 3
-    poll_interval_s: float = 0.2
+    poll_interval_s: float = POLL_INTERVAL_S
     poll_window_s: float = 30.0
     demand_seen_at: float | None = Field(
         default=None,

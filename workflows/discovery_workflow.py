@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contracts import Act
+    from workflows.waiting import raise_if_cancelled
 
 
 class DiscoveryInput(BaseModel):
@@ -60,6 +61,7 @@ class DiscoveryWorkflow:
                 )
                 self.last_error = ""
             except ActivityError as exc:
+                raise_if_cancelled(exc)
                 self.last_error = str(exc.cause or exc)
                 workflow.logger.warning("discovery round failed: %s", self.last_error)
             with contextlib.suppress(TimeoutError):

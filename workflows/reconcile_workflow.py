@@ -20,6 +20,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from workflows import telemetry
     from workflows.contracts import (
+        POLL_INTERVAL_S,
         Act,
         Decision,
         Err,
@@ -41,7 +42,7 @@ with workflow.unsafe.imports_passed_through():
         resize_workflow_id,
     )
     from workflows.resources import CPU, MEMORY, Resources, units_to_float
-    from workflows.waiting import until_done_or
+    from workflows.waiting import raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
 
@@ -71,7 +72,7 @@ class ReconcileInput(BaseModel):
     gcs_address: str | None = None
     tick_s: float = 5.0
     max_concurrent_resizes: int = 100
-    resize_poll_interval_s: float = 0.2
+    resize_poll_interval_s: float = POLL_INTERVAL_S
     resize_poll_window_s: float = 30.0
     settings: PlannerSettings = Field(default_factory=PlannerSettings)
     max_ticks_per_run: int = 200  # continue-as-new at the latest after this many ticks
@@ -187,6 +188,7 @@ class ReconcileWorkflow:
                 ),
             )
         except ActivityError as exc:
+            raise_if_cancelled(exc)
             # a failed read is "unknown", never "nothing": no action this tick
             self.last_error = f"observe failed, no action this tick: {_message(exc)}"
             workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, self.last_error)
@@ -334,6 +336,7 @@ class ReconcileWorkflow:
             )
             return True
         except ActivityError as exc:
+            raise_if_cancelled(exc)
             self.last_error = f"scaling skipped this tick: {_message(exc)}"
             return False
 
@@ -355,6 +358,7 @@ class ReconcileWorkflow:
                 retry_policy=RetryPolicy(maximum_attempts=3),
             )
         except ActivityError as exc:  # an event is a courtesy: never block on it
+            raise_if_cancelled(exc)
             workflow.logger.warning("event %s not recorded: %s", reason, _message(exc))
 
     # --- wait -----------------------------------------------------------------------------
@@ -409,3 +413,10 @@ def _message(exc: ActivityError) -> str:
     if isinstance(cause, ApplicationError):
         return cause.message
     return str(cause or exc)
+
+
+def reconcile_search_attributes(namespace: str, cluster: str) -> TypedSearchAttributes:
+    """What a reconcile workflow is about, set when it starts (`RayCluster='x'` finds it)."""
+    return TypedSearchAttributes(
+        [SearchAttributePair(RAY_CLUSTER, cluster), SearchAttributePair(RAY_NAMESPACE, namespace)]
+    )

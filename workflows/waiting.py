@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import is_cancelled_exception
 
 
 async def until_done_or(task: asyncio.Future[Any], condition: Callable[[], bool]) -> None:
@@ -18,3 +19,11 @@ async def until_done_or(task: asyncio.Future[Any], condition: Callable[[], bool]
         for t in (task, other):
             if not t.done():
                 t.cancel()
+
+
+def raise_if_cancelled(exc: BaseException) -> None:
+    """An activity that failed because the workflow is being canceled is not a failure to
+    handle: re-raise it, so the cancel ends the workflow (`raysize stop`, `temporal
+    workflow cancel`) instead of being taken for a failed read."""
+    if is_cancelled_exception(exc):
+        raise exc

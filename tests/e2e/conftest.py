@@ -207,7 +207,6 @@ async def stack(
             namespaces="default",
             tick_s=2.0,
             discovery_interval_s=1.0,
-            resize_poll_interval_s=0.05,
         )
         worker = asyncio.create_task(run_worker(settings, stop=stop))
         yield Stack(sandbox=sandbox, api=api, temporal=dev_server.client, kubeconfig=kubeconfig)

@@ -37,7 +37,7 @@ def test_a_resize_wait_is_woken_by_the_watch_without_polling(env):
     sb, kube = env
     pod = workers(kube)[0]
     sb.kubelet.timing.actuation_delay_s = 1.0  # long enough that polling would show
-    pods = PodWatch(kube.core, resync_s=30)
+    pods = PodWatch(kube.core)
     try:
         acts = K8sActivities(kube, pods)
         gets = count_requests(sb, "get")
@@ -51,7 +51,7 @@ def test_a_resize_wait_is_woken_by_the_watch_without_polling(env):
                     cpu=2000,
                     memory=3 * GIB,
                     status=IpprStatus(resizing_at=1),
-                    poll_interval_s=0.01,  # ignored with a watch: it would be 100 GETs
+                    poll_interval_s=30,  # a read after 30 s of silence: never, here
                     window_s=20,
                 ),
             )
@@ -61,7 +61,7 @@ def test_a_resize_wait_is_woken_by_the_watch_without_polling(env):
         pods.close()
     assert result.progress.state == ProgressState.DONE
     assert (result.progress.cpu, result.progress.memory) == (2000, 3 * GIB)
-    assert took < 15  # woken by the change, not by the 30 s resync
+    assert took < 15  # woken by the change, not by a read after 30 s of silence
     assert gets[0] <= 2  # the read before the patch (and at most one more), no polling
 
 
@@ -71,11 +71,17 @@ def test_a_dropped_watch_reconnects_and_a_deleted_pod_ends_the_wait(env):
     sb.kubelet.timing.actuation_delay_s = 2.0
     # every watch connection is cut after half a second
     sb.faults.add(FaultRule(verb="watch", resource="pods", watch_disconnect_after_s=0.5))
-    pods = PodWatch(kube.core, resync_s=30)
+    pods = PodWatch(kube.core)
     try:
         acts = K8sActivities(kube, pods)
         inp = ApplyResizeInput(
-            namespace="default", pod=pod, cpu=2000, memory=3 * GIB, status=IpprStatus(), window_s=20
+            namespace="default",
+            pod=pod,
+            cpu=2000,
+            memory=3 * GIB,
+            status=IpprStatus(),
+            window_s=20,
+            poll_interval_s=30,
         )
         done = asyncio.run(ActivityEnvironment().run(acts.apply_resize, inp))
         assert done.progress.state == ProgressState.DONE  # heard across reconnects

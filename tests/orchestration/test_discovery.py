@@ -1,0 +1,66 @@
+"""Discovery starts a reconcile workflow per managed RayCluster — and leaves alone a
+cluster an operator stopped."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.cluster import DiscoveryActivities
+from workflows.reconcile_workflow import (
+    RAY_CLUSTER,
+    ReconcileInput,
+    ReconcileWorkflow,
+    reconcile_workflow_id,
+)
+from workflows.resize_workflow import PodResizeWorkflow
+
+from ..workflows.kit import group, pod, snapshot
+from .fake_world import FakeWorld
+
+
+async def test_a_stopped_cluster_stays_stopped_until_started_again(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1")], []))
+    queue = f"q-{uuid.uuid4()}"
+    ns = f"ns-{uuid.uuid4().hex[:6]}"
+    discovery = DiscoveryActivities(
+        kube=None,  # type: ignore[arg-type]  # ensure_reconcilers only talks to Temporal
+        temporal=ts_env.client,
+        task_queue=queue,
+        start_input=lambda n, c: ReconcileInput(namespace=n, cluster=c, tick_s=0.5),
+    )
+    ensure = ActivityEnvironment()
+    async with Worker(
+        ts_env.client,
+        task_queue=queue,
+        workflows=[ReconcileWorkflow, PodResizeWorkflow],
+        activities=world.activities(),
+    ):
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "demo")]) == 1
+        handle = ts_env.client.get_workflow_handle(reconcile_workflow_id(ns, "demo"))
+        desc = await handle.describe()
+        assert desc.status == WorkflowExecutionStatus.RUNNING
+        assert desc.typed_search_attributes.get(RAY_CLUSTER) == "demo"  # `RayCluster='demo'`
+        # already running: nothing to do
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "demo")]) == 0
+
+        await handle.cancel()  # what `raysize stop` does
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+        # the next discovery rounds respect the operator's decision
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "demo")]) == 0
+        assert (await handle.describe()).status == WorkflowExecutionStatus.CANCELED
+        # ... while a reconcile that ended another way (here: terminated) is started anew
+        other = ts_env.client.get_workflow_handle(reconcile_workflow_id(ns, "other"))
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 1
+        await other.terminate("test")
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 1
+        assert (await other.describe()).status == WorkflowExecutionStatus.RUNNING
+        await other.terminate("test over")
