@@ -1,8 +1,11 @@
 """ReconcileWorkflow (`reconcile/<namespace>/<cluster>`): observe → plan → act → wait.
 
 One per RayCluster. Observing and acting are activities; planning is the pure `plan()`.
-Waiting is event-driven: an activity long-polls the GCS resource-state version and the
-pods, and returns as soon as either moves (the tick interval is only an upper bound).
+Waiting is event-driven: one activity watches the cluster's pods (a Kubernetes watch)
+and Ray's state (the GCS has no watch, so it is read every 0.1 s and compared by what a
+decision depends on — demands, gangs, constraints, node totals — because Ray's own
+resource-state version moves on every usage report), and returns as soon as either
+changes; the tick interval is only an upper bound.
 """
 
 from __future__ import annotations
