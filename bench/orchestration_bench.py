@@ -25,7 +25,6 @@ from pathlib import Path
 
 from kubernetes import client, config
 from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -34,11 +33,9 @@ from sandbox.gcs_standin import GcsStandIn
 from sandbox.rayprocs import free_port
 from workflows.contracts import ResizeOutcome, ResizeRequest
 from workflows.resize_workflow import (
-    POD_NAME,
-    RAY_CLUSTER,
-    RAY_NAMESPACE,
     SEARCH_ATTRIBUTES,
     PodResizeWorkflow,
+    resize_search_attributes,
 )
 
 GIB = 1024**3
@@ -202,13 +199,7 @@ async def run(n: int, tmp: Path) -> None:
                         req,
                         id=f"resize/default/{req.pod}",
                         task_queue=queue,
-                        search_attributes=TypedSearchAttributes(
-                            [
-                                SearchAttributePair(RAY_CLUSTER, req.cluster),
-                                SearchAttributePair(RAY_NAMESPACE, req.namespace),
-                                SearchAttributePair(POD_NAME, req.pod),
-                            ]
-                        ),
+                        search_attributes=resize_search_attributes(req),
                     )
 
             await asyncio.gather(*(start(r) for r in requests))

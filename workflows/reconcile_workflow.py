@@ -38,10 +38,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
     from workflows.planner import plan
     from workflows.resize_workflow import (
-        POD_NAME,
         RAY_CLUSTER,
         RAY_NAMESPACE,
         PodResizeWorkflow,
+        resize_search_attributes,
         resize_workflow_id,
     )
     from workflows.resources import CPU, MEMORY, Resources, units_to_float
@@ -298,13 +298,7 @@ class ReconcileWorkflow:
                 req,
                 id=wf_id,
                 parent_close_policy=ParentClosePolicy.ABANDON,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(RAY_CLUSTER, inp.cluster),
-                        SearchAttributePair(RAY_NAMESPACE, inp.namespace),
-                        SearchAttributePair(POD_NAME, r.pod),
-                    ]
-                ),
+                search_attributes=resize_search_attributes(req),
                 memo={
                     "from": _size(r.from_cpu, r.from_memory),
                     "to": _size(r.cpu, r.memory),

@@ -16,7 +16,13 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributeUpdate
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+    SearchAttributeUpdate,
+    TypedSearchAttributes,
+)
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -77,6 +83,22 @@ def resize_workflow_id(namespace: str, pod: str) -> str:
     return f"resize/{namespace}/{pod}"
 
 
+def resize_search_attributes(req: ResizeRequest) -> TypedSearchAttributes:
+    """Set when a resize starts: who it is about and its first phase, so the saga itself
+    needs no upsert until its phase changes."""
+    shrinks = req.cpu < req.from_cpu or req.memory < req.from_memory
+    first = ResizePhase.SHRINKING_RAYLET if shrinks else ResizePhase.POLLING
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(RAY_CLUSTER, req.cluster),
+            SearchAttributePair(RAY_NAMESPACE, req.namespace),
+            SearchAttributePair(POD_NAME, req.pod),
+            SearchAttributePair(RESIZE_PHASE, first.value),
+            SearchAttributePair(RESIZE_OUTCOME, ResizeOutcome.PENDING.value),
+        ]
+    )
+
+
 def next_target_from_report(
     report: KubeletReport, progress: ResizeProgress, cpu: int, memory: int
 ) -> tuple[int, int]:
@@ -112,6 +134,7 @@ class PodResizeWorkflow:
         self.detail = ""
         self.status = IpprStatus()
         self.unset_attributes: list[SearchAttributeUpdate[Any]] = []
+        self.indexed_phase: str | None = None
 
     # --- messages ------------------------------------------------------------------------
     @workflow.signal
@@ -163,7 +186,9 @@ class PodResizeWorkflow:
             )
             if given.get(key) != value
         ]
-        self.unset_attributes.append(RESIZE_OUTCOME.value_set(self.outcome.value))
+        if given.get(RESIZE_OUTCOME) != self.outcome.value:
+            self.unset_attributes.append(RESIZE_OUTCOME.value_set(self.outcome.value))
+        self.indexed_phase = given.get(RESIZE_PHASE)  # a starter may set the first phase
         telemetry.resize_started(req)
         try:
             await self._resize(req)
@@ -481,10 +506,15 @@ class PodResizeWorkflow:
         return AttemptRecord(cpu=self.cpu, memory=self.memory, result=result)
 
     def _set_phase(self, phase: ResizePhase) -> None:
+        """Keep `ResizePhase` current; upsert only what the index does not have yet."""
         if phase != self.phase:
             self.phase = phase
             updates, self.unset_attributes = self.unset_attributes, []
-            workflow.upsert_search_attributes([*updates, RESIZE_PHASE.value_set(phase.value)])
+            if self.indexed_phase != phase.value:
+                updates.append(RESIZE_PHASE.value_set(phase.value))
+                self.indexed_phase = phase.value
+            if updates:
+                workflow.upsert_search_attributes(updates)
 
     def _finish(self, outcome: ResizeOutcome, detail: str) -> None:
         self.outcome = outcome
