@@ -78,6 +78,15 @@ def register(app: typer.Typer) -> None:
                 "(always kept when the story does not reach its end)",
             ),
         ] = False,
+        stay: Annotated[
+            bool | None,
+            typer.Option(
+                "--stay/--no-stay",
+                help="after the story, keep the Temporal server (and the cluster) running so "
+                "the UI links work, until Ctrl-C (default: stay in the live view, leave at "
+                "once with --headless)",
+            ),
+        ] = None,
     ) -> None:
         """Run raysize end to end on this machine, no cluster needed (see --help)."""
         if scenario not in SCENARIOS:
@@ -97,5 +106,6 @@ def register(app: typer.Typer) -> None:
             ui_port=ui_port,
             timeout_s=timeout,
             keep_logs=keep_logs,
+            stay=(not headless) if stay is None else stay,
         )
         raise typer.Exit(code=run_demo(cfg, sink))

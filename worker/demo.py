@@ -498,9 +498,10 @@ def run_demo(cfg: DemoConfig, sink: Sink) -> int:
     started = Started(workdir=workdir)
     code = EXIT_NOT_DONE
     interrupted = False
+    told: int | None = None  # the story's own result, once it has one
 
     async def main() -> int:
-        nonlocal interrupted
+        nonlocal interrupted, told
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
@@ -513,7 +514,18 @@ def run_demo(cfg: DemoConfig, sink: Sink) -> int:
         for s in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(s, on_signal, s)
         try:
-            return await story(cfg, started, sink, temporal_bin)
+            told = await story(cfg, started, sink, temporal_bin)
+            if cfg.stay:
+                sink.event(
+                    {
+                        "event": "staying",
+                        "message": f"The Temporal UI stays up at http://localhost:{cfg.ui_port} "
+                        "(the links above work); the cluster keeps running. "
+                        "Press Ctrl-C to stop everything.",
+                    }
+                )
+                await asyncio.Event().wait()  # until Ctrl-C
+            return told
         finally:
             for s in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(s)
@@ -535,7 +547,9 @@ def run_demo(cfg: DemoConfig, sink: Sink) -> int:
             sink.event({"event": "stopping", "message": "stopping everything the demo started"})
             problems, took = started.stop_all()
             sink.event({"event": "stopped", "problems": problems, "seconds": took})
-    if interrupted:
+    if interrupted and told is not None:
+        code = told  # Ctrl-C after the story ended: the story's result stands
+    elif interrupted:
         sink.event({"event": "interrupted", "message": "interrupted: everything was stopped"})
         code = EXIT_INTERRUPTED
     if code == EXIT_NOT_DONE or cfg.keep_logs:

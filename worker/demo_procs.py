@@ -53,6 +53,7 @@ class DemoConfig:
     ui_port: int = 8233
     timeout_s: float = 300.0
     keep_logs: bool = False
+    stay: bool = False  # after the story: keep everything up (the UI links work) until Ctrl-C
 
 
 # --- preflight -------------------------------------------------------------------------------

@@ -177,7 +177,7 @@ class LiveSink:
         if self._closed:  # after the live view: plain lines
             if kind == "error":
                 self.console.print(f"[red]error:[/red] {escape(str(doc.get('message', '')))}")
-            elif kind in ("stopping", "interrupted"):
+            elif kind in ("stopping", "interrupted", "staying"):
                 self.console.print(str(doc.get("message", "")), markup=False)
             elif kind == "stopped" and not doc.get("problems"):
                 self.console.print("stopped: nothing the demo started is left running")

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -215,17 +216,29 @@ def test_timeout_rolls_back_and_scales_out_on_the_same_ports_again(
 ) -> None:
     temporal_port, ui_port = ports  # the ports the run before used, when run together
     with demo(
-        "--scenario", "timeout", "--temporal-port", str(temporal_port), "--ui-port", str(ui_port)
-    ) as proc:
-        out, err = proc.communicate(timeout=400)
-    evs = events(out)
-    assert proc.returncode == 0, err[-3000:] + out[-3000:]
+        "--scenario", "timeout", "--temporal-port", str(temporal_port), "--ui-port",
+        str(ui_port), "--stay",
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        lines: list[str] = []
+        for line in proc.stdout:  # until the story is over and the demo stays up
+            lines.append(line)
+            if json.loads(line)["event"] == "staying":
+                break
+        evs = events("".join(lines))
+        (summary,) = [e for e in evs if e["event"] == "summary"]
+        # with --stay the Temporal UI still answers: the links of the summary work
+        page = urllib.request.urlopen(summary["ui_links"][0], timeout=10).read()
+        assert b"<html" in page.lower()
+        proc.send_signal(signal.SIGINT)
+        rest, err = proc.communicate(timeout=120)
+    evs = events("".join(lines) + rest)
+    assert proc.returncode == 0, err[-3000:] + rest[-3000:]  # Ctrl-C after a finished story
     closed = {
         r["pod"]: r for r in evs if r["event"] == "resize" and r["closed"]
     }  # one resize per pod here
     rolled_back = [r for r in closed.values() if r["outcome"] == "RolledBack"]
     assert [r["detail"] for r in rolled_back] == ["Pod resize timed out after 5s"]
-    (summary,) = [e for e in evs if e["event"] == "summary"]
     assert summary["ok"] is True
     assert len(summary["worker_pods"]) == 2  # a pod was launched
     assert rolled_back[0]["pod"] in summary["worker_pods"]
