@@ -22,7 +22,9 @@ DEMO_HELP = "\n\n".join(
         "demands, the pods and their sizes, each resize's phase and outcome, the Raylet totals "
         "and the workload's progress. At the end: a summary and the Temporal UI link of each "
         "resize workflow.",
-        "Ctrl-C, or the end of the story, stops every process the demo started.",
+        "In the live view the demo then stays up (so the UI links work) until Ctrl-C; with "
+        "--headless or --no-stay the end of the story stops it. Either way every process the "
+        "demo started is stopped, each by its own process group.",
         "Exit codes: 0 the story reached its expected end; 1 it did not, or something failed "
         "(the logs are kept and their directory printed); 2 bad options, a busy port or a "
         "missing dependency (install with: pip install -e '.\\[demo]'); 130 interrupted.",
