@@ -192,15 +192,18 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
     stack, env = slow_stack
     env = {**env, "RAYSIZE_GCS_ADDRESS": gcs_proxy.address}
     log = tmp_path / "worker.log"
+    # one name per case: a dead worker's reconcile of a name stays RUNNING on the shared
+    # dev server, and discovery leaves a running reconcile alone
+    name = {"syncing_raylet": "crash-sync", "before_the_patch": "crash-patch"}[kill_at]
     worker = start_worker(env, log)
     driver = None
     try:
-        stack.create(ippr_cluster("crash2"))
-        gcs = await eventually(lambda: stack.gcs("crash2"), 60)
+        stack.create(ippr_cluster(name))
+        gcs = await eventually(lambda: stack.gcs(name), 60)
         gcs_proxy.set_upstream(gcs)
         pod = (
             await eventually(
-                lambda: [p for p in stack.workers("crash2") if p.status.phase == "Running"], 60
+                lambda: [p for p in stack.workers(name) if p.status.phase == "Running"], 60
             )
         )[0].metadata.name
         wf_id = f"resize/default/{pod}"
