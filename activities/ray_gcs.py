@@ -60,6 +60,9 @@ TOKEN_PATH_ENV: Final = "RAY_AUTH_TOKEN_PATH"
 _DETAILS_TRAILER: Final = "grpc-status-details-bin"
 # A large cluster's state is well above gRPC's 4 MiB default.
 _MAX_MESSAGE_BYTES: Final = 512 * 1024 * 1024
+# gRPC backs off reconnecting up to 120 s by default, failing every call fast meanwhile:
+# after a GCS outage the cached channel would stay broken long after Ray is back.
+_MAX_RECONNECT_BACKOFF_MS: Final = 2000
 _RESIZABLE: Final = frozenset({CPU, MEMORY})
 
 
@@ -242,6 +245,7 @@ class RayGcsClient:
         options: list[tuple[str, Any]] = [
             ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+            ("grpc.max_reconnect_backoff_ms", _MAX_RECONNECT_BACKOFF_MS),
         ]
         if tls is not None:
             if tls.server_name:

@@ -49,12 +49,19 @@ class PodRuntime(Protocol):
 
     def stop(self, pod: Obj) -> None: ...
 
+    def stop_all(self, pods: list[Obj]) -> None:
+        """Stop these pods' containers together (the kubelet shutting down)."""
+        ...
+
 
 class NoRuntime:
     def start(self, pod: Obj) -> None:
         return None
 
     def stop(self, pod: Obj) -> None:
+        return None
+
+    def stop_all(self, pods: list[Obj]) -> None:
         return None
 
 
@@ -194,10 +201,16 @@ class Kubelet:
             self.store.unwatch(self._watcher)
         if self._thread is not None:
             self._thread.join(timeout=10)
-        for (ns, name), _ in list(self._pods.items()):
-            pod = self.store.find("pods", ns, name)
-            if pod is not None:
-                self._stop_runtime(pod)
+        pods = [
+            pod
+            for (ns, name), _ in list(self._pods.items())
+            if (pod := self.store.find("pods", ns, name)) is not None
+        ]
+        try:
+            self.runtime.stop_all(pods)  # all at once: one grace period, not one per pod
+        except Exception as exc:
+            log.exception("stopping %d pods", len(pods))
+            self.errors.append(repr(exc))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run `fn` on the kubelet thread (all kubelet state is touched only there)."""

@@ -180,48 +180,67 @@ class RayRuntime:
         )
 
     def stop(self, pod: Obj) -> None:
-        meta = pod["metadata"]
+        self.stop_all([pod])
+
+    def stop_all(self, pods: list[Obj]) -> None:
+        """Stop these pods' Ray processes: all signalled first, one shared grace period."""
+        stopping: list[RayProcess] = []
         with self._lock:
-            rp = self._procs.pop(meta["uid"], None)
-            labels = meta.get("labels") or {}
-            if labels.get("ray.io/node-type") == "head":
-                self._gcs.pop((meta.get("namespace", ""), labels.get("ray.io/cluster", "")), None)
-        if rp is not None:
-            stop_process_group(rp.proc)
+            for pod in pods:
+                meta = pod["metadata"]
+                rp = self._procs.pop(meta["uid"], None)
+                labels = meta.get("labels") or {}
+                if labels.get("ray.io/node-type") == "head":
+                    key = (meta.get("namespace", ""), labels.get("ray.io/cluster", ""))
+                    self._gcs.pop(key, None)
+                if rp is not None:
+                    stopping.append(rp)
+        _stop_workers_first(stopping)
 
     def close(self) -> None:
         with self._lock:
             procs = list(self._procs.values())
             self._procs.clear()
             self._gcs.clear()
-        # Workers first, then the head, so Raylets do not spin on a vanished GCS.
-        for rp in sorted(procs, key=lambda p: p.group == "headgroup"):
-            stop_process_group(rp.proc)
+        _stop_workers_first(procs)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _stop_workers_first(procs: list[RayProcess]) -> None:
+    """Workers are signalled first, then heads, so Raylets do not spin on a vanished GCS;
+    all are signalled before any is waited for, and all share one grace period."""
+    stop_process_groups([rp.proc for rp in sorted(procs, key=lambda p: p.group == "headgroup")])
 
 
 def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the process group the process leads, then SIGKILL what is left."""
-    pgid = proc.pid  # start_new_session=True: the process leads its own group
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None and not _group_alive(pgid):
-                break
+    stop_process_groups([proc], grace_s)
+
+
+def stop_process_groups(
+    procs: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S
+) -> None:
+    """SIGTERM each process group in order (each process leads its own group,
+    start_new_session=True), wait for all of them against one deadline, then SIGKILL
+    each group that is left and every group's stragglers that outlived their leader."""
+    alive: list[subprocess.Popen[bytes]] = []
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+            alive.append(proc)
+    deadline = time.monotonic() + grace_s
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if p.poll() is None or _group_alive(p.pid)]
+        if alive:
             time.sleep(0.05)
-        else:
-            continue
-        break
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)  # stragglers that outlived their leader
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
-        log.error("process %d did not exit", proc.pid)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left, and stragglers
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            log.error("process %d did not exit", proc.pid)
 
 
 def _group_alive(pgid: int) -> bool:

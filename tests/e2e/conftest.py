@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
+from tests.e2e.gcs_proxy import GcsProxy
 from tests.orchestration.temporal_env import venv_binary
 from worker.run import run_worker
 from worker.settings import Settings
@@ -183,17 +184,23 @@ def nodes() -> list[NodeSpec]:
     return [NodeSpec("node-a", 8000, 32 * GIB)]
 
 
-@pytest_asyncio.fixture
-async def stack(
-    dev_server: WorkflowEnvironment, tmp_path: Path, nodes: list[NodeSpec]
+@pytest.fixture
+def kubelet_timing() -> KubeletTiming:
+    """How fast the sandbox's kubelet actuates; a test overrides this fixture (or
+    parametrizes it) for a slower one."""
+    return KubeletTiming(actuation_delay_s=0.0)
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    dev_server: WorkflowEnvironment,
+    tmp_path: Path,
+    nodes: list[NodeSpec],
+    timing: KubeletTiming,
+    gcs_address: str | None = None,
 ) -> AsyncIterator[Stack]:
-    sandbox = Sandbox(
-        SandboxConfig(
-            node_specs=nodes,
-            with_ray=True,
-            timing=KubeletTiming(actuation_delay_s=0.0),
-        )
-    ).start()
+    """A sandbox with real Ray and an in-process raysize worker, both stopped at exit."""
+    sandbox = Sandbox(SandboxConfig(node_specs=nodes, with_ray=True, timing=timing)).start()
     stop = asyncio.Event()
     worker: asyncio.Task[None] | None = None
     try:
@@ -207,6 +214,7 @@ async def stack(
             namespaces="default",
             tick_s=2.0,
             discovery_interval_s=1.0,
+            gcs_address=gcs_address,
         )
         worker = asyncio.create_task(run_worker(settings, stop=stop))
         yield Stack(sandbox=sandbox, api=api, temporal=dev_server.client, kubeconfig=kubeconfig)
@@ -218,6 +226,43 @@ async def stack(
             except Exception:
                 worker.cancel()
         await asyncio.to_thread(sandbox.close)
+
+
+@pytest_asyncio.fixture
+async def stack(
+    dev_server: WorkflowEnvironment,
+    tmp_path: Path,
+    nodes: list[NodeSpec],
+    kubelet_timing: KubeletTiming,
+) -> AsyncIterator[Stack]:
+    async with running_stack(dev_server, tmp_path, nodes, kubelet_timing) as s:
+        yield s
+
+
+@pytest.fixture
+def gcs_proxy() -> Iterator[GcsProxy]:
+    """A TCP proxy to a cluster's GCS (set its upstream once the head is up) that the
+    test can cut; dark until then."""
+    proxy = GcsProxy()
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest_asyncio.fixture
+async def proxied_stack(
+    dev_server: WorkflowEnvironment,
+    tmp_path: Path,
+    nodes: list[NodeSpec],
+    kubelet_timing: KubeletTiming,
+    gcs_proxy: GcsProxy,
+) -> AsyncIterator[Stack]:
+    """`stack`, with raysize reaching every GCS only through `gcs_proxy`."""
+    async with running_stack(
+        dev_server, tmp_path, nodes, kubelet_timing, gcs_address=gcs_proxy.address
+    ) as s:
+        yield s
 
 
 DRIVER = textwrap.dedent(
@@ -262,3 +307,13 @@ def stop_driver(proc: subprocess.Popen[str]) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
+
+
+async def pending_activity(temporal: Client, workflow_id: str, name: str) -> tuple[int, str]:
+    """(attempt, last failure message) of the workflow's pending activity of this type;
+    (0, "") when it has none."""
+    desc = await temporal.get_workflow_handle(workflow_id).describe()
+    for act in desc.raw_description.pending_activities:
+        if act.activity_type.name == name:
+            return act.attempt, act.last_failure.message
+    return 0, ""

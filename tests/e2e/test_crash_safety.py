@@ -1,5 +1,6 @@
 """Crash safety: the worker process is SIGKILLed mid-resize (after the pod patch, before
-the Raylet sync) and a new worker process finishes the resize exactly once."""
+the Raylet sync; while the Raylet sync retries against an unreachable Ray; as soon as the
+resize workflow exists) and a new worker process finishes the resize exactly once."""
 
 from __future__ import annotations
 
@@ -8,22 +9,35 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
 from kubernetes import config
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.ray_gcs import RayGcsClient
 from sandbox.cluster import Sandbox, SandboxConfig
+from sandbox.faults import FaultRule
 from sandbox.kubelet import KubeletTiming, NodeSpec
-from workflows.contracts import ResizeOutcome
-from workflows.resize_workflow import PodResizeWorkflow
+from workflows.contracts import Act, ResizeOutcome, ResizePhase
+from workflows.resize_workflow import RESIZE_PHASE, PodResizeWorkflow
 
-from .conftest import GIB, Stack, eventually, ippr_cluster, start_driver, stop_driver
+from .conftest import (
+    GIB,
+    Stack,
+    eventually,
+    ippr_cluster,
+    pending_activity,
+    start_driver,
+    stop_driver,
+)
+from .gcs_proxy import GcsProxy
 
 
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -68,7 +82,6 @@ async def slow_stack(
             "RAYSIZE_NAMESPACES": "default",
             "RAYSIZE_TICK_S": "2",
             "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
-            "RAYSIZE_RESIZE_POLL_INTERVAL_S": "0.05",
         }
         yield (
             Stack(sandbox=sandbox, api=api, temporal=dev_server.client, kubeconfig=kubeconfig),
@@ -109,10 +122,21 @@ async def test_worker_killed_between_pod_patch_and_raylet_sync(
         out, err = await asyncio.to_thread(driver.communicate, timeout=170)
         assert driver.returncode == 0, err[-2000:]
         assert out.startswith("ran with 2 CPU")
+        await assert_finished_once(stack, gcs, pod)  # with the new worker still up
     finally:
         if driver is not None:
             stop_driver(driver)
         kill(worker)
+
+
+async def assert_finished_once(stack: Stack, gcs: str, pod: str) -> None:
+    # the task may run as soon as the Raylet has grown, a moment before the saga ends
+    state = await asyncio.wait_for(
+        stack.temporal.get_workflow_handle_for(
+            PodResizeWorkflow.run, f"resize/default/{pod}"
+        ).result(),
+        60,
+    )
     runs = [
         wf
         async for wf in stack.temporal.list_workflows(
@@ -121,10 +145,8 @@ async def test_worker_killed_between_pod_patch_and_raylet_sync(
     ]
     assert len(runs) == 1  # finished by the second worker, exactly once
     assert runs[0].status == WorkflowExecutionStatus.COMPLETED
-    state = await stack.temporal.get_workflow_handle_for(
-        PodResizeWorkflow.run, f"resize/default/{pod}"
-    ).result()
     assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert (state.cpu, state.raylet_cpu) == (2000, 2000)
     with RayGcsClient(gcs) as ray:
         node = next(n for n in ray.cluster_state().nodes if n.pod == pod)
     # the Raylet's totals equal the pod's size
@@ -132,3 +154,89 @@ async def test_worker_killed_between_pod_patch_and_raylet_sync(
     final = stack.core.read_namespaced_pod(pod, "default")
     assert final.spec.containers[0].resources.limits["cpu"] == "2"
     assert 'resizing-at": null' in final.metadata.annotations["ray.io/ippr-status"]
+
+
+def cpu_limit(stack: Stack, pod: str) -> str:
+    container = stack.core.read_namespaced_pod(pod, "default").spec.containers[0]
+    return str(container.resources.limits["cpu"])
+
+
+async def _resize_started(stack: Stack, wf_id: str) -> bool:
+    try:
+        await stack.temporal.get_workflow_handle(wf_id).describe()
+    except RPCError:
+        return False
+    return True
+
+
+async def _sync_retrying(stack: Stack, wf_id: str) -> bool:
+    try:
+        desc = await stack.temporal.get_workflow_handle(wf_id).describe()
+    except RPCError:
+        return False
+    phase = desc.typed_search_attributes.get(RESIZE_PHASE)
+    attempt, failure = await pending_activity(stack.temporal, wf_id, Act.FINISH_RESIZE)
+    return phase == ResizePhase.SYNCING_RAYLET and attempt > 1 and "reach" in failure
+
+
+@pytest.mark.parametrize("kill_at", ["syncing_raylet", "before_the_patch"])
+async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_once(
+    slow_stack: tuple[Stack, dict[str, str]], gcs_proxy: GcsProxy, tmp_path: Path, kill_at: str
+) -> None:
+    """syncing_raylet: Ray is unreachable (raysize's way to the GCS is cut), so the Raylet
+    sync is failing and being retried when the worker dies; Ray comes back, a new worker
+    finishes. before_the_patch: the worker dies as soon as the reconcile has started the
+    resize workflow and its first pods/resize patch was refused (the API server refuses
+    every one until the kill), so nothing has changed on the pod yet."""
+    stack, env = slow_stack
+    env = {**env, "RAYSIZE_GCS_ADDRESS": gcs_proxy.address}
+    log = tmp_path / "worker.log"
+    # one name per case: a dead worker's reconcile of a name stays RUNNING on the shared
+    # dev server, and discovery leaves a running reconcile alone
+    name = {"syncing_raylet": "crash-sync", "before_the_patch": "crash-patch"}[kill_at]
+    worker = start_worker(env, log)
+    driver = None
+    try:
+        stack.create(ippr_cluster(name))
+        gcs = await eventually(lambda: stack.gcs(name), 60)
+        gcs_proxy.set_upstream(gcs)
+        pod = (
+            await eventually(
+                lambda: [p for p in stack.workers(name) if p.status.phase == "Running"], 60
+            )
+        )[0].metadata.name
+        wf_id = f"resize/default/{pod}"
+        refuse = FaultRule(verb="patch", resource="pods/resize", error_rate=1.0, codes=(500,))
+        if kill_at == "before_the_patch":
+            stack.sandbox.faults.add(refuse)  # every resize patch refused, until the kill
+        driver = start_driver(gcs, "2", timeout_s=150)
+        if kill_at == "syncing_raylet":
+            # the patch has landed, the kubelet is still actuating: cut Ray off, so the
+            # sync that follows fails and is retried
+            await eventually(lambda: cpu_limit(stack, pod) == "2", 90, every=0.05)
+            gcs_proxy.go_dark()
+            await _until(lambda: _sync_retrying(stack, wf_id), 60)
+        else:
+            await _until(lambda: _resize_started(stack, wf_id), 90, every=0.02)
+            await eventually(lambda: refuse.injected > 0, 30, every=0.02)
+        kill(worker)  # SIGKILL: no cleanup, no goodbye
+        if kill_at == "before_the_patch":
+            assert cpu_limit(stack, pod) == "1"  # the patch had not landed
+        stack.sandbox.faults.clear()
+        gcs_proxy.restore()
+        worker = start_worker(env, log)
+        out, err = await asyncio.to_thread(driver.communicate, timeout=170)
+        assert driver.returncode == 0, err[-2000:]
+        assert out.startswith("ran with 2 CPU")
+        await assert_finished_once(stack, gcs, pod)  # with the new worker still up
+    finally:
+        if driver is not None:
+            stop_driver(driver)
+        kill(worker)
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout: float, every: float = 0.2) -> None:
+    end = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < end, f"not reached in {timeout}s"
+        await asyncio.sleep(every)

@@ -1,4 +1,5 @@
-"""Resizes that meet a full node or a flaky API server still end where they should."""
+"""Resizes that meet a full node, a flaky API server or a deleted pod still end where they
+should."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import asyncio
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from sandbox.faults import FaultRule
-from sandbox.kubelet import NodeSpec
-from workflows.contracts import ResizeOutcome
+from sandbox.kubelet import KubeletTiming, NodeSpec
+from workflows.contracts import ResizeOutcome, ResizePhase
+from workflows.resize_workflow import PodResizeWorkflow
 
-from .conftest import GIB, Stack, eventually, ippr_cluster
+from .conftest import GIB, Stack, eventually, ippr_cluster, start_driver, stop_driver
 from .test_seed_cases import cpu_of, resize_of, run_driver
 
 
@@ -88,3 +91,66 @@ async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(stack: Stack) 
     assert (state.cpu, state.raylet_cpu) == (1000, 1000)  # back to its template size
     # then, still idle at its template size, it is removed (min_workers is 0)
     await eventually(lambda: pod not in {p.metadata.name for p in stack.workers("idle")}, 90)
+
+
+async def _phase(stack: Stack, wf_id: str) -> ResizePhase | None:
+    try:
+        state = await stack.temporal.get_workflow_handle_for(PodResizeWorkflow.run, wf_id).query(
+            PodResizeWorkflow.state
+        )
+    except RPCError:
+        return None  # not started yet
+    return state.phase
+
+
+# the kubelet takes 4 s to actuate: the resize is in Polling long enough to delete the pod
+@pytest.mark.parametrize("kubelet_timing", [KubeletTiming(actuation_delay_s=4.0)])
+async def test_pod_deleted_mid_resize_ends_cleanly_and_its_replacement_grows(
+    stack: Stack,
+) -> None:
+    stack.create(ippr_cluster("gone"))
+    gcs = await eventually(lambda: stack.gcs("gone"), 60)
+    pod = (
+        await eventually(
+            lambda: [p for p in stack.workers("gone") if p.status.phase == "Running"], 60
+        )
+    )[0].metadata.name
+    wf_id = f"resize/default/{pod}"
+    driver = start_driver(gcs, "2", timeout_s=150)
+    try:
+        deadline = asyncio.get_running_loop().time() + 60
+        while await _phase(stack, wf_id) != ResizePhase.POLLING:
+            assert asyncio.get_running_loop().time() < deadline, "the resize never polled"
+            await asyncio.sleep(0.1)
+        stack.core.delete_namespaced_pod(pod, "default")
+
+        first = stack.temporal.get_workflow_handle_for(PodResizeWorkflow.run, wf_id)
+        state = await asyncio.wait_for(first.result(), 60)
+        assert state.outcome == ResizeOutcome.POD_GONE  # a clean end, not a failure
+        assert (await first.describe()).status == WorkflowExecutionStatus.COMPLETED
+
+        # KubeRay puts a new pod in its place; raysize grows that one and the task runs
+        out, err = await asyncio.to_thread(driver.communicate, timeout=170)
+    finally:
+        stop_driver(driver)
+    assert driver.returncode == 0, err[-2000:]
+    assert out.startswith("ran with 2 CPU")
+    (replacement,) = stack.workers("gone")
+    new = replacement.metadata.name
+    assert new != pod
+    assert cpu_of(replacement) == "2"
+    second = await resize_of(stack, new)
+    assert second.outcome == ResizeOutcome.SUCCEEDED
+    assert (second.cpu, second.raylet_cpu) == (2000, 2000)
+    group = stack.raycluster("gone")["spec"]["workerGroupSpecs"][0]
+    assert group["replicas"] == 1
+    assert not (group.get("scaleStrategy") or {}).get("workersToDelete")
+    failed = [
+        wf
+        async for wf in stack.temporal.list_workflows(
+            "RayCluster='gone' AND (ExecutionStatus='Failed' OR ExecutionStatus='TimedOut')"
+        )
+    ]
+    assert failed == []
+    runs = [wf async for wf in stack.temporal.list_workflows(f"WorkflowId='{wf_id}'")]
+    assert [r.status for r in runs] == [WorkflowExecutionStatus.COMPLETED]

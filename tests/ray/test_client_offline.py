@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
@@ -286,3 +287,33 @@ def test_tls_settings_follow_rays_environment(tmp_path: Path) -> None:
         TlsConfig.from_env({k: v for k, v in env.items() if k != "RAY_TLS_SERVER_KEY"})
     with pytest.raises(RayInvalidArgument, match="cannot read a TLS file"):
         RayGcsClient("127.0.0.1:1", tls=TlsConfig(tmp_path / "a", tmp_path / "b", tmp_path / "c"))
+
+
+def test_the_client_reconnects_soon_after_an_outage_of_the_gcs() -> None:
+    """gRPC backs off reconnecting up to 120 s by default and fails every call fast
+    meanwhile; after a 20 s outage the client must reach the GCS again within a few
+    seconds of its return (here: a stand-in GCS behind a proxy that the test cuts)."""
+    from sandbox.gcs_standin import GcsStandIn
+    from tests.e2e.gcs_proxy import GcsProxy
+
+    with GcsStandIn() as gcs, GcsProxy(gcs.address) as proxy:
+        client = RayGcsClient(proxy.address, timeout=2)
+        try:
+            client.cluster_state()
+            proxy.go_dark()
+            end = time.monotonic() + 20
+            while time.monotonic() < end:  # an outage of 20 s, with calls failing all along
+                with pytest.raises(RayUnavailable):
+                    client.cluster_state()
+                time.sleep(0.5)
+            proxy.restore()
+            back = time.monotonic() + 4  # the capped backoff is 2 s, plus jitter
+            while True:
+                try:
+                    client.cluster_state()
+                    break
+                except RayUnavailable:
+                    assert time.monotonic() < back, "still unreachable 4 s after the GCS came back"
+                    time.sleep(0.1)
+        finally:
+            client.close()
