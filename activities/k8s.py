@@ -589,7 +589,15 @@ class K8sActivities:
         window_s: float,
         current: Obj | None = None,
     ) -> ResizeProgress:
-        deadline = time.monotonic() + window_s
+        started = time.monotonic()
+        deadline = started + window_s
+
+        def beat(progress: ResizeProgress) -> None:
+            # a heartbeat is a write on the server: none while a resize is quick (the
+            # timeout is 15 s; the SDK sends the first one at once, then throttles)
+            if time.monotonic() - started >= HEARTBEAT_EVERY_S:
+                activity.heartbeat(progress.state.value)
+
         if self.pods is None:
             while True:
                 progress = await self._run(
@@ -598,7 +606,7 @@ class K8sActivities:
                 left = deadline - time.monotonic()
                 if progress.state != ProgressState.IN_PROGRESS or left <= 0:
                     return progress
-                activity.heartbeat(progress.state.value)
+                beat(progress)
                 await asyncio.sleep(min(poll_interval_s, left))
         # subscribe first, then read: no change can fall between the two
         with self.pods.subscribe(namespace, pod) as changes:
@@ -611,7 +619,7 @@ class K8sActivities:
                 left = deadline - time.monotonic()
                 if progress.state != ProgressState.IN_PROGRESS or left <= 0:
                     return progress
-                activity.heartbeat(progress.state.value)
+                beat(progress)
                 # silence longer than the poll interval: read the pod (a watch can be
                 # quiet for reasons of its own); every few seconds at most, to heartbeat
                 heard = await changes.wait(min(poll_interval_s, HEARTBEAT_EVERY_S, left))
