@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes import watch
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
@@ -149,29 +148,6 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
             "constraints": tuple(Constraint(shape=c.shape, count=c.count) for c in ray.constraints),
         }
     )
-
-
-def watch_pods_change(
-    kube: Kube, namespace: str, cluster: str, resource_version: str, timeout_s: float
-) -> bool:
-    """Block until a pod of the cluster changes after `resource_version` (True) or the
-    timeout passes (False). A watch is Kubernetes' long poll."""
-    w = watch.Watch()
-    try:
-        for _ in w.stream(
-            kube.core.list_namespaced_pod,
-            namespace,
-            label_selector=f"ray.io/cluster={cluster}",
-            resource_version=resource_version or None,
-            timeout_seconds=max(1, int(timeout_s)),
-            _request_timeout=timeout_s + 5,
-        ):
-            return True
-    except Exception:  # an expired resourceVersion or a dropped watch: look again now
-        return True
-    finally:
-        w.stop()
-    return False
 
 
 def list_rayclusters(kube: Kube, namespace: str) -> list[dict[str, Any]]:
@@ -337,19 +313,11 @@ class ClusterActivities:
         False when the tick passes quietly."""
         deadline = time.monotonic() + inp.timeout_s
         gcs = self.gcs(inp.gcs_address)
-        pods_changed = asyncio.ensure_future(
-            asyncio.to_thread(
-                watch_pods_change,
-                self.kube,
-                inp.namespace,
-                inp.cluster,
-                inp.pods_version,
-                inp.timeout_s,
-            )
-        )
-        try:
+        assert self.pods is not None
+        # the worker's shared pod watch: no thread or connection of its own per wait
+        with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as pods_changed:
             while time.monotonic() < deadline:
-                if pods_changed.done() and pods_changed.result():
+                if self.pods.cluster_changed_since(inp.namespace, inp.cluster, inp.pods_version):
                     return True
                 asked = time.monotonic()
                 try:
@@ -359,12 +327,11 @@ class ClusterActivities:
                 except RayError:
                     return True  # let the next observe say what is wrong
                 activity.heartbeat()
-                # every 0.1 s, but never more than a tenth of the time on the GCS: the state
-                # of a cluster of a thousand nodes takes ~50 ms to send and to read
-                await asyncio.sleep(max(0.1, 9 * (time.monotonic() - asked)))
+                # Ray's state every 0.1 s, but never more than a tenth of the time on the
+                # GCS (the state of a thousand nodes takes ~50 ms); a pod change wakes at once
+                pause = max(0.1, 9 * (time.monotonic() - asked))
+                await pods_changed.wait(min(pause, max(0.0, deadline - time.monotonic())))
             return False
-        finally:
-            pods_changed.cancel()
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:

@@ -24,7 +24,9 @@ from kubernetes import watch
 log = logging.getLogger("raysize.activities")
 
 Obj = dict[str, Any]
-Key = tuple[str, str]
+Key = tuple[str, str]  # (namespace, pod), or (namespace, CLUSTER + cluster) for a cluster
+CLUSTER = "cluster:"  # pod names never contain ':'
+CLUSTER_LABEL = "ray.io/cluster"
 
 
 @dataclass(eq=False)
@@ -59,14 +61,41 @@ class PodWatch:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._subs: dict[Key, list[Subscription]] = {}
+        # the newest resourceVersion seen for each cluster's pods (a DELETED counts too)
+        self._cluster_versions: dict[tuple[str, str], int] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._watches: dict[str, watch.Watch] = {}
         self._stop = threading.Event()
 
+    def subscribe(
+        self, namespace: str, pod: str
+    ) -> contextlib.AbstractContextManager[Subscription]:
+        """Hear of every change of one pod."""
+        return self._subscribe((namespace, pod))
+
+    def subscribe_cluster(
+        self, namespace: str, cluster: str
+    ) -> contextlib.AbstractContextManager[Subscription]:
+        """Hear of every change of any pod of a Ray cluster (label ray.io/cluster)."""
+        return self._subscribe((namespace, CLUSTER + cluster))
+
+    def cluster_changed_since(self, namespace: str, cluster: str, version: str) -> bool:
+        """Has a pod of the cluster changed after `version` (a list's resourceVersion)?
+
+        The watch's first events are every pod as it is, each with the version of its
+        last change, so a change made before the watch began counts as well. A version
+        that is not a number (the API server's are) tells nothing: False."""
+        try:
+            since = int(version)
+        except ValueError:
+            return False
+        with self._lock:
+            return self._cluster_versions.get((namespace, cluster), 0) > since
+
     @contextlib.contextmanager
-    def subscribe(self, namespace: str, pod: str) -> Iterator[Subscription]:
-        self._ensure(namespace)
-        sub = Subscription((namespace, pod), asyncio.get_running_loop())
+    def _subscribe(self, key: Key) -> Iterator[Subscription]:
+        self._ensure(key[0])
+        sub = Subscription(key, asyncio.get_running_loop())
         with self._lock:
             self._subs.setdefault(sub.key, []).append(sub)
         try:
@@ -122,7 +151,7 @@ class PodWatch:
                     name = meta.get("name")
                     if not name:
                         continue
-                    self._deliver((namespace, name), obj, kind == "DELETED")
+                    self._deliver(namespace, name, obj, kind == "DELETED")
                     backoff = 0.5
             except Exception as exc:  # the connection dropped: everyone looks again
                 if self._stop.is_set():
@@ -135,9 +164,17 @@ class PodWatch:
             finally:
                 w.stop()
 
-    def _deliver(self, key: Key, obj: Obj, deleted: bool) -> None:
+    def _deliver(self, namespace: str, name: str, obj: Obj, deleted: bool) -> None:
+        meta = obj.get("metadata") or {}
+        cluster = (meta.get("labels") or {}).get(CLUSTER_LABEL)
         with self._lock:
-            subs = list(self._subs.get(key, ()))
+            subs = list(self._subs.get((namespace, name), ()))
+            if cluster:
+                subs += self._subs.get((namespace, CLUSTER + cluster), ())
+                with contextlib.suppress(TypeError, ValueError):
+                    version = int(meta.get("resourceVersion") or "")
+                    key = (namespace, cluster)
+                    self._cluster_versions[key] = max(self._cluster_versions.get(key, 0), version)
         for sub in subs:
             sub._wake(obj, deleted)
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, TypeVar
 
 import typer
@@ -69,6 +70,9 @@ def _cores(units: int) -> str:
     return f"{units_to_float(units, CPU):g}"
 
 
+IO_THREADS = 64
+
+
 def register(app: typer.Typer) -> None:
     @app.command("worker")
     def worker_cmd(
@@ -85,8 +89,17 @@ def register(app: typer.Typer) -> None:
         if log_level is not None and log_level.upper() not in LOG_LEVELS:
             raise _fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
         configure_logging((log_level or settings.log_level).upper(), settings.log_format)
+
+        async def serve() -> None:
+            # activities block in threads (Kubernetes and GCS calls); Python's default pool
+            # has cpu+4 threads, which a few slow API calls would fill, holding up the rest
+            asyncio.get_running_loop().set_default_executor(
+                ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="raysize-io")
+            )
+            await run_worker(settings)
+
         try:
-            asyncio.run(run_worker(settings))
+            asyncio.run(serve())
         except SetupError as exc:
             raise _fail(str(exc)) from None
 
