@@ -94,9 +94,10 @@ class Faults:
             for rule in self._rules:
                 if not rule.matches(verb, resource):
                     continue
+                if rule.times is not None and rule.injected >= rule.times:
+                    continue  # used up: the rules after it apply
                 decision = Decision(rule.latency_s, None, rule.watch_disconnect_after_s)
-                exhausted = rule.times is not None and rule.injected >= rule.times
-                if not exhausted and rule.error_rate and self._random.random() < rule.error_rate:
+                if rule.error_rate and self._random.random() < rule.error_rate:
                     rule.injected += 1
                     self.injected_errors += 1
                     code = self._random.choice(rule.codes)

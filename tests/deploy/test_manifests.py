@@ -124,7 +124,7 @@ def test_every_kubernetes_call_in_the_code_is_granted():
         for method in re.findall(r"\.(?:core|custom)\.(\w+)", text):
             assert method in CLIENT_CALLS, f"{path.name}: new Kubernetes call {method}: update RBAC"
             needed |= CLIENT_CALLS[method]
-        if re.search(r"\.stream\(\s*kube\.core\.list_namespaced_pod", text):
+        if re.search(r"\.stream\(\s*(?:kube|self)\.core\.list_namespaced_pod", text):
             needed.add(("", "pods", "watch"))
     assert ("", "pods", "watch") in needed  # the scan sees the pod watch
     assert needed <= EXPECTED_RULES

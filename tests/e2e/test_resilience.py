@@ -47,13 +47,21 @@ async def test_ten_percent_api_faults_lose_nothing(stack: Stack) -> None:
             lambda: [p for p in stack.workers("flaky") if p.status.phase == "Running"], 60
         )
     )[0].metadata.name
-    rule = stack.sandbox.faults.add(FaultRule(error_rate=0.1, codes=(409, 429, 500)))
+    # the saga makes few calls (a watch, not polling), so 10 % alone may miss it: its first
+    # resize patch and first status write certainly fail, then every call fails at 10 %
+    sure = [
+        stack.sandbox.faults.add(
+            FaultRule(verb="patch", resource=r, error_rate=1.0, times=1, codes=(c,))
+        )
+        for r, c in (("pods/resize", 500), ("pods", 409))
+    ]
+    stack.sandbox.faults.add(FaultRule(error_rate=0.1, codes=(409, 429, 500)))
     try:
         out = await run_driver(stack, gcs, "2")
     finally:
         stack.sandbox.faults.clear()
     assert out[0].startswith("ran with 2 CPU")
-    assert rule.injected > 0  # the faults did happen
+    assert [r.injected for r in sure] == [1, 1]  # the faults did happen (and maybe more)
     state = await resize_of(stack, pod)
     assert state.outcome == ResizeOutcome.SUCCEEDED
     assert state.raylet_cpu == 2000 and cpu_of(stack.workers("flaky")[0]) == "2"
