@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from temporalio import workflow
 from temporalio.common import (
@@ -304,16 +304,12 @@ class PodResizeWorkflow:
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=K8S_RETRY,
         )
-        await until_done_or(apply, lambda: self.new_target is not None)
-        if not apply.done() or self.new_target is not None:
-            return None
         try:
-            applied: ApplyResizeResult = apply.result()
+            applied: ApplyResizeResult | None = await self._unless_retargeted(apply)
         except ActivityError as exc:
-            failure = self._k8s_failure(exc)
-            if failure is exc:
-                raise
-            raise failure from exc
+            self._raise_k8s_failure(exc)
+        if applied is None:
+            return None
         self.status = status
         if applied.progress.state != ProgressState.IN_PROGRESS:
             return applied.progress
@@ -360,15 +356,14 @@ class PodResizeWorkflow:
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=WATCH_RETRY,
             )
-            await until_done_or(poll, lambda: self.new_target is not None)
-            if not poll.done() or self.new_target is not None:
-                return None
             try:
-                progress: ResizeProgress = poll.result()
+                progress: ResizeProgress | None = await self._unless_retargeted(poll)
             except ActivityError as exc:
                 if _error_type(exc) == Err.POD_GONE:
                     raise _PodGone() from exc
                 raise
+            if progress is None:
+                return None
             if progress.state != ProgressState.IN_PROGRESS:
                 return progress
 
@@ -418,20 +413,25 @@ class PodResizeWorkflow:
             )
             return result
         except ActivityError as exc:
-            failure = self._k8s_failure(exc)
-            if failure is exc:
-                raise
-            raise failure from exc
+            self._raise_k8s_failure(exc)
+
+    async def _unless_retargeted(self, activity: asyncio.Future[T]) -> T | None:
+        """The activity's result, or None (the activity canceled) when a new target
+        arrives first."""
+        await until_done_or(activity, lambda: self.new_target is not None)
+        if not activity.done() or self.new_target is not None:
+            return None
+        return activity.result()
 
     @staticmethod
-    def _k8s_failure(exc: ActivityError) -> Exception:
+    def _raise_k8s_failure(exc: ActivityError) -> NoReturn:
         """What a failed Kubernetes activity means for the saga."""
         kind = _error_type(exc)
         if kind == Err.POD_GONE:
-            return _PodGone()
+            raise _PodGone() from exc
         if kind in (Err.INVALID, Err.FORBIDDEN):
-            return _Failed(f"Kubernetes refused the resize: {_error_message(exc)}")
-        return exc
+            raise _Failed(f"Kubernetes refused the resize: {_error_message(exc)}") from exc
+        raise exc
 
     async def _set_status(self, req: ResizeRequest, status: IpprStatus) -> None:
         self.status = status
