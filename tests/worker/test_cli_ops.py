@@ -45,3 +45,13 @@ def test_unreachable_temporal_is_one_clear_line() -> None:
     assert len(lines) == 1
     assert lines[0].startswith("error: cannot reach Temporal at 127.0.0.1:9")
     assert "RAYSIZE_TEMPORAL_ADDRESS" in lines[0]
+
+
+def test_a_bad_log_level_is_refused_by_flag_and_by_setting() -> None:
+    flag = runner.invoke(app, ["worker", "--log-level", "LOUD"])
+    assert flag.exit_code != 0
+    assert "--log-level 'LOUD': expected one of DEBUG, INFO, WARNING, ERROR" in flag.stderr
+    env = runner.invoke(app, ["worker"], env={"RAYSIZE_LOG_LEVEL": "loud"})
+    assert env.exit_code != 0
+    assert env.stderr.startswith("error: RAYSIZE_LOG_LEVEL: ")
+    assert "'loud': expected one of DEBUG, INFO, WARNING, ERROR" in env.stderr
