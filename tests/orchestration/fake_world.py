@@ -28,6 +28,8 @@ class FakeWorld:
         self.fail_observe = 0
         self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
         self.resizing: set[str] = set()
+        # Every pod whose resize began, in order: `resizing` is only the ones running now.
+        self.started: list[str] = []
         self.scales: list[ScaleInput] = []
         self.events: list[EventInput] = []
         self.observed = 0

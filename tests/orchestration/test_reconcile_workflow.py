@@ -51,6 +51,7 @@ class ResizeRecorder:
         @activity.defn(name=Act.APPLY_RESIZE)
         async def apply(inp: ApplyResizeInput) -> ApplyResizeResult:
             self.world.resizing.add(inp.pod)
+            self.world.started.append(inp.pod)
             while self.hold:
                 activity.heartbeat()
                 await asyncio.sleep(0.02)
@@ -143,7 +144,7 @@ async def children(env: WorkflowEnvironment, handle: WorkflowHandle) -> list[Res
 async def test_pending_demand_starts_one_resize_saga_per_pod(ts_env: WorkflowEnvironment) -> None:
     world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
     async with reconciling(ts_env, world) as handle:
-        await until(lambda: world.resizing or world.observed > 3)
+        await until(lambda: world.started or world.observed > 3)
         ns = handle.id.split("/")[1]
         child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
         state = await child.result()
@@ -172,13 +173,15 @@ async def test_config_error_means_no_action_until_fixed(ts_env: WorkflowEnvironm
         await until(lambda: world.observed >= 3)
         status = await status_of(handle)
         assert status.config_errors == ("group 'g1', max-cpu: 'x' is not a quantity; use 4",)
-        assert not world.resizing and status.resizes_started == 0
+        assert not world.started and status.resizes_started == 0
         assert [e.reason for e in world.events] == ["InvalidIPPRConfig"]
         assert world.events[0].warning
         world.config_errors = ()
         world.version += 1
-        await until(lambda: (len(world.events) >= 2 and world.resizing) or world.observed > 40)
+        # A resize can start and finish between two looks: ask whether it ever started.
+        await until(lambda: (len(world.events) >= 2 and world.started) or world.observed > 40)
         status = await status_of(handle)
+    assert world.started == ["w1"]
     assert status.config_errors == ()
     assert world.events[1].reason == "IPPRConfigValid"
 
@@ -223,7 +226,7 @@ async def test_pause_stops_acting_and_resume_continues(ts_env: WorkflowEnvironme
         await until(lambda: world.observed >= 1)
         world.set_demands((res(2), 1))
         await asyncio.sleep(1.0)
-        assert not world.resizing
+        assert not world.started
         assert (await status_of(handle)).paused
         await handle.signal(ReconcileWorkflow.resume)
         await until(lambda: world.snapshot.demands == ())  # resized, the demand ran
