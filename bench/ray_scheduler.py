@@ -328,6 +328,20 @@ def outcome(
         for s in reply.to_ippr
     ]
     terminated = {t.instance_id: TerminationRequest.Cause.Name(t.cause) for t in reply.to_terminate}
+    # which demand each unplaced request came from: Ray hands back copies of our requests
+    entry_of = {
+        ResourceRequest(
+            resources_bundle=ray_amounts(d.shape),
+            label_selectors=[label_selector(dict(d.label_selector))],
+        ).SerializeToString(deterministic=True): i
+        for i, d in enumerate(snap.demands)
+    }
+    left_by_entry = [0] * len(snap.demands)
+    for req in reply.infeasible_resource_requests:
+        i = entry_of.get(req.SerializeToString(deterministic=True))
+        if i is not None:
+            left_by_entry[i] += 1
+    known = sum(left_by_entry) == len(reply.infeasible_resource_requests)
     return Outcome(
         planner="ray",
         seconds=seconds,
@@ -341,6 +355,7 @@ def outcome(
         launched=dict(sorted(launched.items())),
         resizes=sorted(resizes, key=lambda r: r.pod),
         terminated=dict(sorted(terminated.items())),
+        demand_left_by_entry=left_by_entry if known else None,
     )
 
 
