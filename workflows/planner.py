@@ -196,9 +196,21 @@ class _Planner:
         if self.settings.max_workers is not None:
             room = min(room, self.settings.max_workers - self.total_workers())
         if rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
-            pods = [p for p in self.pods_by_group.get(g.name, []) if p.name not in self.terminate]
-            running = sum(1 for p in pods if p.phase == PodPhase.RUNNING)
-            pending = len(pods) - running + self.launch[g.name]
+            # KubeRay: "the number of pending worker pods is at most the number of worker
+            # pods connected to the Ray cluster" — counted over all worker groups; one may
+            # start while none is connected, or a cluster with no workers could never grow.
+            running = pending = 0
+            for group in self.snap.groups.values():
+                if group.is_head:
+                    continue
+                for p in self.pods_by_group.get(group.name, []):
+                    if p.name in self.terminate:
+                        continue
+                    if p.phase == PodPhase.RUNNING and p.raylet_id:
+                        running += 1
+                    else:
+                        pending += 1
+                pending += self.launch[group.name]
             room = min(room, max(1, running) - pending)
         return max(0, room)
 

@@ -404,7 +404,6 @@ def test_idle_pod_with_work_to_take_is_kept() -> None:
 
 def test_conservative_mode_limits_pending_pods_to_running_ones() -> None:
     cons = PlannerSettings(upscaling_mode=UpscalingMode.CONSERVATIVE)
-    pods = [pod("w1", free_cpu=0), pod("w2", free_cpu=0)]
     demand = [(res(4), 10)]
     g = group(max_cpu=None, cpu=4, mem_gib=8, max_workers=100)
     busy = [pod("w1", cpu=4, mem_gib=8, free_cpu=0), pod("w2", cpu=4, mem_gib=8, free_cpu=0)]
@@ -414,7 +413,26 @@ def test_conservative_mode_limits_pending_pods_to_running_ones() -> None:
     assert plan(snapshot([g], busy, demand, settings=aggressive)).launch_by_group == {"g1": 10}
     # nothing running yet: one at a time
     assert plan(snapshot([g], [], demand, settings=cons)).launch_by_group == {"g1": 1}
-    del pods
+
+
+def test_conservative_mode_counts_pending_pods_across_groups() -> None:
+    """KubeRay: pending worker pods ≤ worker pods connected to the cluster, all groups."""
+    cons = PlannerSettings(upscaling_mode=UpscalingMode.CONSERVATIVE)
+    a = group("a", max_cpu=None, cpu=4, mem_gib=8, max_workers=100)
+    b = group("b", max_cpu=None, cpu=4, mem_gib=8, max_workers=100)
+    pods = [
+        pod("a1", "a", cpu=4, mem_gib=8, free_cpu=0),
+        pod("a2", "a", cpu=4, mem_gib=8, free_cpu=0),
+        pod("a3", "a", cpu=4, mem_gib=8, free_cpu=0),
+        pod("b1", "b", cpu=4, mem_gib=8, phase=PodPhase.PENDING),
+    ]
+    # 3 connected, 1 pending (in b, already holding 4 CPUs of the demand): 2 more at most
+    p = plan(snapshot([a, b], pods, [(res(4), 10)], settings=cons))
+    assert sum(p.launch_by_group.values()) == 2
+    # a running pod whose Raylet has not registered is not connected yet
+    pods[0] = pod("a1", "a", cpu=4, mem_gib=8, free_cpu=0, raylet_id=None)
+    p = plan(snapshot([a, b], pods, [(res(4), 10)], settings=cons))
+    assert sum(p.launch_by_group.values()) == 0
 
 
 def test_plan_is_deterministic() -> None:
