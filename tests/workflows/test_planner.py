@@ -66,6 +66,16 @@ def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker() -> No
     )
     assert sizes(t2) == {"w2": (4, 8)}
     assert t2.launch == ()
+    # T3: w2 resized, the remaining request consumed: nothing more to do
+    t3 = plan(
+        snapshot(
+            [group()],
+            [pod("w1", cpu=4, mem_gib=8, free_cpu=0), pod("w2", cpu=4, mem_gib=8, free_cpu=2)],
+            [],
+            settings=RAY,
+        )
+    )
+    assert t3.is_empty
 
 
 def test_case_3_scaling_out_with_ippr_capacity_considerations() -> None:
@@ -93,6 +103,16 @@ def test_case_4_ippr_timeout() -> None:
     t3 = plan(snapshot([group()], [pod("w1", failed=True), pod("w2")], [(res(2), 1)], settings=RAY))
     assert sizes(t3) == {"w2": (4, 8)}
     assert t3.launch == ()
+    # T4: w2 resized and running the request; w1 stays as it is
+    t4 = plan(
+        snapshot(
+            [group()],
+            [pod("w1", failed=True), pod("w2", cpu=4, mem_gib=8, free_cpu=2)],
+            [],
+            settings=RAY,
+        )
+    )
+    assert t4.is_empty
 
 
 # --- resize eligibility -------------------------------------------------------------------
