@@ -156,9 +156,17 @@ def conflict(resource: str, name: str, group: str = "", detail: str = "") -> Api
 
 
 def invalid_object(kind: str, name: str, errors: list[FieldError], group: str = "") -> ApiError:
+    """`NewInvalid`: the kind is group-qualified (`RayCluster.ray.io`), an empty name omitted."""
     details = _details(kind, name, group)
+    if not name:
+        del details["name"]
     details["causes"] = [e.cause() for e in errors]
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {aggregate(errors)}', details)
+    return ApiError(
+        422,
+        "Invalid",
+        f'{_qualified(kind, group)} "{name}" is invalid: {aggregate(errors)}',
+        details,
+    )
 
 
 def unprocessable(message: str) -> ApiError:

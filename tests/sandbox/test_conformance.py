@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.sandbox.conftest import pod_body, wait_for
+from tests.sandbox.conftest import PAUSE_IMAGE, pod_body, wait_for
 
 BURSTABLE = {
     "requests": {"cpu": "100m", "memory": "64Mi"},
@@ -28,6 +28,27 @@ def running_pod(core: client.CoreV1Api, ns: str, name: str, **kwargs: Any) -> cl
         lambda: (p := core.read_namespaced_pod(name, ns)).status.phase == "Running" and p,
         timeout=60,
     )
+
+
+# A node no kubelet runs: a pod bound to it is never scheduled, started or written to by
+# anyone but the test, so its resourceVersion moves only when the test writes. (On a real
+# cluster the pod GC removes such pods after ~40 s, far longer than a test takes.)
+NO_SUCH_NODE = "raysize-conformance-no-such-node"
+
+
+def parked_pod(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> client.V1Pod:
+    body["spec"]["nodeName"] = NO_SUCH_NODE
+    return core.create_namespaced_pod(ns, body)
+
+
+def with_init_container(name: str, restart_policy: str | None = None) -> dict[str, Any]:
+    """A Burstable pod with one init container `i0` (a sidecar if restart_policy="Always")."""
+    body = pod_body(name, **BURSTABLE)
+    init: dict[str, Any] = {"name": "i0", "image": PAUSE_IMAGE, "resources": BURSTABLE}
+    if restart_policy:
+        init["restartPolicy"] = restart_policy
+    body["spec"]["initContainers"] = [init]
+    return body
 
 
 def status_of(exc: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
@@ -219,8 +240,12 @@ def test_resize_policy_is_immutable(core, ns):
                 }
             ],
         )
-    assert exc.value.status == 422
-    assert "spec: Forbidden: only cpu and memory resources are mutable" in status_of(exc)["message"]
+    body = status_of(exc)
+    assert (exc.value.status, body["reason"]) == (422, "Invalid")
+    assert body["message"] == (
+        'Pod "p" is invalid: spec: Forbidden: only cpu and memory resources are mutable'
+    )
+    assert core.read_namespaced_pod("p", ns).spec.containers[0].resize_policy in (None, [])
 
 
 def test_containers_may_not_be_added_removed_or_renamed(core, ns):
@@ -296,6 +321,219 @@ def test_memory_limit_decrease_passes_validation(core, ns):
     assert pod.spec.containers[0].resources.limits["memory"] == "96Mi"
 
 
+def test_memory_limit_addition_passes_validation(core, ns):
+    pod = parked_pod(
+        core, ns, pod_body("p", requests={"cpu": "100m", "memory": "64Mi"}, limits={"cpu": "200m"})
+    )
+    after = resize(
+        core,
+        ns,
+        "p",
+        [{"op": "add", "path": "/spec/containers/0/resources/limits/memory", "value": "128Mi"}],
+    )
+    assert after.spec.containers[0].resources.limits == {"cpu": "200m", "memory": "128Mi"}
+    assert after.metadata.generation == pod.metadata.generation + 1
+    assert after.status.qos_class == "Burstable"
+
+
+def test_restart_container_policy_is_invalid_when_the_pod_never_restarts(core, ns):
+    body = pod_body("p", **BURSTABLE)
+    body["spec"]["restartPolicy"] = "Never"
+    body["spec"]["containers"][0]["resizePolicy"] = [
+        {"resourceName": "cpu", "restartPolicy": "RestartContainer"}
+    ]
+    with pytest.raises(ApiException) as exc:
+        parked_pod(core, ns, body)
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == (
+        'Pod "p" is invalid: spec.containers[0].resizePolicy: Invalid value: "RestartContainer": '
+        "must be 'NotRequired' when `restartPolicy` is 'Never'"
+    )
+    assert status["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": 'Invalid value: "RestartContainer": '
+            "must be 'NotRequired' when `restartPolicy` is 'Never'",
+            "field": "spec.containers[0].resizePolicy",
+        }
+    ]
+    body["spec"]["containers"][0]["resizePolicy"][0]["restartPolicy"] = "NotRequired"
+    created = parked_pod(core, ns, body)
+    assert created.spec.containers[0].resize_policy[0].restart_policy == "NotRequired"
+
+
+def test_static_pods_cannot_be_resized(core, ns):
+    body = pod_body("p", annotations={"kubernetes.io/config.mirror": "conformance"}, **BURSTABLE)
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_pod(ns, body)  # a mirror pod must name its node
+    assert status_of(exc)["message"] == (
+        'Pod "p" is invalid: metadata.annotations[kubernetes.io/config.mirror]: '
+        'Invalid value: "conformance": must set spec.nodeName if mirror pod annotation is set'
+    )
+    parked_pod(core, ns, body)
+    with pytest.raises(ApiException) as exc:
+        resize(core, ns, "p", {"spec": {"containers": [{"name": "c0", "resources": BURSTABLE}]}})
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == 'Pod "p" is invalid: []: Forbidden: static pods cannot be resized'
+    assert status["details"]["causes"] == [
+        {
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: static pods cannot be resized",
+            "field": "[]",
+        }
+    ]
+
+
+def test_windows_pods_cannot_be_resized(core, ns):
+    body = pod_body("p", **BURSTABLE)
+    body["spec"]["os"] = {"name": "windows"}
+    pod = parked_pod(core, ns, body)
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core,
+            ns,
+            "p",
+            {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
+        )
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == 'Pod "p" is invalid: []: Forbidden: windows pods cannot be resized'
+    assert core.read_namespaced_pod("p", ns).metadata.generation == pod.metadata.generation
+
+
+def test_init_containers_may_not_be_added_removed_or_renamed(core, ns):
+    parked_pod(core, ns, with_init_container("p", restart_policy="Always"))
+    added_or_removed = (
+        'Pod "p" is invalid: spec.initContainers: Forbidden: '
+        "initContainers may not be added or removed on resize"
+    )
+    with pytest.raises(ApiException) as exc:
+        resize(core, ns, "p", [{"op": "remove", "path": "/spec/initContainers/0"}])
+    assert (exc.value.status, status_of(exc)["message"]) == (422, added_or_removed)
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core,
+            ns,
+            "p",
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/initContainers/-",
+                    "value": {"name": "i1", "image": PAUSE_IMAGE, "restartPolicy": "Always"},
+                }
+            ],
+        )
+    assert (exc.value.status, status_of(exc)["message"]) == (422, added_or_removed)
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core, ns, "p", [{"op": "replace", "path": "/spec/initContainers/0/name", "value": "i9"}]
+        )
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        422,
+        'Pod "p" is invalid: spec.initContainers[0].name: Forbidden: '
+        "initContainers may not be renamed or reordered on resize",
+    )
+    assert [c.name for c in core.read_namespaced_pod("p", ns).spec.init_containers] == ["i0"]
+
+
+def test_sidecar_resources_resize_like_a_containers(core, ns):
+    parked_pod(core, ns, with_init_container("p", restart_policy="Always"))
+    pod = resize(
+        core,
+        ns,
+        "p",
+        {"spec": {"initContainers": [{"name": "i0", "resources": {"requests": {"cpu": "150m"}}}]}},
+    )
+    assert pod.spec.init_containers[0].resources.requests == {"cpu": "150m", "memory": "64Mi"}
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core,
+            ns,
+            "p",
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/initContainers/0/resources/requests/ephemeral-storage",
+                    "value": "1Gi",
+                }
+            ],
+        )
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        422,
+        'Pod "p" is invalid: spec: Forbidden: '
+        "only cpu and memory resources for sidecar containers are mutable",
+    )
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core, ns, "p", [{"op": "remove", "path": "/spec/initContainers/0/resources/limits/cpu"}]
+        )
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        422,
+        'Pod "p" is invalid: spec.initContainers[0].resources.limits: Forbidden: '
+        "resource limits cannot be removed",
+    )
+
+
+def test_non_sidecar_init_container_resources_are_immutable(core, ns):
+    """Before 1.36 (InPlacePodVerticalScalingInitContainers), K8S_RESIZE.md §1 step 9."""
+    pod = parked_pod(core, ns, with_init_container("p"))
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core,
+            ns,
+            "p",
+            {
+                "spec": {
+                    "initContainers": [{"name": "i0", "resources": {"requests": {"cpu": "150m"}}}]
+                }
+            },
+        )
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == (
+        'Pod "p" is invalid: spec: Forbidden: resources for non-sidecar init containers are '
+        "immutable"
+    )
+    after = core.read_namespaced_pod("p", ns)
+    assert after.spec.init_containers[0].resources.requests["cpu"] == "100m"
+    assert after.metadata.generation == pod.metadata.generation
+
+
+def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns):
+    """Adding ephemeral-storage to a container that had no resources is refused since
+    PR #135084 (K8S_RESIZE.md §1 step 9); a 1.35 without that fix would accept it."""
+    body = pod_body("p", containers=2, **BURSTABLE)
+    body["spec"]["containers"][1]["resources"] = {}
+    parked_pod(core, ns, body)
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core,
+            ns,
+            "p",
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/containers/1/resources/requests",
+                    "value": {"ephemeral-storage": "1Gi"},
+                }
+            ],
+        )
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        422,
+        'Pod "p" is invalid: spec: Forbidden: only cpu and memory resources are mutable',
+    )
+    pod = resize(
+        core,
+        ns,
+        "p",
+        {"spec": {"containers": [{"name": "c1", "resources": {"requests": {"cpu": "50m"}}}]}},
+    )
+    assert pod.spec.containers[1].resources.requests == {"cpu": "50m"}
+    assert pod.status.qos_class == "Burstable"
+
+
 def test_get_and_put_on_resize(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
     via_resize = core.read_namespaced_pod_resize("p", ns)
@@ -358,11 +596,17 @@ def test_resources_cannot_change_through_a_plain_pod_update(core, ns):
             ns,
             {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
         )
-    assert exc.value.status == 422
-    assert status_of(exc)["message"].startswith(
+    body = status_of(exc)
+    assert (exc.value.status, body["reason"]) == (422, "Invalid")
+    # K8S_RESIZE.md §1: what follows "other than " (the list of updatable fields and a
+    # diff) varies by version, so only this prefix and the single cause are pinned.
+    assert body["message"].startswith(
         'Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than '
-        "`spec.containers[*].image`"
     )
+    [cause] = body["details"]["causes"]
+    assert (cause["field"], cause["reason"]) == ("spec", "FieldValueForbidden")
+    assert cause["message"].startswith("Forbidden: pod updates may not change fields other than ")
+    assert core.read_namespaced_pod("p", ns).spec.containers[0].resources.requests["cpu"] == "100m"
 
 
 def test_a_resize_that_changes_nothing_writes_nothing(core, ns):
