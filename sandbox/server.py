@@ -46,7 +46,7 @@ from sandbox.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from sandbox.store import Obj, ResourceType, Store, clone, dumps, now_rfc3339
+from sandbox.store import Obj, ResourceType, Store, clone, dumps, rfc3339_in
 
 log = logging.getLogger(__name__)
 
@@ -465,10 +465,14 @@ class Api:
             if bound and not finished and seconds > 0:
 
                 def terminate(pod: Obj) -> Obj:
+                    # rest.BeforeDelete: the first graceful deletion sets the timestamp
+                    # (when the grace period ends) and bumps the generation.
                     meta = pod["metadata"]
                     if not meta.get("deletionTimestamp"):
-                        meta["deletionTimestamp"] = now_rfc3339()
+                        meta["deletionTimestamp"] = rfc3339_in(seconds)
                         meta["deletionGracePeriodSeconds"] = seconds
+                        if meta.get("generation", 0) > 0:
+                            meta["generation"] += 1
                     return pod
 
                 return Response(
@@ -486,9 +490,12 @@ class Api:
                 if other.namespaced:
                     items, _ = self.store.list(other.name, route.name)
                     for item in items:
-                        self.store.remove(other.name, route.name, item["metadata"]["name"])
+                        self.store.remove(
+                            other.name, route.name, item["metadata"]["name"], finalize=False
+                        )
         removed = self.store.remove(r.name, route.namespace, route.name, precondition)
-        if r is PODS or r.group:
+        kept = self.store.find(r.name, route.namespace, route.name) is not None  # finalizers
+        if r is PODS or r.group or kept:
             return Response(200, dumps(removed))
         return _json(
             200,

@@ -534,6 +534,31 @@ def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns):
     assert pod.status.qos_class == "Burstable"
 
 
+def test_a_terminating_pod_may_be_resized(core, ns):
+    """K8S_RESIZE.md §1: ValidatePodResize has no check for terminating pods. A finalizer
+    keeps the pod terminating (deletionTimestamp set) for as long as the test needs."""
+    body = pod_body("p", **BURSTABLE)
+    body["metadata"]["finalizers"] = ["raysize.test/hold"]
+    body["spec"]["terminationGracePeriodSeconds"] = 30
+    core.create_namespaced_pod(ns, body)
+    try:
+        wait_for(lambda: core.read_namespaced_pod("p", ns).status.phase == "Running", timeout=60)
+        core.delete_namespaced_pod("p", ns, grace_period_seconds=30)
+        terminating = core.read_namespaced_pod("p", ns)
+        assert terminating.metadata.deletion_timestamp is not None
+        after = resize(
+            core,
+            ns,
+            "p",
+            {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
+        )
+        assert after.spec.containers[0].resources.requests["cpu"] == "150m"
+        assert after.metadata.generation == terminating.metadata.generation + 1
+        assert after.metadata.deletion_timestamp is not None
+    finally:
+        core.patch_namespaced_pod("p", ns, [{"op": "remove", "path": "/metadata/finalizers"}])
+
+
 def test_get_and_put_on_resize(core, ns):
     running_pod(core, ns, "p", **BURSTABLE)
     via_resize = core.read_namespaced_pod_resize("p", ns)
