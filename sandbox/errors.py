@@ -192,14 +192,13 @@ def method_not_allowed(verb: str, resource: str) -> ApiError:
     )
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
+def unsupported_media_type(accepted: tuple[str, ...]) -> ApiError:
+    """`NewUnsupportedMediaTypeError(accepted)`: lists the types this endpoint takes."""
     return ApiError(
         415,
         "UnsupportedMediaType",
         "the body of the request was in an unknown format - accepted media types include: "
-        "application/json-patch+json, application/merge-patch+json, "
-        "application/apply-patch+yaml, application/strategic-merge-patch+json"
-        + (f" (got {content_type!r})" if content_type else ""),
+        + ", ".join(accepted),
     )
 
 

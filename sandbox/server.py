@@ -21,13 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 from sandbox import errors, openapi, tables
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
-from sandbox.patch import (
-    APPLY_PATCH,
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    apply_patch,
-)
+from sandbox.patch import APPLY_PATCH, apply_config, apply_patch, decode_apply_config
 from sandbox.rbac import Authorizer, Request
 from sandbox.resources import (
     ALL,
@@ -36,6 +30,7 @@ from sandbox.resources import (
     NAMESPACES,
     PODS,
     discovery_resource_list,
+    patch_types,
     prepare_create,
     prepare_update,
     strategic_merge_allowed,
@@ -420,13 +415,13 @@ class Api:
     def _patch(
         self, route: Route, headers: dict[str, str], query: dict[str, str], body: bytes
     ) -> Response:
+        r = route.resource
         content_type = headers.get("content-type", "").split(";")[0].strip()
+        if content_type not in patch_types(r):
+            raise errors.unsupported_media_type(patch_types(r))
+        _validate_patch_options(content_type, query)
         if content_type == APPLY_PATCH:
-            raise errors.unsupported_media_type(content_type)
-        if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
-            raise errors.unsupported_media_type(content_type)
-        if content_type == STRATEGIC_MERGE_PATCH and not strategic_merge_allowed(route.resource):
-            raise errors.unsupported_media_type(content_type)
+            return self._apply(route, body)
         patch = _decode(body)
 
         def change(current: Obj) -> Obj:
@@ -434,6 +429,32 @@ class Api:
             return patched
 
         return self._write(route, change)
+
+    def _apply(self, route: Route, body: bytes) -> Response:
+        """Server-side apply (first apply of a manager; no managedFields, no conflicts)."""
+        r = route.resource
+        config = decode_apply_config(body)
+        associative = strategic_merge_allowed(r)
+        if (
+            not route.sub
+            and route.name
+            and self.store.find(r.name, route.namespace, route.name) is None
+        ):
+            # Apply creates a missing object (not through a subresource: that is a 404).
+            obj = apply_config({}, config, r.api_version, associative=associative)
+            meta = obj.setdefault("metadata", {})
+            if meta.setdefault("name", route.name) != route.name:
+                raise errors.bad_request(
+                    "the name of the object "
+                    f"({meta.get('name')}) does not match the name on the URL ({route.name})"
+                )
+            return self._create(Route(r, route.namespace, "", ""), obj)
+        return self._write(
+            route,
+            lambda current: apply_config(
+                clone(current), config, r.api_version, associative=associative
+            ),
+        )
 
     def _delete(self, route: Route, query: dict[str, str], body: bytes) -> Response:
         r = route.resource
@@ -533,6 +554,18 @@ def _decode(body: bytes) -> Any:
         return json.loads(body or b"null")
     except ValueError as exc:
         raise errors.bad_request(f"error decoding body: {exc}") from exc
+
+
+def _validate_patch_options(content_type: str, query: dict[str, str]) -> None:
+    """`ValidatePatchOptions`: apply needs a field manager; only apply may force."""
+    errs: list[errors.FieldError] = []
+    if content_type != APPLY_PATCH:
+        if "force" in query:
+            errs.append(errors.forbidden("force", "may not be specified for non-apply patch"))
+    elif not query.get("fieldManager"):
+        errs.append(errors.required("fieldManager", "is required for apply patch"))
+    if errs:
+        raise errors.invalid_object("PatchOptions", "", errs, "meta.k8s.io")
 
 
 def _verb(method: str, route: Route, query: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.sandbox.conftest import PAUSE_IMAGE, pod_body, wait_for
 
+APPLY = "application/apply-patch+yaml"
 BURSTABLE = {
     "requests": {"cpu": "100m", "memory": "64Mi"},
     "limits": {"cpu": "200m", "memory": "128Mi"},
@@ -557,6 +558,71 @@ def test_a_terminating_pod_may_be_resized(core, ns):
         assert after.metadata.deletion_timestamp is not None
     finally:
         core.patch_namespaced_pod("p", ns, [{"op": "remove", "path": "/metadata/finalizers"}])
+
+
+def test_server_side_apply_on_the_pod_and_its_resize_subresource(core, ns):
+    """K8S_RESIZE.md §1: /resize takes application/apply-patch+yaml. force=True: the pod's
+    creator owns these fields, and a real server answers 409 to a non-forced apply that
+    changes them (the sandbox does not track field managers; see sandbox/patch.py)."""
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    config = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]},
+    }
+    with pytest.raises(ApiException) as exc:
+        resize(core, ns, "p", config, _content_type=APPLY)
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"], status["message"]) == (
+        422,
+        "Invalid",
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+        "is required for apply patch",
+    )
+    assert status["details"] == {
+        "group": "meta.k8s.io",
+        "kind": "PatchOptions",
+        "causes": [
+            {
+                "reason": "FieldValueRequired",
+                "message": "Required value: is required for apply patch",
+                "field": "fieldManager",
+            }
+        ],
+    }
+    after = resize(
+        core, ns, "p", config, _content_type=APPLY, field_manager="raysize-test", force=True
+    )
+    resources = after.spec.containers[0].resources
+    assert resources.requests == {"cpu": "150m", "memory": "64Mi"}  # the rest is kept
+    assert resources.limits == BURSTABLE["limits"]
+    assert after.metadata.generation == pod.metadata.generation + 1
+    labelled = core.patch_namespaced_pod(
+        "p",
+        ns,
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "labels": {"by": "apply"}}},
+        _content_type=APPLY,
+        field_manager="raysize-test",
+    )
+    assert labelled.metadata.labels == {"app": "conformance", "by": "apply"}
+    assert labelled.spec.containers[0].resources.requests["cpu"] == "150m"
+
+
+def test_an_unknown_patch_type_is_refused_with_the_accepted_ones(core, ns):
+    """The 415 lists what the endpoint takes, apply included. (A server with the alpha
+    CBORServingAndStorage gate on would also list application/apply-patch+cbor.)"""
+    parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    with pytest.raises(ApiException) as exc:
+        resize(core, ns, "p", {"spec": {}}, _content_type="application/x-raysize-test+json")
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"], status["message"]) == (
+        415,
+        "UnsupportedMediaType",
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json-patch+json, application/merge-patch+json, "
+        "application/strategic-merge-patch+json, application/apply-patch+yaml",
+    )
 
 
 def test_get_and_put_on_resize(core, ns):
