@@ -343,12 +343,31 @@ def validate_update(old: Obj, new: Obj) -> None:
 
 # --- pods/status ----------------------------------------------------------------------
 def prepare_status_update(old: Obj, new: Obj) -> None:
+    """`podStatusStrategy.PrepareForUpdate`: spec, deletionTimestamp and ownerReferences
+    stay as stored; labels, annotations and finalizers may change here as on the pod."""
     new["spec"] = old.get("spec", {})
-    meta = new.setdefault("metadata", {})
-    rv = meta.get("resourceVersion")
-    new["metadata"] = json.loads(json.dumps(old["metadata"]))
-    if rv is not None:
-        new["metadata"]["resourceVersion"] = rv
+    keep_system_metadata(old, new)
+    meta = new["metadata"]
+    if "ownerReferences" in old["metadata"]:
+        meta["ownerReferences"] = old["metadata"]["ownerReferences"]
+    else:
+        meta.pop("ownerReferences", None)
+    status = new.setdefault("status", {})
+    old_status = old.get("status") or {}
+    for key in ("qosClass", "observedGeneration"):  # backfilled when a writer leaves them out
+        if not status.get(key) and old_status.get(key):
+            status[key] = old_status[key]
+
+
+def validate_status_update(old: Obj, new: Obj) -> None:
+    old_qos = (old.get("status") or {}).get("qosClass")
+    new_qos = (new.get("status") or {}).get("qosClass")
+    if new_qos != old_qos:
+        raise invalid_object(
+            "Pod",
+            old["metadata"]["name"],
+            [invalid("status.qosClass", new_qos or "", "field is immutable")],
+        )
 
 
 # --- pods/resize ----------------------------------------------------------------------

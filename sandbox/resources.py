@@ -139,6 +139,7 @@ def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
             pods.validate_resize(old, new)
         elif sub == "status":
             pods.prepare_status_update(old, new)
+            pods.validate_status_update(old, new)
         else:
             pods.prepare_update(old, new)
             pods.validate_update(old, new)

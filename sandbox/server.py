@@ -461,21 +461,12 @@ class Api:
         options = _decode(body) if body.strip() else {}
         if not isinstance(options, dict):
             options = {}
-        precondition = ((options.get("preconditions") or {}).get("resourceVersion")) or ""
+        preconditions = options.get("preconditions") or {}
+        precondition = str(preconditions.get("resourceVersion") or "")
         grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        current = self.store.get(r.name, route.namespace, route.name)
+        _check_delete_preconditions(r, current, preconditions)
         if r is PODS:
-            current = self.store.get(r.name, route.namespace, route.name)
-            if precondition and precondition != current["metadata"]["resourceVersion"]:
-                return _error(
-                    errors.conflict(
-                        r.name,
-                        route.name,
-                        "",
-                        "Precondition failed: ResourceVersion in precondition: "
-                        f"{precondition}, ResourceVersion in object meta: "
-                        f"{current['metadata']['resourceVersion']}",
-                    )
-                )
             bound = bool((current.get("spec") or {}).get("nodeName"))
             finished = (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             seconds = int(
@@ -554,6 +545,25 @@ def _decode(body: bytes) -> Any:
         return json.loads(body or b"null")
     except ValueError as exc:
         raise errors.bad_request(f"error decoding body: {exc}") from exc
+
+
+def _check_delete_preconditions(r: ResourceType, current: Obj, preconditions: Obj) -> None:
+    """`rest.BeforeDelete`: the UID, then the resourceVersion, must match the stored object.
+    The conflict names the kind (`Pod`), not the resource, as the real server's does."""
+    meta = current["metadata"]
+    for key, label, tail in (
+        ("uid", "UID", "deleted and then recreated"),
+        ("resourceVersion", "ResourceVersion", "modified"),
+    ):
+        want = preconditions.get(key)
+        if want is not None and want != meta.get(key):
+            raise errors.conflict(
+                r.kind,
+                meta["name"],
+                r.group,
+                f"the {label} in the precondition ({want}) does not match the {label} in record "
+                f"({meta.get(key)}). The object might have been {tail}",
+            )
 
 
 def _validate_patch_options(content_type: str, query: dict[str, str]) -> None:

@@ -24,6 +24,9 @@ Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)
 
 HISTORY = 20_000  # watch events kept for `watch?resourceVersion=N`
+# The revision a new store starts at. Older ones count as compacted, as on any cluster
+# that has run a while, so a watch from e.g. resourceVersion "1" is answered with 410 Gone.
+FIRST_REVISION = 100
 
 
 def now_rfc3339() -> str:
@@ -102,7 +105,7 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet
 class Store:
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self._rv = 1
+        self._rv = FIRST_REVISION
         self._objects: dict[str, dict[tuple[str, str], _Entry]] = {}
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=HISTORY)
         self._watchers: list[Watcher] = []

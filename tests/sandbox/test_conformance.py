@@ -7,6 +7,7 @@ at a real v1.35 cluster these tests run unchanged against it.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any
 
@@ -667,6 +668,130 @@ def test_resource_version_in_a_merge_patch_is_a_precondition(core, ns):
     assert exc.value.status == 409
 
 
+STALE = (
+    'Operation cannot be fulfilled on pods "p": the object has been modified; please apply '
+    "your changes to the latest version and try again"
+)
+
+
+def test_put_on_the_pod_changes_what_an_update_may_and_refuses_a_stale_version(core, ns):
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    edited = core.read_namespaced_pod("p", ns)
+    edited.metadata.labels["edited"] = "yes"
+    edited.spec.containers[0].image = "registry.k8s.io/pause:3.9"
+    edited.spec.active_deadline_seconds = 600
+    replaced = core.replace_namespaced_pod("p", ns, edited)
+    assert replaced.metadata.labels == {"app": "conformance", "edited": "yes"}
+    assert replaced.spec.containers[0].image == "registry.k8s.io/pause:3.9"
+    assert replaced.spec.active_deadline_seconds == 600
+    assert replaced.spec.containers[0].resources.requests == BURSTABLE["requests"]
+    assert replaced.metadata.generation == pod.metadata.generation + 1
+    assert replaced.metadata.resource_version != pod.metadata.resource_version
+    edited.metadata.labels["again"] = "yes"  # still at the version read before the update
+    with pytest.raises(ApiException) as exc:
+        core.replace_namespaced_pod("p", ns, edited)
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"], status["message"]) == (409, "Conflict", STALE)
+    assert "again" not in core.read_namespaced_pod("p", ns).metadata.labels
+
+
+def test_status_writes_change_the_status_and_never_the_spec(core, ns):
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    patched = core.patch_namespaced_pod_status(
+        "p",
+        ns,
+        {
+            "metadata": {"labels": {"via": "status"}},
+            "spec": {
+                "activeDeadlineSeconds": 60,
+                "containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}],
+            },
+            "status": {"conditions": [{"type": "raysize.test/Checked", "status": "True"}]},
+        },
+    )
+    assert conditions(patched)["raysize.test/Checked"].status == "True"
+    assert patched.spec.active_deadline_seconds is None
+    assert patched.spec.containers[0].resources.requests["cpu"] == "100m"
+    assert patched.metadata.generation == pod.metadata.generation
+    # podStatusStrategy resets only spec, deletionTimestamp and ownerReferences: labels
+    # sent to /status are kept (the NodeRestriction admission is what stops kubelets).
+    assert patched.metadata.labels["via"] == "status"
+
+    current = core.read_namespaced_pod("p", ns)
+    current.status.conditions = [client.V1PodCondition(type="raysize.test/Checked", status="False")]
+    current.spec.containers[0].image = "registry.k8s.io/pause:3.9"
+    replaced = core.replace_namespaced_pod_status("p", ns, current)
+    assert conditions(replaced)["raysize.test/Checked"].status == "False"
+    assert replaced.spec.containers[0].image == PAUSE_IMAGE
+    with pytest.raises(ApiException) as exc:
+        core.replace_namespaced_pod_status("p", ns, current)  # the version before the PUT
+    assert (exc.value.status, status_of(exc)["message"]) == (409, STALE)
+
+    with pytest.raises(ApiException) as exc:
+        core.patch_namespaced_pod_status("p", ns, {"status": {"qosClass": "Guaranteed"}})
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        422,
+        'Pod "p" is invalid: status.qosClass: Invalid value: "Guaranteed": field is immutable',
+    )
+
+
+def test_delete_preconditions_that_do_not_match_conflict(core, ns):
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    other_uid = "00000000-0000-0000-0000-000000000000"
+    with pytest.raises(ApiException) as exc:
+        core.delete_namespaced_pod(
+            "p",
+            ns,
+            body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=other_uid)),
+        )
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"]) == (409, "Conflict")
+    assert status["message"] == (
+        f'Operation cannot be fulfilled on Pod "p": the UID in the precondition ({other_uid}) '
+        f"does not match the UID in record ({pod.metadata.uid}). The object might have been "
+        "deleted and then recreated"
+    )
+    assert status["details"] == {"name": "p", "kind": "Pod"}
+
+    touched = core.patch_namespaced_pod("p", ns, {"metadata": {"labels": {"touched": "yes"}}})
+    stale = pod.metadata.resource_version
+    with pytest.raises(ApiException) as exc:
+        core.delete_namespaced_pod(
+            "p",
+            ns,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=pod.metadata.uid, resource_version=stale)
+            ),
+        )
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        409,
+        f'Operation cannot be fulfilled on Pod "p": the ResourceVersion in the precondition '
+        f"({stale}) does not match the ResourceVersion in record "
+        f"({touched.metadata.resource_version}). The object might have been modified",
+    )
+    assert core.read_namespaced_pod("p", ns).metadata.uid == pod.metadata.uid  # not deleted
+
+    core.delete_namespaced_pod(
+        "p",
+        ns,
+        body=client.V1DeleteOptions(
+            grace_period_seconds=0,
+            preconditions=client.V1Preconditions(
+                uid=pod.metadata.uid, resource_version=touched.metadata.resource_version
+            ),
+        ),
+    )
+
+    def gone() -> bool:
+        try:
+            core.read_namespaced_pod("p", ns)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    wait_for(gone)
+
+
 def test_missing_pod_is_not_found(core, ns):
     with pytest.raises(ApiException) as exc:
         resize(core, ns, "nope", {"spec": {}})
@@ -915,6 +1040,32 @@ def test_watch_sees_every_change_in_order_and_resumes(core, ns):
     )
     kinds = [json.loads(line)["type"] for line in replay.read().splitlines() if line]
     assert kinds[0] == "ADDED" and kinds[-1] == "DELETED"
+
+
+def test_a_watch_from_a_compacted_resource_version_is_gone(core, ns):
+    """Like the watch cache: HTTP 200, then one ERROR event carrying a 410 Expired Status;
+    the client's Watch raises it as an ApiException when retries are off."""
+    response = core.list_namespaced_pod(
+        ns, watch=True, resource_version="1", timeout_seconds=5, _preload_content=False
+    )
+    assert response.status == 200
+    events = [json.loads(line) for line in response.read().splitlines() if line]
+    assert [e["type"] for e in events] == ["ERROR"]
+    status = events[0]["object"]
+    assert (status["kind"], status["status"], status["code"], status["reason"]) == (
+        "Status",
+        "Failure",
+        410,
+        "Expired",
+    )
+    assert re.fullmatch(r"too old resource version: 1 \(\d+\)", status["message"]), status
+    with pytest.raises(ApiException) as exc:
+        for _ in watch.Watch().stream(
+            core.list_namespaced_pod, ns, resource_version="1", timeout_seconds=5
+        ):
+            pass
+    assert exc.value.status == 410
+    assert re.fullmatch(r"Expired: too old resource version: 1 \(\d+\)", exc.value.reason)
 
 
 def test_events_create_and_list_by_involved_object(core, ns):
