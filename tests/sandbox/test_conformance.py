@@ -7,6 +7,7 @@ at a real v1.35 cluster these tests run unchanged against it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from typing import Any
@@ -78,7 +79,8 @@ def test_resize_bumps_generation_and_leaves_status_to_the_kubelet(core, ns):
     assert after.metadata.generation == before.metadata.generation + 1
     assert after.spec.containers[0].resources.requests["cpu"] == "150m"
     assert after.status.container_statuses[0].allocated_resources["cpu"] == "100m"
-    assert int(after.metadata.resource_version) > int(before.metadata.resource_version)
+    # resourceVersions are opaque: only equality means anything.
+    assert after.metadata.resource_version != before.metadata.resource_version
 
 
 def test_resize_with_json_patch_and_merge_patch(core, ns):
@@ -826,7 +828,10 @@ def test_resources_cannot_change_through_a_plain_pod_update(core, ns):
 
 
 def test_a_resize_that_changes_nothing_writes_nothing(core, ns):
-    pod = running_pod(core, ns, "p", **BURSTABLE)
+    """The pod is parked on a node no kubelet runs, so nothing but this test writes to it:
+    an unchanged resourceVersion then means the server wrote nothing (on a running pod a
+    kubelet status write could move it, and the comparison would prove nothing)."""
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
     again = resize(
         core,
         ns,
@@ -834,6 +839,7 @@ def test_a_resize_that_changes_nothing_writes_nothing(core, ns):
         {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "100m"}}}]}},
     )
     assert again.metadata.generation == pod.metadata.generation
+    assert again.spec.to_dict() == pod.spec.to_dict()
     assert again.metadata.resource_version == pod.metadata.resource_version
 
 
@@ -1094,6 +1100,14 @@ def test_events_create_and_list_by_involved_object(core, ns):
 
 
 def test_raycluster_crud_status_subresource_and_generation(kube, ns):
+    if os.environ.get("RAYSIZE_TEST_KUBECONFIG"):  # the sandbox always serves RayClusters
+        served = {
+            v.group_version
+            for g in client.ApisApi(kube).get_api_versions().groups
+            for v in g.versions
+        }
+        if "ray.io/v1" not in served:
+            pytest.skip("the cluster serves no ray.io/v1 (RayCluster CRD not installed)")
     co = client.CustomObjectsApi(kube)
     rc = {
         "apiVersion": "ray.io/v1",
