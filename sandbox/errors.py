@@ -156,9 +156,17 @@ def conflict(resource: str, name: str, group: str = "", detail: str = "") -> Api
 
 
 def invalid_object(kind: str, name: str, errors: list[FieldError], group: str = "") -> ApiError:
+    """`NewInvalid`: the kind is group-qualified (`RayCluster.ray.io`), an empty name omitted."""
     details = _details(kind, name, group)
+    if not name:
+        del details["name"]
     details["causes"] = [e.cause() for e in errors]
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {aggregate(errors)}', details)
+    return ApiError(
+        422,
+        "Invalid",
+        f'{_qualified(kind, group)} "{name}" is invalid: {aggregate(errors)}',
+        details,
+    )
 
 
 def unprocessable(message: str) -> ApiError:
@@ -184,14 +192,13 @@ def method_not_allowed(verb: str, resource: str) -> ApiError:
     )
 
 
-def unsupported_media_type(content_type: str) -> ApiError:
+def unsupported_media_type(accepted: tuple[str, ...]) -> ApiError:
+    """`NewUnsupportedMediaTypeError(accepted)`: lists the types this endpoint takes."""
     return ApiError(
         415,
         "UnsupportedMediaType",
         "the body of the request was in an unknown format - accepted media types include: "
-        "application/json-patch+json, application/merge-patch+json, "
-        "application/apply-patch+yaml, application/strategic-merge-patch+json"
-        + (f" (got {content_type!r})" if content_type else ""),
+        + ", ".join(accepted),
     )
 
 

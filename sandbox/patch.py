@@ -1,13 +1,21 @@
-"""The three patch formats the API server accepts: JSON patch, merge patch, strategic merge.
+"""The patch formats the API server accepts: JSON patch, merge patch, strategic merge, apply.
 
 Strategic merge knows the merge keys of the pod and RayCluster fields raysize and
 kubectl touch (`containers` by `name`, `conditions` by `type`, ...); any other list is
 replaced, as for a field without a patch strategy.
+
+Server-side apply is approximated for a first apply by one field manager: the
+configuration is merged into the live object (associative lists by their keys for
+built-in kinds, maps merged and lists replaced for custom resources, whose lists are
+atomic unless their schema says otherwise). The sandbox keeps no managedFields, so it
+neither reports conflicts with other managers (a real server answers 409 unless
+`force=true`) nor removes fields a manager applied before and now leaves out.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from sandbox.errors import ApiError, bad_request, unprocessable
@@ -46,6 +54,45 @@ class _Missing:
 
 
 _MISSING = _Missing()
+
+
+def decode_apply_config(body: bytes) -> dict[str, Any]:
+    """An apply configuration: YAML, of which JSON (what clients send) is a subset."""
+    try:
+        config = json.loads(body or b"null")
+    except ValueError:
+        import yaml  # type: ignore[import-untyped]  # PyYAML comes with `kubernetes`
+
+        try:
+            config = yaml.safe_load(body)
+        except yaml.YAMLError as exc:
+            raise bad_request(f"error decoding YAML: {exc}") from exc
+    if config is None:
+        return {}  # an empty document: refused below for its missing apiVersion
+    if not isinstance(config, dict):
+        kind = {list: "array", str: "string", bool: "bool"}.get(type(config), "number")
+        raise bad_request(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot "
+            f"unmarshal {kind} into Go value of type map[string]interface {{}}"
+        )
+    return config
+
+
+def apply_config(
+    target: dict[str, Any], config: dict[str, Any], api_version: str, *, associative: bool
+) -> dict[str, Any]:
+    """Merge an apply configuration into `target` (see the module docstring for limits)."""
+    if config.get("apiVersion") != api_version:
+        raise bad_request(
+            "Incorrect version specified in apply patch. Specified patch version: "
+            f"{config.get('apiVersion') or ''}, expected: {api_version}"
+        )
+    if (config.get("metadata") or {}).get("managedFields") is not None:
+        raise bad_request("metadata.managedFields must be nil")
+    merged = strategic_merge_patch(target, config) if associative else merge_patch(target, config)
+    if not isinstance(merged, dict):  # pragma: no cover - an object config stays an object
+        raise bad_request("apply did not produce an object")
+    return merged
 
 
 def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:

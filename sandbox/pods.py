@@ -183,9 +183,55 @@ def _validate_resources(resources: Obj, path: str) -> list[FieldError]:
     return errs
 
 
+def _validate_resize_policy(c: Obj, path: str, restart_never: bool) -> list[FieldError]:
+    """`validateResizePolicy`: errors sit on the list's path, not on the entry's."""
+    errs: list[FieldError] = []
+    seen: set[str] = set()
+    for j, p in enumerate(c.get("resizePolicy") or []):
+        name, policy = p.get("resourceName"), p.get("restartPolicy")
+        if name in seen:
+            errs.append(FieldError(f"{path}[{j}]", "Duplicate value", "", name, True))
+        seen.add(str(name))
+        if not name:
+            errs.append(required(path, ""))
+        elif name not in QOS_RESOURCES:
+            errs.append(
+                FieldError(
+                    path, "Unsupported value", 'supported values: "cpu", "memory"', name, True
+                )
+            )
+        if not policy:
+            errs.append(required(path, ""))
+        elif policy not in ("NotRequired", "RestartContainer"):
+            errs.append(
+                FieldError(
+                    path,
+                    "Unsupported value",
+                    'supported values: "NotRequired", "RestartContainer"',
+                    policy,
+                    True,
+                )
+            )
+        if restart_never and policy != "NotRequired":
+            errs.append(
+                invalid(path, policy or "", "must be 'NotRequired' when `restartPolicy` is 'Never'")
+            )
+    return errs
+
+
 def validate_spec(pod: Obj) -> list[FieldError]:
+    """`validatePodMetadataAndSpec`, for the fields the sandbox checks."""
     spec = pod.get("spec") or {}
     errs: list[FieldError] = []
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if MIRROR_ANNOTATION in annotations and not spec.get("nodeName"):
+        errs.append(
+            invalid(
+                f"metadata.annotations[{MIRROR_ANNOTATION}]",
+                annotations[MIRROR_ANNOTATION],
+                "must set spec.nodeName if mirror pod annotation is set",
+            )
+        )
     containers = spec.get("containers")
     if not containers:
         errs.append(required("spec.containers", ""))
@@ -204,37 +250,7 @@ def validate_spec(pod: Obj) -> list[FieldError]:
             if not c.get("image"):
                 errs.append(required(f"{path}.image", ""))
             errs += _validate_resources(c.get("resources") or {}, f"{path}.resources")
-            for j, p in enumerate(c.get("resizePolicy") or []):
-                ppath = f"{path}.resizePolicy[{j}]"
-                if p.get("resourceName") not in QOS_RESOURCES:
-                    errs.append(
-                        FieldError(
-                            f"{ppath}.resourceName",
-                            "Unsupported value",
-                            'supported values: "cpu", "memory"',
-                            p.get("resourceName"),
-                            True,
-                        )
-                    )
-                policy = p.get("restartPolicy")
-                if policy not in ("NotRequired", "RestartContainer"):
-                    errs.append(
-                        FieldError(
-                            f"{ppath}.restartPolicy",
-                            "Unsupported value",
-                            'supported values: "NotRequired", "RestartContainer"',
-                            policy,
-                            True,
-                        )
-                    )
-                elif policy == "RestartContainer" and restart_never:
-                    errs.append(
-                        invalid(
-                            f"{ppath}.restartPolicy",
-                            policy,
-                            "must be 'NotRequired' when `restartPolicy` is 'Never'",
-                        )
-                    )
+            errs += _validate_resize_policy(c, f"{path}.resizePolicy", restart_never)
     if isinstance(spec.get("resources"), dict):
         errs += _validate_resources(spec["resources"], "spec.resources")
     return errs
@@ -327,12 +343,31 @@ def validate_update(old: Obj, new: Obj) -> None:
 
 # --- pods/status ----------------------------------------------------------------------
 def prepare_status_update(old: Obj, new: Obj) -> None:
+    """`podStatusStrategy.PrepareForUpdate`: spec, deletionTimestamp and ownerReferences
+    stay as stored; labels, annotations and finalizers may change here as on the pod."""
     new["spec"] = old.get("spec", {})
-    meta = new.setdefault("metadata", {})
-    rv = meta.get("resourceVersion")
-    new["metadata"] = json.loads(json.dumps(old["metadata"]))
-    if rv is not None:
-        new["metadata"]["resourceVersion"] = rv
+    keep_system_metadata(old, new)
+    meta = new["metadata"]
+    if "ownerReferences" in old["metadata"]:
+        meta["ownerReferences"] = old["metadata"]["ownerReferences"]
+    else:
+        meta.pop("ownerReferences", None)
+    status = new.setdefault("status", {})
+    old_status = old.get("status") or {}
+    for key in ("qosClass", "observedGeneration"):  # backfilled when a writer leaves them out
+        if not status.get(key) and old_status.get(key):
+            status[key] = old_status[key]
+
+
+def validate_status_update(old: Obj, new: Obj) -> None:
+    old_qos = (old.get("status") or {}).get("qosClass")
+    new_qos = (new.get("status") or {}).get("qosClass")
+    if new_qos != old_qos:
+        raise invalid_object(
+            "Pod",
+            old["metadata"]["name"],
+            [invalid("status.qosClass", new_qos or "", "field is immutable")],
+        )
 
 
 # --- pods/resize ----------------------------------------------------------------------
@@ -406,16 +441,15 @@ def validate_resize(old: Obj, new: Obj) -> None:
         res = spec.get("resources") or {}
         return bool(res.get("requests") or res.get("limits"))
 
+    # The three early checks answer with their one error alone, even if the spec has others.
     if has_pod_level(old_spec) or has_pod_level(new_spec):
         raise invalid_object(
-            "Pod", name, [*errs, forbidden("[]", "pods with pod-level resources cannot be resized")]
+            "Pod", name, [forbidden("[]", "pods with pod-level resources cannot be resized")]
         )
     if MIRROR_ANNOTATION in (old["metadata"].get("annotations") or {}):
-        raise invalid_object("Pod", name, [*errs, forbidden("[]", "static pods cannot be resized")])
+        raise invalid_object("Pod", name, [forbidden("[]", "static pods cannot be resized")])
     if (old_spec.get("os") or {}).get("name") == "windows":
-        raise invalid_object(
-            "Pod", name, [*errs, forbidden("[]", "windows pods cannot be resized")]
-        )
+        raise invalid_object("Pod", name, [forbidden("[]", "windows pods cannot be resized")])
 
     old_qos = pod_qos(old)
     if old_qos != compute_qos(new):

@@ -6,6 +6,7 @@ from typing import Any
 
 from sandbox import generic, pods
 from sandbox.errors import FieldError, invalid_object, required
+from sandbox.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from sandbox.store import ResourceType
 
 Obj = dict[str, Any]
@@ -38,6 +39,15 @@ CUSTOM = (RAYCLUSTERS,)  # served from a CRD: no strategic merge patch
 
 def strategic_merge_allowed(r: ResourceType) -> bool:
     return r not in CUSTOM
+
+
+def patch_types(r: ResourceType) -> tuple[str, ...]:
+    """The PATCH content types the endpoint takes, in the server's order (installer.go;
+    a CRD's handler has no strategic merge). apply-patch+cbor needs the
+    CBORServingAndStorage gate, off by default, so it is refused like any unknown type."""
+    if strategic_merge_allowed(r):
+        return (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, APPLY_PATCH)
+    return (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
 
 
 def discovery_resource_list(group: str) -> Obj:
@@ -129,6 +139,7 @@ def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
             pods.validate_resize(old, new)
         elif sub == "status":
             pods.prepare_status_update(old, new)
+            pods.validate_status_update(old, new)
         else:
             pods.prepare_update(old, new)
             pods.validate_update(old, new)

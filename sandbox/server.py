@@ -21,13 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 from sandbox import errors, openapi, tables
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
-from sandbox.patch import (
-    APPLY_PATCH,
-    JSON_PATCH,
-    MERGE_PATCH,
-    STRATEGIC_MERGE_PATCH,
-    apply_patch,
-)
+from sandbox.patch import APPLY_PATCH, apply_config, apply_patch, decode_apply_config
 from sandbox.rbac import Authorizer, Request
 from sandbox.resources import (
     ALL,
@@ -36,6 +30,7 @@ from sandbox.resources import (
     NAMESPACES,
     PODS,
     discovery_resource_list,
+    patch_types,
     prepare_create,
     prepare_update,
     strategic_merge_allowed,
@@ -46,7 +41,7 @@ from sandbox.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from sandbox.store import Obj, ResourceType, Store, clone, dumps, now_rfc3339
+from sandbox.store import Obj, ResourceType, Store, clone, dumps, rfc3339_in
 
 log = logging.getLogger(__name__)
 
@@ -420,13 +415,13 @@ class Api:
     def _patch(
         self, route: Route, headers: dict[str, str], query: dict[str, str], body: bytes
     ) -> Response:
+        r = route.resource
         content_type = headers.get("content-type", "").split(";")[0].strip()
+        if content_type not in patch_types(r):
+            raise errors.unsupported_media_type(patch_types(r))
+        _validate_patch_options(content_type, query)
         if content_type == APPLY_PATCH:
-            raise errors.unsupported_media_type(content_type)
-        if content_type not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH):
-            raise errors.unsupported_media_type(content_type)
-        if content_type == STRATEGIC_MERGE_PATCH and not strategic_merge_allowed(route.resource):
-            raise errors.unsupported_media_type(content_type)
+            return self._apply(route, body)
         patch = _decode(body)
 
         def change(current: Obj) -> Obj:
@@ -435,26 +430,43 @@ class Api:
 
         return self._write(route, change)
 
+    def _apply(self, route: Route, body: bytes) -> Response:
+        """Server-side apply (first apply of a manager; no managedFields, no conflicts)."""
+        r = route.resource
+        config = decode_apply_config(body)
+        associative = strategic_merge_allowed(r)
+        if (
+            not route.sub
+            and route.name
+            and self.store.find(r.name, route.namespace, route.name) is None
+        ):
+            # Apply creates a missing object (not through a subresource: that is a 404).
+            obj = apply_config({}, config, r.api_version, associative=associative)
+            meta = obj.setdefault("metadata", {})
+            if meta.setdefault("name", route.name) != route.name:
+                raise errors.bad_request(
+                    "the name of the object "
+                    f"({meta.get('name')}) does not match the name on the URL ({route.name})"
+                )
+            return self._create(Route(r, route.namespace, "", ""), obj)
+        return self._write(
+            route,
+            lambda current: apply_config(
+                clone(current), config, r.api_version, associative=associative
+            ),
+        )
+
     def _delete(self, route: Route, query: dict[str, str], body: bytes) -> Response:
         r = route.resource
         options = _decode(body) if body.strip() else {}
         if not isinstance(options, dict):
             options = {}
-        precondition = ((options.get("preconditions") or {}).get("resourceVersion")) or ""
+        preconditions = options.get("preconditions") or {}
+        precondition = str(preconditions.get("resourceVersion") or "")
         grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
+        current = self.store.get(r.name, route.namespace, route.name)
+        _check_delete_preconditions(r, current, preconditions)
         if r is PODS:
-            current = self.store.get(r.name, route.namespace, route.name)
-            if precondition and precondition != current["metadata"]["resourceVersion"]:
-                return _error(
-                    errors.conflict(
-                        r.name,
-                        route.name,
-                        "",
-                        "Precondition failed: ResourceVersion in precondition: "
-                        f"{precondition}, ResourceVersion in object meta: "
-                        f"{current['metadata']['resourceVersion']}",
-                    )
-                )
             bound = bool((current.get("spec") or {}).get("nodeName"))
             finished = (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             seconds = int(
@@ -465,10 +477,14 @@ class Api:
             if bound and not finished and seconds > 0:
 
                 def terminate(pod: Obj) -> Obj:
+                    # rest.BeforeDelete: the first graceful deletion sets the timestamp
+                    # (when the grace period ends) and bumps the generation.
                     meta = pod["metadata"]
                     if not meta.get("deletionTimestamp"):
-                        meta["deletionTimestamp"] = now_rfc3339()
+                        meta["deletionTimestamp"] = rfc3339_in(seconds)
                         meta["deletionGracePeriodSeconds"] = seconds
+                        if meta.get("generation", 0) > 0:
+                            meta["generation"] += 1
                     return pod
 
                 return Response(
@@ -486,9 +502,12 @@ class Api:
                 if other.namespaced:
                     items, _ = self.store.list(other.name, route.name)
                     for item in items:
-                        self.store.remove(other.name, route.name, item["metadata"]["name"])
+                        self.store.remove(
+                            other.name, route.name, item["metadata"]["name"], finalize=False
+                        )
         removed = self.store.remove(r.name, route.namespace, route.name, precondition)
-        if r is PODS or r.group:
+        kept = self.store.find(r.name, route.namespace, route.name) is not None  # finalizers
+        if r is PODS or r.group or kept:
             return Response(200, dumps(removed))
         return _json(
             200,
@@ -526,6 +545,37 @@ def _decode(body: bytes) -> Any:
         return json.loads(body or b"null")
     except ValueError as exc:
         raise errors.bad_request(f"error decoding body: {exc}") from exc
+
+
+def _check_delete_preconditions(r: ResourceType, current: Obj, preconditions: Obj) -> None:
+    """`rest.BeforeDelete`: the UID, then the resourceVersion, must match the stored object.
+    The conflict names the kind (`Pod`), not the resource, as the real server's does."""
+    meta = current["metadata"]
+    for key, label, tail in (
+        ("uid", "UID", "deleted and then recreated"),
+        ("resourceVersion", "ResourceVersion", "modified"),
+    ):
+        want = preconditions.get(key)
+        if want is not None and want != meta.get(key):
+            raise errors.conflict(
+                r.kind,
+                meta["name"],
+                r.group,
+                f"the {label} in the precondition ({want}) does not match the {label} in record "
+                f"({meta.get(key)}). The object might have been {tail}",
+            )
+
+
+def _validate_patch_options(content_type: str, query: dict[str, str]) -> None:
+    """`ValidatePatchOptions`: apply needs a field manager; only apply may force."""
+    errs: list[errors.FieldError] = []
+    if content_type != APPLY_PATCH:
+        if "force" in query:
+            errs.append(errors.forbidden("force", "may not be specified for non-apply patch"))
+    elif not query.get("fieldManager"):
+        errs.append(errors.required("fieldManager", "is required for apply patch"))
+    if errs:
+        raise errors.invalid_object("PatchOptions", "", errs, "meta.k8s.io")
 
 
 def _verb(method: str, route: Route, query: dict[str, str]) -> str:

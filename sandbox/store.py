@@ -24,10 +24,17 @@ Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)
 
 HISTORY = 20_000  # watch events kept for `watch?resourceVersion=N`
+# The revision a new store starts at. Older ones count as compacted, as on any cluster
+# that has run a while, so a watch from e.g. resourceVersion "1" is answered with 410 Gone.
+FIRST_REVISION = 100
 
 
 def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def rfc3339_in(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds))
 
 
 def clone(obj: Obj) -> Obj:
@@ -98,7 +105,7 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet
 class Store:
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self._rv = 1
+        self._rv = FIRST_REVISION
         self._objects: dict[str, dict[tuple[str, str], _Entry]] = {}
         self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=HISTORY)
         self._watchers: list[Watcher] = []
@@ -228,8 +235,23 @@ class Store:
             self._publish(resource, "MODIFIED", new)
             return new
 
-    def remove(self, resource: str, namespace: str, name: str, precondition_rv: str = "") -> Obj:
-        """Delete now (the object leaves the store)."""
+    def remove(
+        self,
+        resource: str,
+        namespace: str,
+        name: str,
+        precondition_rv: str = "",
+        *,
+        finalize: bool = True,
+    ) -> Obj:
+        """Delete now: the object leaves the store, unless it has finalizers.
+
+        An object with finalizers is only marked (`markAsDeleting`): deletionTimestamp now
+        (or kept if earlier), deletionGracePeriodSeconds 0, generation bumped the first
+        time. It leaves when an update empties its finalizers. `finalize=False` removes it
+        regardless (the sandbox's namespace deletion, which does the namespace
+        controller's work at once).
+        """
         with self.lock:
             entry = self._objects.get(resource, {}).get((namespace, name))
             if entry is None:
@@ -243,11 +265,31 @@ class Store:
                     f"{precondition_rv}, ResourceVersion in object meta: "
                     f"{entry.obj['metadata']['resourceVersion']}",
                 )
+            if finalize and entry.obj["metadata"].get("finalizers"):
+                return self._mark_deleting(resource, namespace, name, entry.obj)
             del self._objects[resource][(namespace, name)]
             obj = clone(entry.obj)
             obj["metadata"]["resourceVersion"] = self._next_rv()
             self._publish(resource, "DELETED", obj)
             return obj
+
+    def _mark_deleting(self, resource: str, namespace: str, name: str, current: Obj) -> Obj:
+        new = clone(current)
+        meta = new["metadata"]
+        now = now_rfc3339()
+        if not meta.get("deletionTimestamp"):
+            if meta.get("generation", 0) > 0:
+                meta["generation"] += 1
+            meta["deletionTimestamp"] = now
+        elif meta["deletionTimestamp"] > now:  # RFC 3339 in UTC sorts as time
+            meta["deletionTimestamp"] = now
+        meta["deletionGracePeriodSeconds"] = 0
+        if new == current:
+            return current
+        meta["resourceVersion"] = self._next_rv()
+        self._objects[resource][(namespace, name)] = _Entry(new)
+        self._publish(resource, "MODIFIED", new)
+        return new
 
     # --- watch --------------------------------------------------------------------------
     def _publish(self, resource: str, kind: str, obj: Obj) -> None:

@@ -261,6 +261,46 @@ def test_errors_are_typed(env):
     sb.faults.clear()
 
 
+def test_a_resize_the_server_refuses_is_invalid_with_its_message(env):
+    """A 422 from the API server itself (not raysize's own gap check) is `Invalid`: kept
+    verbatim, not retryable, through Kube and through the apply_resize activity."""
+    _, kube = env
+    kube.core.create_namespaced_pod(
+        "default",
+        {
+            "metadata": {"name": "best-effort"},
+            "spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.60.0"}]},
+        },
+    )
+    # The pod has no resources: the patch adds requests, which would make it Burstable.
+    refusal = (
+        'Pod "best-effort" is invalid: spec: Invalid value: "BestEffort": '
+        "Pod QOS Class may not change as a result of resizing"
+    )
+    with pytest.raises(Invalid) as invalid:
+        kube.patch_resize("default", "best-effort", 1000, GIB)
+    assert (invalid.value.message, invalid.value.status) == (refusal, 422)
+    assert not invalid.value.retryable
+    with pytest.raises(ApplicationError) as refused:
+        run(
+            K8sActivities(kube).apply_resize,
+            ApplyResizeInput(
+                namespace="default",
+                pod="best-effort",
+                cpu=1000,
+                memory=GIB,
+                status=IpprStatus(raylet_id="abc", resizing_at=1),
+                window_s=0,
+            ),
+        )
+    assert (refused.value.type, refused.value.message) == (Err.INVALID, refusal)
+    assert refused.value.non_retryable
+    # Refused before anything was written: no resize, no ippr-status annotation.
+    pod = kube.get_pod("default", "best-effort")
+    assert pod["metadata"]["generation"] == 1
+    assert "ray.io/ippr-status" not in (pod["metadata"].get("annotations") or {})
+
+
 def test_activities_raise_application_errors_with_retry_semantics(env):
     sb, kube = env
     acts = K8sActivities(kube)
