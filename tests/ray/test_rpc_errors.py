@@ -1,4 +1,5 @@
-"""Every way a GCS call can fail, as the client reports it, and how the workflows see it.
+"""Every way a GCS call can fail, as the client reports it, and how the workflows see it;
+the deadline of a call to a GCS that never answers; one channel for all calls.
 
 No Ray: a stand-in gRPC server in this process answers the way RAY_PROTOCOL.md §3(c)
 says Ray 2.60 does (ABORTED with Ray's status name as the details and the message in
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ from activities.ray_gcs import (
     RayUnavailable,
     RayUnsupported,
 )
+from sandbox.gcs_standin import GcsStandIn
+from tests.e2e.gcs_proxy import GcsProxy
 from workflows.contracts import Err
 
 NODE = os.urandom(28)
@@ -315,3 +319,61 @@ def test_an_unreachable_gcs_is_retryable() -> None:
         with client, pytest.raises(RayUnavailable, match="cannot reach Ray GCS") as caught:
             client.cluster_state()
     assert caught.value.retryable and not _ray_error(caught.value).non_retryable
+
+
+# --- deadline ---------------------------------------------------------------------------
+
+
+def test_a_gcs_that_never_answers_is_unavailable_within_the_timeout(standin: StandIn) -> None:
+    def hang(request: bytes, context: grpc.ServicerContext) -> bytes:
+        standin.release.wait(30)
+        return b""
+
+    standin.handler = hang
+    with RayGcsClient(standin.address, timeout=0.3) as client:
+        started = time.monotonic()
+        with pytest.raises(RayUnavailable, match=r"did not answer within 0\.3 s") as caught:
+            client.resize_raylet(NODE.hex(), 1, 1e9)
+        took = time.monotonic() - started
+    assert caught.value.retryable
+    assert 0.25 <= took < 1.5, f"took {took:.2f} s with a 0.3 s timeout"
+
+
+def test_a_gcs_that_accepts_but_never_speaks_is_unavailable_within_the_timeout() -> None:
+    """A hung GCS process: the kernel accepts the connection, nothing answers."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with RayGcsClient(address, timeout=0.3) as client:
+            started = time.monotonic()
+            with pytest.raises(RayUnavailable, match=r"did not answer within 0\.3 s"):
+                client.cluster_state()
+            took = time.monotonic() - started
+    assert took < 1.5, f"took {took:.2f} s with a 0.3 s timeout"
+
+
+# --- one channel --------------------------------------------------------------------------
+
+
+def test_calls_share_one_channel_and_one_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thirty calls of all three kinds: one channel made, one TCP connection at the GCS.
+
+    Both are counted: gRPC Python shares connections between channels to the same
+    address, so a client that made a channel per call could still show one connection.
+    """
+    made: list[str] = []
+    real = grpc.insecure_channel
+
+    def counting(target: str, *args: Any, **kwargs: Any) -> grpc.Channel:
+        made.append(target)
+        return real(target, *args, **kwargs)
+
+    monkeypatch.setattr(grpc, "insecure_channel", counting)
+    with GcsStandIn() as gcs, GcsProxy(gcs.address) as proxy:
+        with RayGcsClient(proxy.address, timeout=5) as client:
+            for _ in range(10):
+                client.cluster_state()
+                client.nodes()
+                client.resize_raylet(NODE.hex(), 1, 1e9)
+        assert gcs.resizes == 10
+        assert proxy.forwarded == 1
+    assert made == [proxy.address]
