@@ -21,6 +21,7 @@ from activities.ray_gcs import (
     RayGcsClient,
     RayInvalidArgument,
     TlsConfig,
+    resize_request,
 )
 from activities.ray_state import ClusterState, LabelSelector, RayNode
 from workflows.resources import (
@@ -78,6 +79,9 @@ def _client(
     cert: Path | None,
     key: Path | None,
 ) -> RayGcsClient:
+    """The client, from the flags, else Ray's TLS settings in the environment.
+
+    Only builds: nothing is sent until the first call."""
     tls: TlsConfig | None
     if ca or cert or key:
         if not (ca and cert and key):
@@ -124,8 +128,13 @@ def _node_row(n: RayNode) -> list[str]:
     ]
 
 
+def _table(title: str) -> Table:
+    # At least as wide as its title: rich would wrap a title wider than the columns.
+    return Table(title=title, title_justify="left", min_width=len(title))
+
+
 def print_status(state: ClusterState, console: Console) -> None:
-    nodes = Table(title=f"Ray nodes ({state.session_name})", title_justify="left")
+    nodes = _table(f"Ray nodes ({state.session_name})")
     for column in ("pod", "group", "node id", "status", "CPU free/total", "memory free/total"):
         nodes.add_column(column, no_wrap=True)
     nodes.add_column("idle", justify="right")
@@ -134,7 +143,7 @@ def print_status(state: ClusterState, console: Console) -> None:
     console.print(nodes)
 
     if state.demands:
-        demands = Table(title="Pending tasks and actors", title_justify="left")
+        demands = _table("Pending tasks and actors")
         for column in ("shape", "count", "label selector"):
             demands.add_column(column)
         for d in state.demands:
@@ -144,7 +153,7 @@ def print_status(state: ClusterState, console: Console) -> None:
         console.print("Pending tasks and actors: none")
 
     if state.gangs:
-        gangs = Table(title="Pending placement groups", title_justify="left")
+        gangs = _table("Pending placement groups")
         for column in ("placement group", "strategy", "state", "bundles"):
             gangs.add_column(column)
         for g in state.gangs:
@@ -155,7 +164,7 @@ def print_status(state: ClusterState, console: Console) -> None:
         console.print("Pending placement groups: none")
 
     if state.constraints:
-        constraints = Table(title="request_resources() constraints", title_justify="left")
+        constraints = _table("request_resources() constraints")
         for column in ("shape", "count"):
             constraints.add_column(column)
         for c in state.constraints:
@@ -243,9 +252,10 @@ def resize_cmd(
     try:
         cpu_units = quantity_to_units(cpu, CPU, what="--cpu")
         memory_units = quantity_to_units(memory, MEMORY, what="--memory")
-    except QuantityError as exc:
+        # The checks the client makes before a resize, made before the state is read.
+        resize_request({CPU: units_to_float(cpu_units, CPU), MEMORY: float(memory_units)})
+    except (QuantityError, RayInvalidArgument) as exc:
         _fail(str(exc), 2)
-    target = Resources({CPU: cpu_units, MEMORY: memory_units})
     try:
         with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key) as client:
             found = resolve_node(client.cluster_state(), node=node, pod=pod)
@@ -256,6 +266,7 @@ def resize_cmd(
         _fail(str(exc), 2)
     except (RayError, LookupError) as exc:
         _fail(str(exc), 1)
+    target = Resources({CPU: cpu_units, MEMORY: memory_units})
     clamped = applied.cpu != cpu_units or applied.memory != memory_units
     if as_json:
         doc = {
