@@ -63,6 +63,8 @@ DEFAULT_TIMEOUT_S: Final = 10.0
 NODE_ID_BYTES: Final = 28
 TOKEN_ENV: Final = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV: Final = "RAY_AUTH_TOKEN_PATH"
+# raysize's own, next to Ray's RAY_TLS_* settings; Ray itself has no such setting.
+TLS_SERVER_NAME_ENV: Final = "RAY_TLS_SERVER_NAME"
 _DETAILS_TRAILER: Final = "grpc-status-details-bin"
 # A large cluster's state is well above gRPC's 4 MiB default.
 _MAX_MESSAGE_BYTES: Final = 512 * 1024 * 1024
@@ -90,6 +92,8 @@ _RAY_STATUS: Final[dict[str, type[RayError]]] = {
 # gRPC Python's own words when a message cannot be (de)serialised: not a network fault.
 _CODEC_FAILURES: Final = ("Exception deserializing response", "Exception serializing request")
 _NEEDS: Final = "raysize needs Ray ≥ 2.60"
+# gRPC's words when the server certificate does not name the address dialled.
+_NAME_MISMATCH: Final = ("Hostname Verification Check failed", "not in peer certificate")
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,8 @@ class TlsConfig:
     """Mutual TLS: Ray's GCS (RAY_USE_TLS=1) accepts nothing less.
 
     `server_name` overrides the name checked against the server certificate, for when
-    the address dialled is not in its SANs.
+    the address dialled is not in its SANs (dialling an IP the certificate does not
+    name, or a port-forward): RAY_PROTOCOL.md §3(d).
     """
 
     ca_cert: Path
@@ -107,7 +112,8 @@ class TlsConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> TlsConfig | None:
-        """Ray's own settings: RAY_USE_TLS, RAY_TLS_CA_CERT, RAY_TLS_SERVER_CERT/KEY."""
+        """Ray's own settings: RAY_USE_TLS, RAY_TLS_CA_CERT, RAY_TLS_SERVER_CERT/KEY; and
+        raysize's RAY_TLS_SERVER_NAME for `server_name`. Without RAY_USE_TLS, none."""
         env = os.environ if env is None else env
         if env.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
             return None
@@ -116,6 +122,7 @@ class TlsConfig:
                 ca_cert=Path(env["RAY_TLS_CA_CERT"]),
                 cert=Path(env["RAY_TLS_SERVER_CERT"]),
                 key=Path(env["RAY_TLS_SERVER_KEY"]),
+                server_name=env.get(TLS_SERVER_NAME_ENV, "").strip() or None,
             )
         except KeyError as exc:
             raise RayInvalidArgument(f"RAY_USE_TLS is set but {exc.args[0]} is not") from None
@@ -301,7 +308,13 @@ def map_rpc_error(
         within = f" within {timeout:g} s" if timeout is not None else " in time"
         return RayUnavailable(f"{what}: {target} did not answer{within}")
     if code == grpc.StatusCode.UNAVAILABLE:
-        return RayUnavailable(f"{what}: cannot reach {target}: {text}")
+        hint = ""
+        if any(words in text for words in _NAME_MISMATCH):
+            hint = (
+                "; the GCS certificate does not name the address dialled: give a name it "
+                f"has with --tls-server-name or {TLS_SERVER_NAME_ENV}"
+            )
+        return RayUnavailable(f"{what}: cannot reach {target}: {text}{hint}")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return RayUnavailable(f"{what}: {target} is overloaded ({text}); try again later")
     if code == grpc.StatusCode.CANCELLED:

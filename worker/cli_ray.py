@@ -6,7 +6,9 @@ sent), 1 when Ray refuses or cannot be reached.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -17,6 +19,7 @@ from rich.table import Table
 
 from activities.ray_gcs import (
     DEFAULT_TIMEOUT_S,
+    TLS_SERVER_NAME_ENV,
     RayError,
     RayGcsClient,
     RayInvalidArgument,
@@ -64,6 +67,15 @@ CertOption = Annotated[
 KeyOption = Annotated[
     Path | None, typer.Option("--tls-key", help="Client key (mutual TLS).", show_default=False)
 ]
+ServerNameOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tls-server-name",
+        help="Name to check the GCS certificate against, when the address dialled (an IP, "
+        f"a port-forward) is not in it; default: ${TLS_SERVER_NAME_ENV}.",
+        show_default=False,
+    ),
+]
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -78,6 +90,7 @@ def _client(
     ca: Path | None,
     cert: Path | None,
     key: Path | None,
+    server_name: str | None,
 ) -> RayGcsClient:
     """The client, from the flags, else Ray's TLS settings in the environment.
 
@@ -86,9 +99,21 @@ def _client(
     if ca or cert or key:
         if not (ca and cert and key):
             raise RayInvalidArgument("mutual TLS needs all of --tls-ca, --tls-cert and --tls-key")
-        tls = TlsConfig(ca_cert=ca, cert=cert, key=key)
+        tls = TlsConfig(
+            ca_cert=ca,
+            cert=cert,
+            key=key,
+            server_name=server_name or os.environ.get(TLS_SERVER_NAME_ENV) or None,
+        )
     else:
         tls = TlsConfig.from_env()
+        if server_name:
+            if tls is None:
+                raise RayInvalidArgument(
+                    "--tls-server-name needs TLS: --tls-ca, --tls-cert and --tls-key, "
+                    "or RAY_USE_TLS=1 with Ray's TLS settings"
+                )
+            tls = dataclasses.replace(tls, server_name=server_name)
     return RayGcsClient(gcs, token=token, tls=tls, timeout=timeout)
 
 
@@ -211,10 +236,11 @@ def status_cmd(
     tls_ca: CaOption = None,
     tls_cert: CertOption = None,
     tls_key: KeyOption = None,
+    tls_server_name: ServerNameOption = None,
 ) -> None:
     """Nodes with totals, free resources and idle time; pending demands, gangs, constraints."""
     try:
-        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key) as client:
+        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key, tls_server_name) as client:
             state = client.cluster_state()
     except RayInvalidArgument as exc:
         _fail(str(exc), 2)
@@ -245,6 +271,7 @@ def resize_cmd(
     tls_ca: CaOption = None,
     tls_cert: CertOption = None,
     tls_key: KeyOption = None,
+    tls_server_name: ServerNameOption = None,
 ) -> None:
     """Set a Raylet's logical CPU and memory; prints the totals the Raylet applied."""
     if (node is None) == (pod is None):
@@ -257,7 +284,7 @@ def resize_cmd(
     except (QuantityError, RayInvalidArgument) as exc:
         _fail(str(exc), 2)
     try:
-        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key) as client:
+        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key, tls_server_name) as client:
             found = resolve_node(client.cluster_state(), node=node, pod=pod)
             applied = client.resize_raylet(
                 found.node_id, units_to_float(cpu_units, CPU), float(memory_units)

@@ -39,7 +39,7 @@ def short_tmp() -> Path:
 @pytest.fixture(autouse=True)
 def _no_ambient_ray_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """A token or TLS setting in the developer's shell must not change what is tested."""
-    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_USE_TLS"):
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_USE_TLS", "RAY_TLS_SERVER_NAME"):
         monkeypatch.delenv(name, raising=False)
 
 

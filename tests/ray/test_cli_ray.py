@@ -328,8 +328,12 @@ def test_resize_of_an_unknown_node_is_one_line_and_exit_1(
             ("--pod", "w", "--cpu", "1", "--memory", "2Gi", "--tls-ca", "ca.crt"),
             "mutual TLS needs all of --tls-ca, --tls-cert and --tls-key",
         ),
+        (
+            ("--pod", "w", "--cpu", "1", "--memory", "2Gi", "--tls-server-name", "gcs"),
+            "--tls-server-name needs TLS",
+        ),
     ],
-    ids=["bad-memory", "zero-cpu", "zero-memory", "negative-cpu", "node-and-pod", "tls"],
+    ids=["bad-memory", "zero-cpu", "zero-memory", "negative-cpu", "node-and-pod", "tls", "name"],
 )
 def test_resize_refuses_bad_input_before_anything_is_sent(args, says) -> None:
     # Nothing listens there: had the CLI called the GCS first, it would exit 1, unreachable.
