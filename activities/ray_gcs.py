@@ -85,9 +85,25 @@ _RAY_STATUS: Final[dict[str, type[RayError]]] = {
     "TimedOut": RayUnavailable,
     "RpcError": RayUnavailable,
     "RedisError": RayUnavailable,  # the GCS's external store (HA GCS) hiccupped
+    "GcsPassive": RayUnavailable,  # a standby GCS answered; the active one takes over
     "Unauthenticated": RayUnauthenticated,
     "PermissionDenied": RayPermissionDenied,
     "NotImplemented": RayUnsupported,
+}
+# Ray's numeric status codes (`GcsStatus.code` in replies of the older GCS services,
+# such as GetAllNodeInfo, which answer gRPC OK and put the error in the reply).
+_RAY_STATUS_NAMES: Final[dict[int, str]] = {
+    4: "Invalid",
+    5: "IOError",
+    10: "NotImplemented",
+    11: "RedisError",
+    12: "TimedOut",
+    17: "NotFound",
+    18: "Disconnected",
+    30: "RpcError",
+    33: "Unauthenticated",
+    34: "InvalidArgument",
+    37: "PermissionDenied",
 }
 # gRPC Python's own words when a message cannot be (de)serialised: not a network fault.
 _CODEC_FAILURES: Final = ("Exception deserializing response", "Exception serializing request")
@@ -446,6 +462,18 @@ class RayGcsClient:
         if alive_only:
             request.state_filter = rpc_pb2.GcsNodeInfo.ALIVE
         reply = self._call(self._get_all_node_info, request, "list nodes", timeout)
+        if reply.status.code != 0:
+            # This older GCS service answers gRPC OK and reports its errors here: an
+            # unread status would read as "no nodes".
+            code = reply.status.code
+            raise _from_ray_status(
+                _RAY_STATUS_NAMES.get(code, f"code {code}"),
+                reply.status.message,
+                target=f"Ray GCS {self.address}",
+                what="list nodes",
+                rpc=_rpc_name(self._get_all_node_info[0]),
+                sent_token=bool(self._metadata),
+            )
         return parse_node_infos(reply)
 
     def resize_raylet(

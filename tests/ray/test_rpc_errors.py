@@ -34,6 +34,7 @@ from activities.ray_gcs import (
     RayUnavailable,
     RayUnsupported,
 )
+from activities.ray_proto import ray_rpc_pb2 as rpc
 from sandbox.gcs_standin import GcsStandIn
 from tests.e2e.gcs_proxy import GcsProxy
 from workflows.contracts import Err
@@ -319,6 +320,42 @@ def test_an_unreachable_gcs_is_retryable() -> None:
         with client, pytest.raises(RayUnavailable, match="cannot reach Ray GCS") as caught:
             client.cluster_state()
     assert caught.value.retryable and not _ray_error(caught.value).non_retryable
+
+
+# --- GetAllNodeInfo: errors in the reply --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "raised", "says"),
+    [
+        (5, RayUnavailable, "unreachable for now (IOError: store timed out)"),
+        (34, RayInvalidArgument, "list nodes: store timed out"),
+        (99, RayRefused, "status code 99: store timed out"),
+    ],
+    ids=["io-error", "invalid-argument", "unknown-code"],
+)
+def test_a_node_list_with_an_error_status_is_an_error_not_an_empty_list(
+    code: int, raised: type[RayError], says: str
+) -> None:
+    """GetAllNodeInfo answers gRPC OK and puts a failure in the reply's GcsStatus."""
+    reply = rpc.GetAllNodeInfoReply(
+        status=rpc.GcsStatus(code=code, message="store timed out")
+    ).SerializeToString()
+    rpcs = {"GetAllNodeInfo": grpc.unary_unary_rpc_method_handler(lambda r, c: reply)}
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("ray.rpc.NodeInfoGcsService", rpcs),)
+    )
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        client = RayGcsClient(address, timeout=5)
+        with client, pytest.raises(RayError) as caught:
+            client.nodes()
+    finally:
+        server.stop(grace=None).wait(5)
+    assert type(caught.value) is raised
+    assert says in str(caught.value)
 
 
 # --- deadline ---------------------------------------------------------------------------
