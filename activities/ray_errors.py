@@ -1,20 +1,40 @@
 """What can go wrong when talking to Ray, as typed exceptions.
 
 `retryable` tells a retry policy whether the same call may succeed later: an unreachable
-GCS may come back, a dead Raylet or a wrong token will not.
+GCS may come back, a dead Raylet, a wrong token or a Ray without the RPC will not.
+`activities.cluster` hands the flag to Temporal as `ApplicationError.non_retryable`, so a
+class that says False here stops every activity retry policy at once.
+
+| exception            | when                                                  | retryable |
+|----------------------|-------------------------------------------------------|-----------|
+| RayUnavailable       | unreachable, no answer in time, overloaded, a dropped | yes       |
+|                      | stream (UNAVAILABLE, DEADLINE_EXCEEDED,               |           |
+|                      | RESOURCE_EXHAUSTED, CANCELLED, INTERNAL, UNKNOWN)     |           |
+| RayletNotFound       | the Raylet is dead or unknown                         | no        |
+| RayInvalidArgument   | the request is wrong                                  | no        |
+| RayUnauthenticated   | no token, or a wrong one                              | no        |
+| RayPermissionDenied  | the token is known but not allowed this call          | no        |
+| RayUnsupported       | this Ray does not have the RPC (UNIMPLEMENTED)        | no        |
+| RayRefused           | Ray refused with a status raysize does not know       | no        |
+| RayReplyError        | an unreadable reply, or a gRPC code Ray never sends   | no        |
 """
 
 from __future__ import annotations
 
 
 class RayError(Exception):
-    """A call to Ray failed. `retryable`: trying the same call again may succeed."""
+    """A call to Ray failed. `retryable`: trying the same call again may succeed.
 
-    retryable: bool = True
+    Only the subclasses are raised; the base says False so that a failure nobody
+    classified is never retried for ever.
+    """
+
+    retryable: bool = False
 
 
 class RayUnavailable(RayError):
-    """The GCS or the Raylet could not be reached, or did not answer in time."""
+    """The GCS or the Raylet could not be reached, did not answer in time, or the call
+    was cut short on the way (overload, a dropped stream)."""
 
     retryable = True
 
@@ -37,7 +57,27 @@ class RayUnauthenticated(RayError):
     retryable = False
 
 
+class RayPermissionDenied(RayUnauthenticated):
+    """The token was recognised but may not make this call. A credentials problem like
+    `RayUnauthenticated`, and reported to the workflows as one."""
+
+    retryable = False
+
+
+class RayUnsupported(RayError):
+    """The Ray at the address does not serve the RPC: an older Ray, or not a Ray GCS."""
+
+    retryable = False
+
+
+class RayRefused(RayError):
+    """Ray refused the call with a status raysize does not know how to handle."""
+
+    retryable = False
+
+
 class RayReplyError(RayError):
-    """Ray answered with something raysize cannot read: an incompatible Ray version."""
+    """Ray answered with something raysize cannot read: an incompatible Ray version, or
+    something other than a Ray GCS at the address."""
 
     retryable = False

@@ -27,9 +27,12 @@ from activities.ray_errors import (
     RayError,
     RayInvalidArgument,
     RayletNotFound,
+    RayPermissionDenied,
+    RayRefused,
     RayReplyError,
     RayUnauthenticated,
     RayUnavailable,
+    RayUnsupported,
 )
 from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
 from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
@@ -46,9 +49,12 @@ __all__ = [
     "RayError",
     "RayGcsClient",
     "RayInvalidArgument",
+    "RayPermissionDenied",
+    "RayRefused",
     "RayReplyError",
     "RayUnauthenticated",
     "RayUnavailable",
+    "RayUnsupported",
     "RayletNotFound",
     "TlsConfig",
 ]
@@ -57,6 +63,8 @@ DEFAULT_TIMEOUT_S: Final = 10.0
 NODE_ID_BYTES: Final = 28
 TOKEN_ENV: Final = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV: Final = "RAY_AUTH_TOKEN_PATH"
+# raysize's own, next to Ray's RAY_TLS_* settings; Ray itself has no such setting.
+TLS_SERVER_NAME_ENV: Final = "RAY_TLS_SERVER_NAME"
 _DETAILS_TRAILER: Final = "grpc-status-details-bin"
 # A large cluster's state is well above gRPC's 4 MiB default.
 _MAX_MESSAGE_BYTES: Final = 512 * 1024 * 1024
@@ -66,7 +74,8 @@ _MAX_RECONNECT_BACKOFF_MS: Final = 2000
 _RESIZABLE: Final = frozenset({CPU, MEMORY})
 
 
-# Ray status names (the `details` of an ABORTED reply) → exception class.
+# Ray status names (the `details` of an ABORTED reply, Ray 2.60's `CodeAsString`) → class.
+# Transient ones are retried; a name not listed here is `RayRefused`, not retried.
 _RAY_STATUS: Final[dict[str, type[RayError]]] = {
     "NotFound": RayletNotFound,
     "InvalidArgument": RayInvalidArgument,
@@ -75,8 +84,32 @@ _RAY_STATUS: Final[dict[str, type[RayError]]] = {
     "IOError": RayUnavailable,
     "TimedOut": RayUnavailable,
     "RpcError": RayUnavailable,
+    "RedisError": RayUnavailable,  # the GCS's external store (HA GCS) hiccupped
+    "GcsPassive": RayUnavailable,  # a standby GCS answered; the active one takes over
     "Unauthenticated": RayUnauthenticated,
+    "PermissionDenied": RayPermissionDenied,
+    "NotImplemented": RayUnsupported,
 }
+# Ray's numeric status codes (`GcsStatus.code` in replies of the older GCS services,
+# such as GetAllNodeInfo, which answer gRPC OK and put the error in the reply).
+_RAY_STATUS_NAMES: Final[dict[int, str]] = {
+    4: "Invalid",
+    5: "IOError",
+    10: "NotImplemented",
+    11: "RedisError",
+    12: "TimedOut",
+    17: "NotFound",
+    18: "Disconnected",
+    30: "RpcError",
+    33: "Unauthenticated",
+    34: "InvalidArgument",
+    37: "PermissionDenied",
+}
+# gRPC Python's own words when a message cannot be (de)serialised: not a network fault.
+_CODEC_FAILURES: Final = ("Exception deserializing response", "Exception serializing request")
+_NEEDS: Final = "raysize needs Ray ≥ 2.60"
+# gRPC's words when the server certificate does not name the address dialled.
+_NAME_MISMATCH: Final = ("Hostname Verification Check failed", "not in peer certificate")
 
 
 @dataclass(frozen=True)
@@ -84,7 +117,8 @@ class TlsConfig:
     """Mutual TLS: Ray's GCS (RAY_USE_TLS=1) accepts nothing less.
 
     `server_name` overrides the name checked against the server certificate, for when
-    the address dialled is not in its SANs.
+    the address dialled is not in its SANs (dialling an IP the certificate does not
+    name, or a port-forward): RAY_PROTOCOL.md §3(d).
     """
 
     ca_cert: Path
@@ -94,7 +128,8 @@ class TlsConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> TlsConfig | None:
-        """Ray's own settings: RAY_USE_TLS, RAY_TLS_CA_CERT, RAY_TLS_SERVER_CERT/KEY."""
+        """Ray's own settings: RAY_USE_TLS, RAY_TLS_CA_CERT, RAY_TLS_SERVER_CERT/KEY; and
+        raysize's RAY_TLS_SERVER_NAME for `server_name`. Without RAY_USE_TLS, none."""
         env = os.environ if env is None else env
         if env.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
             return None
@@ -103,6 +138,7 @@ class TlsConfig:
                 ca_cert=Path(env["RAY_TLS_CA_CERT"]),
                 cert=Path(env["RAY_TLS_SERVER_CERT"]),
                 key=Path(env["RAY_TLS_SERVER_KEY"]),
+                server_name=env.get(TLS_SERVER_NAME_ENV, "").strip() or None,
             )
         except KeyError as exc:
             raise RayInvalidArgument(f"RAY_USE_TLS is set but {exc.args[0]} is not") from None
@@ -196,30 +232,121 @@ def _error_text(err: grpc.RpcError) -> str:
     return str(err.details() or "").strip()
 
 
-def map_rpc_error(err: grpc.RpcError, *, target: str, what: str, sent_token: bool) -> RayError:
-    """One gRPC failure → the typed exception with a one-line, actionable message."""
+def _rpc_name(method: str) -> str:
+    """The RPC of a gRPC path, as "AutoscalerStateService.GetClusterResourceState"."""
+    service, _, name = method.strip("/").rpartition("/")
+    return f"{service.rpartition('.')[2]}.{name}" if service else name or "this call"
+
+
+def _auth_hint(sent_token: bool) -> str:
+    if sent_token:
+        return f"the token sent is wrong; check {TOKEN_ENV} or {TOKEN_PATH_ENV}"
+    return f"no token was sent; set {TOKEN_ENV} or {TOKEN_PATH_ENV}, or pass one"
+
+
+def _from_ray_status(
+    status: str, text: str, *, target: str, what: str, rpc: str, sent_token: bool
+) -> RayError:
+    """A Ray status name (ABORTED's details, or a reply's GcsStatus) → typed exception."""
+    cls = _RAY_STATUS.get(status)
+    said = f"{status}: {text}" if text and text != status else status
+    if cls is RayUnavailable:
+        return RayUnavailable(
+            f"{what}: {target} or the Raylet behind it is unreachable for now ({said})"
+        )
+    if cls is RayUnauthenticated:
+        return RayUnauthenticated(
+            f"{what}: {target} refused the call ({said}): " + _auth_hint(sent_token)
+        )
+    if cls is RayPermissionDenied:
+        return RayPermissionDenied(
+            f"{what}: {target} refused the call ({said}): the token is not allowed to call "
+            f"{rpc}; use one that is ({TOKEN_ENV} or {TOKEN_PATH_ENV})"
+        )
+    if cls is RayUnsupported:
+        return RayUnsupported(f"{what}: this Ray does not support {rpc} ({said}); {_NEEDS}")
+    if cls is None:
+        return RayRefused(
+            f"{what}: Ray refused it with status {said}, which raysize does not know and "
+            f"does not retry; {_NEEDS}"
+        )
+    return cls(f"{what}: {text}" if text and text != status else f"{what}: Ray said {status}")
+
+
+def map_rpc_error(
+    err: grpc.RpcError,
+    *,
+    target: str,
+    what: str,
+    sent_token: bool,
+    method: str = "",
+    timeout: float | None = None,
+) -> RayError:
+    """One gRPC failure → the typed exception with a one-line, actionable message.
+
+    Retried (RayUnavailable): UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (an
+    overloaded GCS), CANCELLED, and INTERNAL or UNKNOWN. A Ray 2.60 GCS sends none of
+    the last two itself (its own errors are ABORTED with a status name): they come from
+    the transport ("Stream removed", an RST_STREAM from a proxy) and pass. Giving up on
+    them would leave a Raylet out of step with its pod after a hiccup; the one INTERNAL
+    that never passes, a reply raysize cannot decode, is told apart by gRPC's words
+    and is a RayReplyError.
+
+    Not retried: UNIMPLEMENTED (RayUnsupported: this Ray lacks the RPC), PERMISSION_DENIED
+    and UNAUTHENTICATED (credentials), INVALID_ARGUMENT (the request), a Ray status
+    raysize does not know (RayRefused), and codes Ray never sends (RayReplyError: not a
+    Ray GCS at the address). `method` (the gRPC path) and `timeout` make the messages exact.
+    """
     code = err.code()
     text = _error_text(err)
+    rpc = _rpc_name(method)
     if code == grpc.StatusCode.ABORTED:
-        status = str(err.details() or "")
-        cls = _RAY_STATUS.get(status, RayError)
-        if cls is RayUnavailable:
-            return RayUnavailable(f"{what}: {target} is unreachable ({status}: {text})")
-        return cls(f"{what}: {text}" if text != status else f"{what}: Ray said {status}")
-    if code == grpc.StatusCode.UNAUTHENTICATED:
-        hint = (
-            f"the token sent is wrong; check {TOKEN_ENV} or {TOKEN_PATH_ENV}"
-            if sent_token
-            else f"no token was sent; set {TOKEN_ENV} or {TOKEN_PATH_ENV}, or pass one"
+        status = str(err.details() or "").strip() or "ABORTED"
+        return _from_ray_status(
+            status, text, target=target, what=what, rpc=rpc, sent_token=sent_token
         )
-        return RayUnauthenticated(f"{what}: {target} refused the call ({text}): {hint}")
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return RayUnavailable(f"{what}: {target} did not answer in time")
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return RayUnavailable(f"{what}: cannot reach {target}: {text}")
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return RayUnauthenticated(
+            f"{what}: {target} refused the call ({text}): {_auth_hint(sent_token)}"
+        )
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return _from_ray_status(
+            "PermissionDenied", text, target=target, what=what, rpc=rpc, sent_token=sent_token
+        )
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return RayUnsupported(
+            f"{what}: this Ray does not support {rpc} ({target} answered UNIMPLEMENTED: "
+            f"{text}); {_NEEDS}, and the address must be its GCS (the head's --port)"
+        )
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return RayInvalidArgument(f"{what}: {text}")
-    return RayError(f"{what}: {target} failed with {code.name}: {text}")
+        return RayInvalidArgument(f"{what}: {target} refused the request: {text}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        within = f" within {timeout:g} s" if timeout is not None else " in time"
+        return RayUnavailable(f"{what}: {target} did not answer{within}")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        hint = ""
+        if any(words in text for words in _NAME_MISMATCH):
+            hint = (
+                "; the GCS certificate does not name the address dialled: give a name it "
+                f"has with --tls-server-name or {TLS_SERVER_NAME_ENV}"
+            )
+        return RayUnavailable(f"{what}: cannot reach {target}: {text}{hint}")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return RayUnavailable(f"{what}: {target} is overloaded ({text}); try again later")
+    if code == grpc.StatusCode.CANCELLED:
+        return RayUnavailable(f"{what}: the call to {target} was cancelled ({text})")
+    if code == grpc.StatusCode.INTERNAL and text.startswith(_CODEC_FAILURES):
+        return RayReplyError(
+            f"{what}: cannot decode what {target} sent for {rpc} ({text}); {_NEEDS}"
+        )
+    if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        return RayUnavailable(f"{what}: the call to {target} broke off ({code.name}: {text})")
+    # NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, OUT_OF_RANGE, DATA_LOSS: a Ray GCS
+    # turns each error of its own into ABORTED, so something else answered.
+    return RayReplyError(
+        f"{what}: {target} answered {code.name} ({text}), which a Ray GCS never does: "
+        f"check that the address is the Ray head's GCS port; {_NEEDS}"
+    )
 
 
 class RayGcsClient:
@@ -272,8 +399,8 @@ class RayGcsClient:
 
     def _method(
         self, path: str, request_type: type[Message], reply_type: type[Message]
-    ) -> grpc.UnaryUnaryMultiCallable:
-        return self._channel.unary_unary(
+    ) -> tuple[str, grpc.UnaryUnaryMultiCallable]:
+        return path, self._channel.unary_unary(
             path,
             request_serializer=request_type.SerializeToString,
             response_deserializer=reply_type.FromString,
@@ -296,16 +423,25 @@ class RayGcsClient:
         self.close()
 
     # --- calls ------------------------------------------------------------------------
-    def _call(self, method: Any, request: Any, what: str, timeout: float | None) -> Any:
+    def _call(
+        self,
+        method: tuple[str, grpc.UnaryUnaryMultiCallable],
+        request: Any,
+        what: str,
+        timeout: float | None,
+    ) -> Any:
+        path, call = method
+        deadline = self.timeout if timeout is None else timeout
         try:
-            return method(
-                request,
-                timeout=self.timeout if timeout is None else timeout,
-                metadata=self._metadata,
-            )
+            return call(request, timeout=deadline, metadata=self._metadata)
         except grpc.RpcError as err:
             raise map_rpc_error(
-                err, target=f"Ray GCS {self.address}", what=what, sent_token=bool(self._metadata)
+                err,
+                target=f"Ray GCS {self.address}",
+                what=what,
+                sent_token=bool(self._metadata),
+                method=path,
+                timeout=deadline,
             ) from err
 
     def cluster_state(self, *, timeout: float | None = None) -> ClusterState:
@@ -326,6 +462,18 @@ class RayGcsClient:
         if alive_only:
             request.state_filter = rpc_pb2.GcsNodeInfo.ALIVE
         reply = self._call(self._get_all_node_info, request, "list nodes", timeout)
+        if reply.status.code != 0:
+            # This older GCS service answers gRPC OK and reports its errors here: an
+            # unread status would read as "no nodes".
+            code = reply.status.code
+            raise _from_ray_status(
+                _RAY_STATUS_NAMES.get(code, f"code {code}"),
+                reply.status.message,
+                target=f"Ray GCS {self.address}",
+                what="list nodes",
+                rpc=_rpc_name(self._get_all_node_info[0]),
+                sent_token=bool(self._metadata),
+            )
         return parse_node_infos(reply)
 
     def resize_raylet(

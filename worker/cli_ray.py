@@ -6,7 +6,9 @@ sent), 1 when Ray refuses or cannot be reached.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -17,10 +19,12 @@ from rich.table import Table
 
 from activities.ray_gcs import (
     DEFAULT_TIMEOUT_S,
+    TLS_SERVER_NAME_ENV,
     RayError,
     RayGcsClient,
     RayInvalidArgument,
     TlsConfig,
+    resize_request,
 )
 from activities.ray_state import ClusterState, LabelSelector, RayNode
 from workflows.resources import (
@@ -63,6 +67,15 @@ CertOption = Annotated[
 KeyOption = Annotated[
     Path | None, typer.Option("--tls-key", help="Client key (mutual TLS).", show_default=False)
 ]
+ServerNameOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tls-server-name",
+        help="Name to check the GCS certificate against, when the address dialled (an IP, "
+        f"a port-forward) is not in it; default: ${TLS_SERVER_NAME_ENV}.",
+        show_default=False,
+    ),
+]
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -77,14 +90,30 @@ def _client(
     ca: Path | None,
     cert: Path | None,
     key: Path | None,
+    server_name: str | None,
 ) -> RayGcsClient:
+    """The client, from the flags, else Ray's TLS settings in the environment.
+
+    Only builds: nothing is sent until the first call."""
     tls: TlsConfig | None
     if ca or cert or key:
         if not (ca and cert and key):
             raise RayInvalidArgument("mutual TLS needs all of --tls-ca, --tls-cert and --tls-key")
-        tls = TlsConfig(ca_cert=ca, cert=cert, key=key)
+        tls = TlsConfig(
+            ca_cert=ca,
+            cert=cert,
+            key=key,
+            server_name=server_name or os.environ.get(TLS_SERVER_NAME_ENV) or None,
+        )
     else:
         tls = TlsConfig.from_env()
+        if server_name:
+            if tls is None:
+                raise RayInvalidArgument(
+                    "--tls-server-name needs TLS: --tls-ca, --tls-cert and --tls-key, "
+                    "or RAY_USE_TLS=1 with Ray's TLS settings"
+                )
+            tls = dataclasses.replace(tls, server_name=server_name)
     return RayGcsClient(gcs, token=token, tls=tls, timeout=timeout)
 
 
@@ -124,8 +153,13 @@ def _node_row(n: RayNode) -> list[str]:
     ]
 
 
+def _table(title: str) -> Table:
+    # At least as wide as its title: rich would wrap a title wider than the columns.
+    return Table(title=title, title_justify="left", min_width=len(title))
+
+
 def print_status(state: ClusterState, console: Console) -> None:
-    nodes = Table(title=f"Ray nodes ({state.session_name})", title_justify="left")
+    nodes = _table(f"Ray nodes ({state.session_name})")
     for column in ("pod", "group", "node id", "status", "CPU free/total", "memory free/total"):
         nodes.add_column(column, no_wrap=True)
     nodes.add_column("idle", justify="right")
@@ -134,7 +168,7 @@ def print_status(state: ClusterState, console: Console) -> None:
     console.print(nodes)
 
     if state.demands:
-        demands = Table(title="Pending tasks and actors", title_justify="left")
+        demands = _table("Pending tasks and actors")
         for column in ("shape", "count", "label selector"):
             demands.add_column(column)
         for d in state.demands:
@@ -144,7 +178,7 @@ def print_status(state: ClusterState, console: Console) -> None:
         console.print("Pending tasks and actors: none")
 
     if state.gangs:
-        gangs = Table(title="Pending placement groups", title_justify="left")
+        gangs = _table("Pending placement groups")
         for column in ("placement group", "strategy", "state", "bundles"):
             gangs.add_column(column)
         for g in state.gangs:
@@ -155,7 +189,7 @@ def print_status(state: ClusterState, console: Console) -> None:
         console.print("Pending placement groups: none")
 
     if state.constraints:
-        constraints = Table(title="request_resources() constraints", title_justify="left")
+        constraints = _table("request_resources() constraints")
         for column in ("shape", "count"):
             constraints.add_column(column)
         for c in state.constraints:
@@ -202,10 +236,11 @@ def status_cmd(
     tls_ca: CaOption = None,
     tls_cert: CertOption = None,
     tls_key: KeyOption = None,
+    tls_server_name: ServerNameOption = None,
 ) -> None:
     """Nodes with totals, free resources and idle time; pending demands, gangs, constraints."""
     try:
-        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key) as client:
+        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key, tls_server_name) as client:
             state = client.cluster_state()
     except RayInvalidArgument as exc:
         _fail(str(exc), 2)
@@ -236,6 +271,7 @@ def resize_cmd(
     tls_ca: CaOption = None,
     tls_cert: CertOption = None,
     tls_key: KeyOption = None,
+    tls_server_name: ServerNameOption = None,
 ) -> None:
     """Set a Raylet's logical CPU and memory; prints the totals the Raylet applied."""
     if (node is None) == (pod is None):
@@ -243,11 +279,12 @@ def resize_cmd(
     try:
         cpu_units = quantity_to_units(cpu, CPU, what="--cpu")
         memory_units = quantity_to_units(memory, MEMORY, what="--memory")
-    except QuantityError as exc:
+        # The checks the client makes before a resize, made before the state is read.
+        resize_request({CPU: units_to_float(cpu_units, CPU), MEMORY: float(memory_units)})
+    except (QuantityError, RayInvalidArgument) as exc:
         _fail(str(exc), 2)
-    target = Resources({CPU: cpu_units, MEMORY: memory_units})
     try:
-        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key) as client:
+        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key, tls_server_name) as client:
             found = resolve_node(client.cluster_state(), node=node, pod=pod)
             applied = client.resize_raylet(
                 found.node_id, units_to_float(cpu_units, CPU), float(memory_units)
@@ -256,6 +293,7 @@ def resize_cmd(
         _fail(str(exc), 2)
     except (RayError, LookupError) as exc:
         _fail(str(exc), 1)
+    target = Resources({CPU: cpu_units, MEMORY: memory_units})
     clamped = applied.cpu != cpu_units or applied.memory != memory_units
     if as_json:
         doc = {

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from activities.ray_proto import ray_rpc_pb2 as activities_dot_ray__proto_dot_ray__rpc__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)activities/ray_proto/ray_autoscaler.proto\x12\x12ray.rpc.autoscaler\x1a\"activities/ray_proto/ray_rpc.proto\"A\n\x16\x41ntiAffinityConstraint\x12\x12\n\nlabel_name\x18\x01 \x01(\t\x12\x13\n\x0blabel_value\x18\x02 \x01(\t\"=\n\x12\x41\x66\x66inityConstraint\x12\x12\n\nlabel_name\x18\x01 \x01(\t\x12\x13\n\x0blabel_value\x18\x02 \x01(\t\"\xbb\x01\n\x13PlacementConstraint\x12\x46\n\ranti_affinity\x18\x01 \x01(\x0b\x32*.ray.rpc.autoscaler.AntiAffinityConstraintH\x00\x88\x01\x01\x12=\n\x08\x61\x66\x66inity\x18\x02 \x01(\x0b\x32&.ray.rpc.autoscaler.AffinityConstraintH\x01\x88\x01\x01\x42\x10\n\x0e_anti_affinityB\x0b\n\t_affinity\"\x96\x02\n\x0fResourceRequest\x12R\n\x10resources_bundle\x18\x01 \x03(\x0b\x32\x38.ray.rpc.autoscaler.ResourceRequest.ResourcesBundleEntry\x12\x46\n\x15placement_constraints\x18\x02 \x03(\x0b\x32\'.ray.rpc.autoscaler.PlacementConstraint\x12/\n\x0flabel_selectors\x18\x03 \x03(\x0b\x32\x16.ray.rpc.LabelSelector\x1a\x36\n\x14ResourcesBundleEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"]\n\x16ResourceRequestByCount\x12\x34\n\x07request\x18\x01 \x01(\x0b\x32#.ray.rpc.autoscaler.ResourceRequest\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"P\n\x0e\x42undleSelector\x12>\n\x11resource_requests\x18\x01 \x03(\x0b\x32#.ray.rpc.autoscaler.ResourceRequest\"\x9b\x01\n\x13GangResourceRequest\x12\x35\n\x08requests\x18\x01 \x03(\x0b\x32#.ray.rpc.autoscaler.ResourceRequest\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\t\x12<\n\x10\x62undle_selectors\x18\x03 \x03(\x0b\x32\".ray.rpc.autoscaler.BundleSelector\"b\n\x19\x43lusterResourceConstraint\x12\x45\n\x11resource_requests\x18\x01 \x03(\x0b\x32*.ray.rpc.autoscaler.ResourceRequestByCount\"\xfb\x05\n\tNodeState\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x1a\n\x12ray_node_type_name\x18\x03 \x01(\t\x12R\n\x13\x61vailable_resources\x18\x04 \x03(\x0b\x32\x35.ray.rpc.autoscaler.NodeState.AvailableResourcesEntry\x12J\n\x0ftotal_resources\x18\x05 \x03(\x0b\x32\x31.ray.rpc.autoscaler.NodeState.TotalResourcesEntry\x12H\n\x0e\x64ynamic_labels\x18\x06 \x03(\x0b\x32\x30.ray.rpc.autoscaler.NodeState.DynamicLabelsEntry\x12\x1a\n\x12node_state_version\x18\x07 \x01(\x03\x12.\n\x06status\x18\x08 \x01(\x0e\x32\x1e.ray.rpc.autoscaler.NodeStatus\x12\x18\n\x10idle_duration_ms\x18\t \x01(\x03\x12\x17\n\x0fnode_ip_address\x18\n \x01(\t\x12\x1a\n\x12instance_type_name\x18\x0b \x01(\t\x12\x15\n\rnode_activity\x18\x0c \x03(\t\x12\x39\n\x06labels\x18\r \x03(\x0b\x32).ray.rpc.autoscaler.NodeState.LabelsEntry\x1a\x39\n\x17\x41vailableResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x35\n\x13TotalResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x34\n\x12\x44ynamicLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb1\x03\n\x14\x43lusterResourceState\x12&\n\x1e\x63luster_resource_state_version\x18\x01 \x01(\x03\x12*\n\"last_seen_autoscaler_state_version\x18\x02 \x01(\x03\x12\x32\n\x0bnode_states\x18\x03 \x03(\x0b\x32\x1d.ray.rpc.autoscaler.NodeState\x12M\n\x19pending_resource_requests\x18\x04 \x03(\x0b\x32*.ray.rpc.autoscaler.ResourceRequestByCount\x12O\n\x1epending_gang_resource_requests\x18\x05 \x03(\x0b\x32\'.ray.rpc.autoscaler.GangResourceRequest\x12S\n\x1c\x63luster_resource_constraints\x18\x06 \x03(\x0b\x32-.ray.rpc.autoscaler.ClusterResourceConstraint\x12\x1c\n\x14\x63luster_session_name\x18\x07 \x01(\t\"R\n\x1eGetClusterResourceStateRequest\x12\x30\n(last_seen_cluster_resource_state_version\x18\x01 \x01(\x03\"h\n\x1cGetClusterResourceStateReply\x12H\n\x16\x63luster_resource_state\x18\x01 \x01(\x0b\x32(.ray.rpc.autoscaler.ClusterResourceState\"}\n\'RequestClusterResourceConstraintRequest\x12R\n\x1b\x63luster_resource_constraint\x18\x01 \x01(\x0b\x32-.ray.rpc.autoscaler.ClusterResourceConstraint\"\'\n%RequestClusterResourceConstraintReply\"\xc5\x01\n$ResizeRayletResourceInstancesRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12Z\n\tresources\x18\x02 \x03(\x0b\x32G.ray.rpc.autoscaler.ResizeRayletResourceInstancesRequest.ResourcesEntry\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc0\x01\n\"ResizeRayletResourceInstancesReply\x12\x63\n\x0ftotal_resources\x18\x01 \x03(\x0b\x32J.ray.rpc.autoscaler.ResizeRayletResourceInstancesReply.TotalResourcesEntry\x1a\x35\n\x13TotalResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*L\n\nNodeStatus\x12\x0f\n\x0bUNSPECIFIED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\x08\n\x04\x44\x45\x41\x44\x10\x02\x12\x08\n\x04IDLE\x10\x03\x12\x0c\n\x08\x44RAINING\x10\x04\x32\xca\x03\n\x16\x41utoscalerStateService\x12\x7f\n\x17GetClusterResourceState\x12\x32.ray.rpc.autoscaler.GetClusterResourceStateRequest\x1a\x30.ray.rpc.autoscaler.GetClusterResourceStateReply\x12\x9a\x01\n RequestClusterResourceConstraint\x12;.ray.rpc.autoscaler.RequestClusterResourceConstraintRequest\x1a\x39.ray.rpc.autoscaler.RequestClusterResourceConstraintReply\x12\x91\x01\n\x1dResizeRayletResourceInstances\x12\x38.ray.rpc.autoscaler.ResizeRayletResourceInstancesRequest\x1a\x36.ray.rpc.autoscaler.ResizeRayletResourceInstancesReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n)activities/ray_proto/ray_autoscaler.proto\x12\x12ray.rpc.autoscaler\x1a\"activities/ray_proto/ray_rpc.proto\"A\n\x16\x41ntiAffinityConstraint\x12\x12\n\nlabel_name\x18\x01 \x01(\t\x12\x13\n\x0blabel_value\x18\x02 \x01(\t\"=\n\x12\x41\x66\x66inityConstraint\x12\x12\n\nlabel_name\x18\x01 \x01(\t\x12\x13\n\x0blabel_value\x18\x02 \x01(\t\"\xbb\x01\n\x13PlacementConstraint\x12\x46\n\ranti_affinity\x18\x01 \x01(\x0b\x32*.ray.rpc.autoscaler.AntiAffinityConstraintH\x00\x88\x01\x01\x12=\n\x08\x61\x66\x66inity\x18\x02 \x01(\x0b\x32&.ray.rpc.autoscaler.AffinityConstraintH\x01\x88\x01\x01\x42\x10\n\x0e_anti_affinityB\x0b\n\t_affinity\"\x96\x02\n\x0fResourceRequest\x12R\n\x10resources_bundle\x18\x01 \x03(\x0b\x32\x38.ray.rpc.autoscaler.ResourceRequest.ResourcesBundleEntry\x12\x46\n\x15placement_constraints\x18\x02 \x03(\x0b\x32\'.ray.rpc.autoscaler.PlacementConstraint\x12/\n\x0flabel_selectors\x18\x03 \x03(\x0b\x32\x16.ray.rpc.LabelSelector\x1a\x36\n\x14ResourcesBundleEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"]\n\x16ResourceRequestByCount\x12\x34\n\x07request\x18\x01 \x01(\x0b\x32#.ray.rpc.autoscaler.ResourceRequest\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"P\n\x0e\x42undleSelector\x12>\n\x11resource_requests\x18\x01 \x03(\x0b\x32#.ray.rpc.autoscaler.ResourceRequest\"\x9b\x01\n\x13GangResourceRequest\x12\x35\n\x08requests\x18\x01 \x03(\x0b\x32#.ray.rpc.autoscaler.ResourceRequest\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\t\x12<\n\x10\x62undle_selectors\x18\x03 \x03(\x0b\x32\".ray.rpc.autoscaler.BundleSelector\"b\n\x19\x43lusterResourceConstraint\x12\x45\n\x11resource_requests\x18\x01 \x03(\x0b\x32*.ray.rpc.autoscaler.ResourceRequestByCount\"\xac\x04\n\tNodeState\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12\x13\n\x0binstance_id\x18\x02 \x01(\t\x12\x1a\n\x12ray_node_type_name\x18\x03 \x01(\t\x12R\n\x13\x61vailable_resources\x18\x04 \x03(\x0b\x32\x35.ray.rpc.autoscaler.NodeState.AvailableResourcesEntry\x12J\n\x0ftotal_resources\x18\x05 \x03(\x0b\x32\x31.ray.rpc.autoscaler.NodeState.TotalResourcesEntry\x12.\n\x06status\x18\x08 \x01(\x0e\x32\x1e.ray.rpc.autoscaler.NodeStatus\x12\x18\n\x10idle_duration_ms\x18\t \x01(\x03\x12\x17\n\x0fnode_ip_address\x18\n \x01(\t\x12\x39\n\x06labels\x18\r \x03(\x0b\x32).ray.rpc.autoscaler.NodeState.LabelsEntry\x1a\x39\n\x17\x41vailableResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a\x35\n\x13TotalResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x85\x03\n\x14\x43lusterResourceState\x12&\n\x1e\x63luster_resource_state_version\x18\x01 \x01(\x03\x12\x32\n\x0bnode_states\x18\x03 \x03(\x0b\x32\x1d.ray.rpc.autoscaler.NodeState\x12M\n\x19pending_resource_requests\x18\x04 \x03(\x0b\x32*.ray.rpc.autoscaler.ResourceRequestByCount\x12O\n\x1epending_gang_resource_requests\x18\x05 \x03(\x0b\x32\'.ray.rpc.autoscaler.GangResourceRequest\x12S\n\x1c\x63luster_resource_constraints\x18\x06 \x03(\x0b\x32-.ray.rpc.autoscaler.ClusterResourceConstraint\x12\x1c\n\x14\x63luster_session_name\x18\x07 \x01(\t\" \n\x1eGetClusterResourceStateRequest\"h\n\x1cGetClusterResourceStateReply\x12H\n\x16\x63luster_resource_state\x18\x01 \x01(\x0b\x32(.ray.rpc.autoscaler.ClusterResourceState\"\xc5\x01\n$ResizeRayletResourceInstancesRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12Z\n\tresources\x18\x02 \x03(\x0b\x32G.ray.rpc.autoscaler.ResizeRayletResourceInstancesRequest.ResourcesEntry\x1a\x30\n\x0eResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xc0\x01\n\"ResizeRayletResourceInstancesReply\x12\x63\n\x0ftotal_resources\x18\x01 \x03(\x0b\x32J.ray.rpc.autoscaler.ResizeRayletResourceInstancesReply.TotalResourcesEntry\x1a\x35\n\x13TotalResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*L\n\nNodeStatus\x12\x0f\n\x0bUNSPECIFIED\x10\x00\x12\x0b\n\x07RUNNING\x10\x01\x12\x08\n\x04\x44\x45\x41\x44\x10\x02\x12\x08\n\x04IDLE\x10\x03\x12\x0c\n\x08\x44RAINING\x10\x04\x32\xad\x02\n\x16\x41utoscalerStateService\x12\x7f\n\x17GetClusterResourceState\x12\x32.ray.rpc.autoscaler.GetClusterResourceStateRequest\x1a\x30.ray.rpc.autoscaler.GetClusterResourceStateReply\x12\x91\x01\n\x1dResizeRayletResourceInstances\x12\x38.ray.rpc.autoscaler.ResizeRayletResourceInstancesRequest\x1a\x36.ray.rpc.autoscaler.ResizeRayletResourceInstancesReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,16 +38,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODESTATE_AVAILABLERESOURCESENTRY']._serialized_options = b'8\001'
   _globals['_NODESTATE_TOTALRESOURCESENTRY']._loaded_options = None
   _globals['_NODESTATE_TOTALRESOURCESENTRY']._serialized_options = b'8\001'
-  _globals['_NODESTATE_DYNAMICLABELSENTRY']._loaded_options = None
-  _globals['_NODESTATE_DYNAMICLABELSENTRY']._serialized_options = b'8\001'
   _globals['_NODESTATE_LABELSENTRY']._loaded_options = None
   _globals['_NODESTATE_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST_RESOURCESENTRY']._loaded_options = None
   _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST_RESOURCESENTRY']._serialized_options = b'8\001'
   _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY_TOTALRESOURCESENTRY']._loaded_options = None
   _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY_TOTALRESOURCESENTRY']._serialized_options = b'8\001'
-  _globals['_NODESTATUS']._serialized_start=3092
-  _globals['_NODESTATUS']._serialized_end=3168
+  _globals['_NODESTATUS']._serialized_start=2623
+  _globals['_NODESTATUS']._serialized_end=2699
   _globals['_ANTIAFFINITYCONSTRAINT']._serialized_start=101
   _globals['_ANTIAFFINITYCONSTRAINT']._serialized_end=166
   _globals['_AFFINITYCONSTRAINT']._serialized_start=168
@@ -67,33 +65,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CLUSTERRESOURCECONSTRAINT']._serialized_start=1037
   _globals['_CLUSTERRESOURCECONSTRAINT']._serialized_end=1135
   _globals['_NODESTATE']._serialized_start=1138
-  _globals['_NODESTATE']._serialized_end=1901
-  _globals['_NODESTATE_AVAILABLERESOURCESENTRY']._serialized_start=1688
-  _globals['_NODESTATE_AVAILABLERESOURCESENTRY']._serialized_end=1745
-  _globals['_NODESTATE_TOTALRESOURCESENTRY']._serialized_start=1747
-  _globals['_NODESTATE_TOTALRESOURCESENTRY']._serialized_end=1800
-  _globals['_NODESTATE_DYNAMICLABELSENTRY']._serialized_start=1802
-  _globals['_NODESTATE_DYNAMICLABELSENTRY']._serialized_end=1854
-  _globals['_NODESTATE_LABELSENTRY']._serialized_start=1856
-  _globals['_NODESTATE_LABELSENTRY']._serialized_end=1901
-  _globals['_CLUSTERRESOURCESTATE']._serialized_start=1904
-  _globals['_CLUSTERRESOURCESTATE']._serialized_end=2337
-  _globals['_GETCLUSTERRESOURCESTATEREQUEST']._serialized_start=2339
-  _globals['_GETCLUSTERRESOURCESTATEREQUEST']._serialized_end=2421
-  _globals['_GETCLUSTERRESOURCESTATEREPLY']._serialized_start=2423
-  _globals['_GETCLUSTERRESOURCESTATEREPLY']._serialized_end=2527
-  _globals['_REQUESTCLUSTERRESOURCECONSTRAINTREQUEST']._serialized_start=2529
-  _globals['_REQUESTCLUSTERRESOURCECONSTRAINTREQUEST']._serialized_end=2654
-  _globals['_REQUESTCLUSTERRESOURCECONSTRAINTREPLY']._serialized_start=2656
-  _globals['_REQUESTCLUSTERRESOURCECONSTRAINTREPLY']._serialized_end=2695
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST']._serialized_start=2698
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST']._serialized_end=2895
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST_RESOURCESENTRY']._serialized_start=2847
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST_RESOURCESENTRY']._serialized_end=2895
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY']._serialized_start=2898
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY']._serialized_end=3090
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY_TOTALRESOURCESENTRY']._serialized_start=1747
-  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY_TOTALRESOURCESENTRY']._serialized_end=1800
-  _globals['_AUTOSCALERSTATESERVICE']._serialized_start=3171
-  _globals['_AUTOSCALERSTATESERVICE']._serialized_end=3629
+  _globals['_NODESTATE']._serialized_end=1694
+  _globals['_NODESTATE_AVAILABLERESOURCESENTRY']._serialized_start=1535
+  _globals['_NODESTATE_AVAILABLERESOURCESENTRY']._serialized_end=1592
+  _globals['_NODESTATE_TOTALRESOURCESENTRY']._serialized_start=1594
+  _globals['_NODESTATE_TOTALRESOURCESENTRY']._serialized_end=1647
+  _globals['_NODESTATE_LABELSENTRY']._serialized_start=1649
+  _globals['_NODESTATE_LABELSENTRY']._serialized_end=1694
+  _globals['_CLUSTERRESOURCESTATE']._serialized_start=1697
+  _globals['_CLUSTERRESOURCESTATE']._serialized_end=2086
+  _globals['_GETCLUSTERRESOURCESTATEREQUEST']._serialized_start=2088
+  _globals['_GETCLUSTERRESOURCESTATEREQUEST']._serialized_end=2120
+  _globals['_GETCLUSTERRESOURCESTATEREPLY']._serialized_start=2122
+  _globals['_GETCLUSTERRESOURCESTATEREPLY']._serialized_end=2226
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST']._serialized_start=2229
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST']._serialized_end=2426
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST_RESOURCESENTRY']._serialized_start=2378
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREQUEST_RESOURCESENTRY']._serialized_end=2426
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY']._serialized_start=2429
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY']._serialized_end=2621
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY_TOTALRESOURCESENTRY']._serialized_start=1594
+  _globals['_RESIZERAYLETRESOURCEINSTANCESREPLY_TOTALRESOURCESENTRY']._serialized_end=1647
+  _globals['_AUTOSCALERSTATESERVICE']._serialized_start=2702
+  _globals['_AUTOSCALERSTATESERVICE']._serialized_end=3003
 # @@protoc_insertion_point(module_scope)

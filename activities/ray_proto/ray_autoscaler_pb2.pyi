@@ -93,7 +93,7 @@ class ClusterResourceConstraint(_message.Message):
     def __init__(self, resource_requests: _Optional[_Iterable[_Union[ResourceRequestByCount, _Mapping]]] = ...) -> None: ...
 
 class NodeState(_message.Message):
-    __slots__ = ("node_id", "instance_id", "ray_node_type_name", "available_resources", "total_resources", "dynamic_labels", "node_state_version", "status", "idle_duration_ms", "node_ip_address", "instance_type_name", "node_activity", "labels")
+    __slots__ = ("node_id", "instance_id", "ray_node_type_name", "available_resources", "total_resources", "status", "idle_duration_ms", "node_ip_address", "labels")
     class AvailableResourcesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -108,13 +108,6 @@ class NodeState(_message.Message):
         key: str
         value: float
         def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
-    class DynamicLabelsEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: str
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -127,68 +120,46 @@ class NodeState(_message.Message):
     RAY_NODE_TYPE_NAME_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_RESOURCES_FIELD_NUMBER: _ClassVar[int]
     TOTAL_RESOURCES_FIELD_NUMBER: _ClassVar[int]
-    DYNAMIC_LABELS_FIELD_NUMBER: _ClassVar[int]
-    NODE_STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     IDLE_DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     NODE_IP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
-    INSTANCE_TYPE_NAME_FIELD_NUMBER: _ClassVar[int]
-    NODE_ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     node_id: bytes
     instance_id: str
     ray_node_type_name: str
     available_resources: _containers.ScalarMap[str, float]
     total_resources: _containers.ScalarMap[str, float]
-    dynamic_labels: _containers.ScalarMap[str, str]
-    node_state_version: int
     status: NodeStatus
     idle_duration_ms: int
     node_ip_address: str
-    instance_type_name: str
-    node_activity: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, node_id: _Optional[bytes] = ..., instance_id: _Optional[str] = ..., ray_node_type_name: _Optional[str] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., dynamic_labels: _Optional[_Mapping[str, str]] = ..., node_state_version: _Optional[int] = ..., status: _Optional[_Union[NodeStatus, str]] = ..., idle_duration_ms: _Optional[int] = ..., node_ip_address: _Optional[str] = ..., instance_type_name: _Optional[str] = ..., node_activity: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    def __init__(self, node_id: _Optional[bytes] = ..., instance_id: _Optional[str] = ..., ray_node_type_name: _Optional[str] = ..., available_resources: _Optional[_Mapping[str, float]] = ..., total_resources: _Optional[_Mapping[str, float]] = ..., status: _Optional[_Union[NodeStatus, str]] = ..., idle_duration_ms: _Optional[int] = ..., node_ip_address: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ClusterResourceState(_message.Message):
-    __slots__ = ("cluster_resource_state_version", "last_seen_autoscaler_state_version", "node_states", "pending_resource_requests", "pending_gang_resource_requests", "cluster_resource_constraints", "cluster_session_name")
+    __slots__ = ("cluster_resource_state_version", "node_states", "pending_resource_requests", "pending_gang_resource_requests", "cluster_resource_constraints", "cluster_session_name")
     CLUSTER_RESOURCE_STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
-    LAST_SEEN_AUTOSCALER_STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_STATES_FIELD_NUMBER: _ClassVar[int]
     PENDING_RESOURCE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     PENDING_GANG_RESOURCE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_RESOURCE_CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_SESSION_NAME_FIELD_NUMBER: _ClassVar[int]
     cluster_resource_state_version: int
-    last_seen_autoscaler_state_version: int
     node_states: _containers.RepeatedCompositeFieldContainer[NodeState]
     pending_resource_requests: _containers.RepeatedCompositeFieldContainer[ResourceRequestByCount]
     pending_gang_resource_requests: _containers.RepeatedCompositeFieldContainer[GangResourceRequest]
     cluster_resource_constraints: _containers.RepeatedCompositeFieldContainer[ClusterResourceConstraint]
     cluster_session_name: str
-    def __init__(self, cluster_resource_state_version: _Optional[int] = ..., last_seen_autoscaler_state_version: _Optional[int] = ..., node_states: _Optional[_Iterable[_Union[NodeState, _Mapping]]] = ..., pending_resource_requests: _Optional[_Iterable[_Union[ResourceRequestByCount, _Mapping]]] = ..., pending_gang_resource_requests: _Optional[_Iterable[_Union[GangResourceRequest, _Mapping]]] = ..., cluster_resource_constraints: _Optional[_Iterable[_Union[ClusterResourceConstraint, _Mapping]]] = ..., cluster_session_name: _Optional[str] = ...) -> None: ...
+    def __init__(self, cluster_resource_state_version: _Optional[int] = ..., node_states: _Optional[_Iterable[_Union[NodeState, _Mapping]]] = ..., pending_resource_requests: _Optional[_Iterable[_Union[ResourceRequestByCount, _Mapping]]] = ..., pending_gang_resource_requests: _Optional[_Iterable[_Union[GangResourceRequest, _Mapping]]] = ..., cluster_resource_constraints: _Optional[_Iterable[_Union[ClusterResourceConstraint, _Mapping]]] = ..., cluster_session_name: _Optional[str] = ...) -> None: ...
 
 class GetClusterResourceStateRequest(_message.Message):
-    __slots__ = ("last_seen_cluster_resource_state_version",)
-    LAST_SEEN_CLUSTER_RESOURCE_STATE_VERSION_FIELD_NUMBER: _ClassVar[int]
-    last_seen_cluster_resource_state_version: int
-    def __init__(self, last_seen_cluster_resource_state_version: _Optional[int] = ...) -> None: ...
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class GetClusterResourceStateReply(_message.Message):
     __slots__ = ("cluster_resource_state",)
     CLUSTER_RESOURCE_STATE_FIELD_NUMBER: _ClassVar[int]
     cluster_resource_state: ClusterResourceState
     def __init__(self, cluster_resource_state: _Optional[_Union[ClusterResourceState, _Mapping]] = ...) -> None: ...
-
-class RequestClusterResourceConstraintRequest(_message.Message):
-    __slots__ = ("cluster_resource_constraint",)
-    CLUSTER_RESOURCE_CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
-    cluster_resource_constraint: ClusterResourceConstraint
-    def __init__(self, cluster_resource_constraint: _Optional[_Union[ClusterResourceConstraint, _Mapping]] = ...) -> None: ...
-
-class RequestClusterResourceConstraintReply(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
 
 class ResizeRayletResourceInstancesRequest(_message.Message):
     __slots__ = ("node_id", "resources")

@@ -41,11 +41,6 @@ class AutoscalerStateServiceStub:
                 request_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.SerializeToString,
                 response_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.FromString,
                 _registered_method=True)
-        self.RequestClusterResourceConstraint = channel.unary_unary(
-                '/ray.rpc.autoscaler.AutoscalerStateService/RequestClusterResourceConstraint',
-                request_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.RequestClusterResourceConstraintRequest.SerializeToString,
-                response_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.RequestClusterResourceConstraintReply.FromString,
-                _registered_method=True)
         self.ResizeRayletResourceInstances = channel.unary_unary(
                 '/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances',
                 request_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.SerializeToString,
@@ -64,12 +59,6 @@ class AutoscalerStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def RequestClusterResourceConstraint(self, request, context):
-        """Missing associated documentation comment in .proto file."""
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def ResizeRayletResourceInstances(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -83,11 +72,6 @@ def add_AutoscalerStateServiceServicer_to_server(servicer, server):
                     servicer.GetClusterResourceState,
                     request_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.FromString,
                     response_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.SerializeToString,
-            ),
-            'RequestClusterResourceConstraint': grpc.unary_unary_rpc_method_handler(
-                    servicer.RequestClusterResourceConstraint,
-                    request_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.RequestClusterResourceConstraintRequest.FromString,
-                    response_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.RequestClusterResourceConstraintReply.SerializeToString,
             ),
             'ResizeRayletResourceInstances': grpc.unary_unary_rpc_method_handler(
                     servicer.ResizeRayletResourceInstances,
@@ -124,33 +108,6 @@ class AutoscalerStateService:
             '/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState',
             activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.SerializeToString,
             activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def RequestClusterResourceConstraint(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/ray.rpc.autoscaler.AutoscalerStateService/RequestClusterResourceConstraint',
-            activities_dot_ray__proto_dot_ray__autoscaler__pb2.RequestClusterResourceConstraintRequest.SerializeToString,
-            activities_dot_ray__proto_dot_ray__autoscaler__pb2.RequestClusterResourceConstraintReply.FromString,
             options,
             channel_credentials,
             insecure,

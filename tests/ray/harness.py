@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,12 +82,29 @@ class RayNodeProcess:
     log: Path
     killed: bool = False
 
-    def kill(self) -> None:
-        """Hard-kill the node (Raylet and helpers), like a pod deleted without notice."""
+    def kill(self, timeout: float = 10.0) -> None:
+        """Hard-kill the node (Raylet and helpers), like a pod deleted without notice.
+
+        Never raises for a slow death: if `ray start` outlives its group's SIGKILL by
+        `timeout` (it may have left the group), it is SIGKILLed by pid and waited for
+        once more; if even that does not end it, a warning says so."""
         self.killed = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        try:
+            self.proc.wait(timeout=timeout)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.proc.pid, signal.SIGKILL)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            warnings.warn(
+                f"ray start for {self.pod} (pid {self.proc.pid}) still runs after SIGKILL",
+                stacklevel=2,
+            )
 
 
 @dataclass
@@ -229,9 +247,19 @@ class LocalRayCluster:
                 raise AssertionError(f"ray start for {node.pod} exited with {code}:\n{tail}")
 
     def stop(self) -> None:
+        """Stop every node, even when stopping one fails; then raise what failed."""
+        errors: list[BaseException] = []
         # Workers first, so no Raylet spends its last seconds looking for the GCS.
         for node in reversed(self.nodes):
-            stop_group(node.proc)
+            try:
+                stop_group(node.proc)
+            except BaseException as exc:  # Ctrl-C too: the other nodes still stop
+                exc.add_note(f"while stopping Ray node {node.pod} (pid {node.proc.pid})")
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise BaseExceptionGroup(f"stopping {len(errors)} Ray nodes failed", errors)
 
 
 class Driver:

@@ -262,6 +262,29 @@ def test_bad_input_is_refused_before_anything_is_sent() -> None:
             client.resize_raylet(NODE.hex(), 1, 1e9)
 
 
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ({"CPU": 0, "memory": 1e9}, "must be > 0"),
+        ({"CPU": -1, "memory": 1e9}, "must be > 0"),
+        ({"CPU": math.nan, "memory": 1e9}, "not a finite number"),
+        ({"CPU": 1, "memory": 1e9, "GPU": 1}, "not GPU"),
+    ],
+    ids=["zero", "negative", "nan", "gpu"],
+)
+def test_a_refused_resize_never_reaches_the_gcs(target, message) -> None:
+    """Ray would delete a resource set to 0 or less and accept NaN (RAY_PROTOCOL.md
+    §3(c)), so these must not go out at all: the stand-in counts the resizes it gets."""
+    from sandbox.gcs_standin import GcsStandIn
+
+    with GcsStandIn() as gcs, RayGcsClient(gcs.address, timeout=5) as client:
+        with pytest.raises(RayInvalidArgument, match=message):
+            client.resize_raylet_resources(NODE.hex(), target)
+        assert gcs.resizes == 0
+        client.resize_raylet(NODE.hex(), 1, 1e9)  # the count counts
+        assert gcs.resizes == 1
+
+
 def test_token_comes_from_argument_then_env_then_file(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 
+from activities.ray_gcs import RayGcsClient
 from activities.ray_proto import ray_autoscaler_pb2, ray_rpc_pb2
 from tests.ray.descriptors import compare
 
@@ -64,16 +65,28 @@ def test_our_descriptors_match_the_installed_ray(ray_files) -> None:
     assert compare(ours(), ray_files) == []
 
 
-def test_every_rpc_raysize_calls_is_defined() -> None:
-    services = {
-        f"{f.package}.{s.name}/{m.name}" for f in ours() for s in f.service for m in s.method
+def test_the_protos_define_exactly_the_rpcs_the_client_calls() -> None:
+    defined = {
+        f"/{f.package}.{s.name}/{m.name}" for f in ours() for s in f.service for m in s.method
     }
-    assert {
-        "ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState",
-        "ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances",
-        "ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
-        "ray.rpc.NodeManagerService/ResizeLocalResourceInstances",
-    } <= services
+    with RayGcsClient("127.0.0.1:1") as client:  # builds its calls; sends nothing
+        called = {
+            path
+            for path, _ in (
+                client._get_cluster_resource_state,
+                client._resize_raylet_resource_instances,
+                client._get_all_node_info,
+            )
+        }
+    assert (
+        defined
+        == called
+        == {
+            "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState",
+            "/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances",
+            "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+        }
+    )
 
 
 def _field(files, message: str, field: str):

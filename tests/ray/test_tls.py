@@ -1,8 +1,9 @@
 """Mutual TLS, as Ray's GCS requires with RAY_USE_TLS=1, against a stand-in GCS.
 
 Certificates are made with the `openssl` command. The server certificate names only
-`gcs.internal`, so dialling 127.0.0.1 needs `server_name`, as the TLS section of
-RAY_PROTOCOL.md warns.
+`gcs.internal`, so dialling 127.0.0.1 needs `server_name` (the client),
+`--tls-server-name` or `RAY_TLS_SERVER_NAME` (the CLI and the worker), as the TLS
+section of RAY_PROTOCOL.md warns.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ from pathlib import Path
 
 import grpc
 import pytest
+from typer.testing import CliRunner, Result
 
 from activities.ray_gcs import RayGcsClient, RayUnavailable, TlsConfig
 from activities.ray_proto import ray_autoscaler_pb2 as pb
+from worker.cli import app
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, ["ray", *args])
 
 
 def openssl(*args: str, cwd: Path) -> None:
@@ -89,3 +96,54 @@ def test_a_name_mismatch_or_plaintext_is_unavailable(certs: Path, tls_gcs: str) 
         client.cluster_state()
     with RayGcsClient(tls_gcs, timeout=5) as client, pytest.raises(RayUnavailable):
         client.cluster_state()
+
+
+def test_the_cli_dials_an_ip_not_in_the_certificate_with_tls_server_name(
+    certs: Path, tls_gcs: str
+) -> None:
+    files = (
+        "--tls-ca", str(certs / "ca.crt"),
+        "--tls-cert", str(certs / "client.crt"),
+        "--tls-key", str(certs / "client.key"),
+    )  # fmt: skip
+    named = run("status", "--gcs", tls_gcs, *files, "--tls-server-name", "gcs.internal")
+    assert named.exit_code == 0, named.stderr
+    assert "head-0" in named.stdout
+
+    unnamed = run("status", "--gcs", tls_gcs, *files, "--timeout", "5")
+    assert unnamed.exit_code == 1
+    assert "cannot reach Ray GCS" in unnamed.stderr
+    assert "certificate does not name the address dialled" in unnamed.stderr
+    assert "--tls-server-name or RAY_TLS_SERVER_NAME" in unnamed.stderr
+
+
+def test_rays_tls_settings_and_ray_tls_server_name_from_the_environment(
+    certs: Path, tls_gcs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAY_USE_TLS", "1")
+    monkeypatch.setenv("RAY_TLS_CA_CERT", str(certs / "ca.crt"))
+    monkeypatch.setenv("RAY_TLS_SERVER_CERT", str(certs / "client.crt"))
+    monkeypatch.setenv("RAY_TLS_SERVER_KEY", str(certs / "client.key"))
+
+    unnamed = run("status", "--gcs", tls_gcs, "--timeout", "5")
+    assert unnamed.exit_code == 1, unnamed.stdout
+    # the flag names the server when the environment does not
+    flag = run("status", "--gcs", tls_gcs, "--tls-server-name", "gcs.internal")
+    assert flag.exit_code == 0, flag.stderr
+    assert "head-0" in flag.stdout
+
+    monkeypatch.setenv("RAY_TLS_SERVER_NAME", "gcs.internal")
+    tls = TlsConfig.from_env()
+    assert tls is not None and tls.server_name == "gcs.internal"
+    with RayGcsClient(tls_gcs, tls=tls, timeout=5) as client:
+        assert [n.pod for n in client.cluster_state().nodes] == ["head-0"]
+    env = run("status", "--gcs", tls_gcs)
+    assert env.exit_code == 0, env.stderr
+    assert "head-0" in env.stdout
+
+    # without RAY_USE_TLS there is no TLS, and a server name alone is no TLS either
+    monkeypatch.delenv("RAY_USE_TLS")
+    assert TlsConfig.from_env() is None
+    alone = run("status", "--gcs", tls_gcs, "--tls-server-name", "gcs.internal")
+    assert alone.exit_code == 2
+    assert "--tls-server-name needs TLS" in alone.stderr
