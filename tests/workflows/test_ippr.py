@@ -246,8 +246,9 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
         "max-memory too large",
         raycluster(_ann(max_memory="100000Ei")),
         [
-            "group 'small', max-memory: '100000Ei' is too large (at most 9223372036854775807 "
-            'bytes); use a quantity like "8Gi", "512Mi" or an integer of bytes'
+            "group 'small', max-memory: '100000Ei' is too large; expected a Kubernetes "
+            'quantity of at most 9223372036854775807 bytes; use a quantity like "8Gi", "512Mi" '
+            "or an integer of bytes"
         ],
     ),
     (
