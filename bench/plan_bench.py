@@ -127,7 +127,7 @@ def generate(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
         {"bundles": [{"CPU": 1}] * 3, "strategy": "STRICT_SPREAD", "count": max(1, pods // 200)},
         {"bundles": [{"CPU": 1}] * 2, "strategy": "SPREAD", "count": max(1, pods // 200)},
     ]
-    constraints = [{"shape": {"CPU": 1}, "count": pods // 2}]
+    constraints = [{"shape": {"CPU": 1}, "count": pods // 2}] if pods >= 2 else []
     return {
         "version": 1,
         "name": f"bench-{pods}-{units}",

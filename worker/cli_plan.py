@@ -16,7 +16,7 @@ from rich.table import Table
 from workflows.model import Plan, ResizePolicy, UpscalingMode
 from workflows.planner import plan
 from workflows.resources import CPU, MEMORY, Resources, units_to_float
-from workflows.scenario import ScenarioError, load_scenario, plan_to_json
+from workflows.scenario import ScenarioError, load_scenario, parse_scenario_json, plan_to_json
 
 
 def _read(path: Path) -> object:
@@ -25,7 +25,9 @@ def _read(path: Path) -> object:
     except OSError as exc:
         raise ScenarioError(f"cannot read {path}: {exc.strerror or exc}") from exc
     try:
-        return json.loads(text)
+        return parse_scenario_json(text)
+    except ScenarioError as exc:  # a key given twice
+        raise ScenarioError(f"{path}: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise ScenarioError(
             f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -28,6 +28,7 @@ from workflows.resources import (
     Resources,
     float_to_units,
     quantity_to_units,
+    ray_accepted,
     units_to_float,
 )
 
@@ -106,64 +107,95 @@ def _parse_labels(raw: object) -> dict[str, str]:
     return out
 
 
+def _problem(exc: QuantityError, field: str) -> str:
+    """The message of a conversion error without its `field: ` prefix (ConfigError adds it)."""
+    return str(exc).removeprefix(f"{field}: ")
+
+
 def _group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigError]) -> Resources:
     """The Ray resources a new pod of this group registers with."""
     container = _template_container(group)
     units: dict[str, int] = {}
+    base = "template.spec.containers[0].resources"
     if container is not None:
         resources = container.get("resources") or {}
         for key, rname in (("cpu", CPU), ("memory", MEMORY)):
-            try:
-                size = _size_of(resources, key, rname, f"resources.{key}")
-            except QuantityError as exc:
-                errors.append(
-                    ConfigError(
-                        group=name,
-                        field=f"template.spec.containers[0].resources.{key}",
-                        problem=str(exc),
-                        fix="use a Kubernetes quantity such as 2, 1500m or 8Gi",
+            bad = False
+            for kind in ("requests", "limits"):
+                value = (resources.get(kind) or {}).get(key)
+                if value is None:
+                    continue
+                field = f"{base}.{kind}.{key}"
+                try:
+                    quantity_to_units(value, rname, what=field)
+                except QuantityError as exc:
+                    bad = True
+                    errors.append(
+                        ConfigError(
+                            group=name,
+                            field=field,
+                            problem=_problem(exc, field),
+                            fix="use a Kubernetes quantity such as 2, 1500m or 8Gi",
+                        )
                     )
-                )
-                size = None
+            size = None if bad else _size_of(resources, key, rname, f"{base}.{key}")
             if size is not None:
                 units[rname] = size
         limits = resources.get("limits") or {}
         for key in GPU_KEYS:
             if key in limits:
+                field = f"{base}.limits.{key}"
                 try:
-                    units["GPU"] = quantity_to_units(limits[key], "GPU", what=key)
+                    units["GPU"] = quantity_to_units(limits[key], "GPU", what=field)
                 except QuantityError as exc:
                     errors.append(
                         ConfigError(
                             group=name,
-                            field=f"template.spec.containers[0].resources.limits.{key}",
-                            problem=str(exc),
+                            field=field,
+                            problem=_problem(exc, field),
                             fix="use a whole number of GPUs",
                         )
                     )
     params = group.get("rayStartParams") or {}
     for param, rname in (("num-cpus", CPU), ("num-gpus", "GPU"), ("memory", MEMORY)):
         if param in params:
+            raw = params[param]
+            field = f"rayStartParams.{param}"
             try:
-                units[rname] = float_to_units(float(params[param]), rname, what=param)
-            except (ValueError, QuantityError) as exc:
-                errors.append(
-                    ConfigError(
-                        group=name,
-                        field=f"rayStartParams.{param}",
-                        problem=f"{params[param]!r} is not a number ({exc})",
-                        fix="give a plain number",
+                amount = float(raw)
+            except (TypeError, ValueError):
+                problem = f"{raw!r} is not a number"
+            else:
+                try:
+                    units[rname] = float_to_units(amount, rname, what=field)
+                    continue
+                except QuantityError:
+                    problem = (
+                        f"{raw!r} is {'negative' if amount < 0 else 'out of range'}; "
+                        f"expected {ray_accepted(rname)}"
                     )
-                )
+            errors.append(
+                ConfigError(group=name, field=field, problem=problem, fix='give a number like "2"')
+            )
     if "resources" in params:
+        field = "rayStartParams.resources"
         try:
             for rname, amount in _parse_start_param_resources(params["resources"]).items():
-                units[rname] = float_to_units(amount, rname, what=f"resources.{rname}")
-        except (ValueError, QuantityError) as exc:
+                units[rname] = float_to_units(amount, rname, what=rname)
+        except QuantityError as exc:
             errors.append(
                 ConfigError(
                     group=name,
-                    field="rayStartParams.resources",
+                    field=field,
+                    problem=str(exc),
+                    fix="write it like '{\"custom\": 1}'",
+                )
+            )
+        except ValueError as exc:
+            errors.append(
+                ConfigError(
+                    group=name,
+                    field=field,
                     problem=f"{params['resources']!r} is not a JSON object of numbers ({exc})",
                     fix="write it like '{\"custom\": 1}'",
                 )

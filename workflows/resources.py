@@ -89,7 +89,9 @@ def parse_quantity(value: object, *, what: str = "quantity") -> Decimal:
         try:
             number = Decimal(m.group("num"))
         except InvalidOperation as exc:  # pragma: no cover - the regex admits only digits
-            raise QuantityError(f"{what}: {value!r} is not a quantity") from exc
+            raise QuantityError(
+                f"{what}: {value!r} is not a quantity; expected {_ACCEPTED}"
+            ) from exc
         if m.group("bin"):
             number *= _BINARY[m.group("bin")]
         elif m.group("exp"):
@@ -119,7 +121,8 @@ def quantity_to_units(value: object, name: str, *, what: str | None = None) -> i
     units = int((number * scale_of(name)).to_integral_value(rounding=ROUND_CEILING))
     if units > MAX_UNITS:
         raise QuantityError(
-            f"{label}: {value!r} is too large (at most {MAX_UNITS} {unit_name(name)})"
+            f"{label}: {value!r} is too large; expected a Kubernetes quantity of at most "
+            f"{MAX_UNITS} {unit_name(name)}"
         )
     return units
 
@@ -131,7 +134,9 @@ def unit_name(name: str) -> str:
 def units_to_quantity(units: int, name: str) -> str:
     """Integer units → the canonical Kubernetes quantity string ("1500m", "2", "8Gi")."""
     if units < 0:
-        raise QuantityError(f"{name}: {units} is negative")
+        raise QuantityError(
+            f"{name}: {units} is negative; expected a non-negative number of {unit_name(name)}"
+        )
     if name == CPU:
         return str(units // CPU_SCALE) if units % CPU_SCALE == 0 else f"{units}m"
     if name == MEMORY:
@@ -146,25 +151,40 @@ def units_to_quantity(units: int, name: str) -> str:
     return format(Decimal(units) / scale, "f")
 
 
+def ray_unit(name: str) -> str:
+    """What one Ray float unit of `name` is: cores, bytes, or plain units."""
+    return {CPU: "cores", MEMORY: "bytes"}.get(name, "units")
+
+
+def max_ray_amount(name: str) -> str:
+    """The largest Ray float amount of `name` that fits in `MAX_UNITS`, as exact text."""
+    return format(Decimal(MAX_UNITS) / scale_of(name), "f")
+
+
+def ray_accepted(name: str) -> str:
+    """What a Ray float amount of `name` may be, for error messages."""
+    return f"a non-negative number of {ray_unit(name)}"
+
+
 def float_to_units(value: object, name: str, *, what: str | None = None) -> int:
     """A Ray float amount → integer units; values between two units round up."""
     label = what or name
+    expected = f"expected {ray_accepted(name)}"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise QuantityError(
-            f"{label}: {value!r} is not a number; expected a non-negative number of "
-            f"{'cores' if name == CPU else 'bytes' if name == MEMORY else 'units'}"
-        )
+        raise QuantityError(f"{label}: {value!r} is not a number; {expected}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise QuantityError(f"{label}: {value!r} is not a finite number")
+        raise QuantityError(f"{label}: {value!r} is not a finite number; {expected}")
     if value < 0:
-        raise QuantityError(f"{label}: {value!r} is negative")
+        raise QuantityError(f"{label}: {value!r} is negative; {expected}")
     scaled = value * scale_of(name)
     nearest = round(scaled)
     units = (
         int(nearest) if abs(scaled - nearest) < 1e-6 * max(1.0, abs(scaled)) else math.ceil(scaled)
     )
     if units > MAX_UNITS:
-        raise QuantityError(f"{label}: {value!r} is too large")
+        raise QuantityError(
+            f"{label}: {value!r} is too large; {expected}, at most {max_ray_amount(name)}"
+        )
     return units
 
 
@@ -200,7 +220,9 @@ class Resources(Mapping[str, int]):
     def from_ray(cls, amounts: Mapping[str, object], *, what: str = "resources") -> Resources:
         """From Ray's float map ({"CPU": 2.0, "memory": 2147483648, "GPU": 1})."""
         if not isinstance(amounts, Mapping):
-            raise QuantityError(f"{what}: expected an object of resource name → amount")
+            raise QuantityError(
+                f"{what}: expected an object of resource name → amount, got {amounts!r}"
+            )
         return cls(
             {str(n): float_to_units(v, str(n), what=f"{what}.{n}") for n, v in amounts.items()}
         )

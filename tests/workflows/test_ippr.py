@@ -28,6 +28,22 @@ def container(requests: dict[str, Any] | None = None, **extra: Any) -> dict[str,
     return c
 
 
+QUANTITY = (
+    "expected a non-negative Kubernetes quantity: a number with an optional suffix (m, k, M, "
+    'G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent (e.g. 1e3), like "1500m", "2", "8Gi"'
+)
+
+
+def template(
+    requests: dict[str, Any] | None = None, *, limits: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A worker group's pod template with these requests and limits."""
+    c = container(requests)
+    if limits is not None:
+        c["resources"]["limits"] = limits
+    return {"template": {"spec": {"containers": [c]}}}
+
+
 def raycluster(ippr: object = None, *, worker: dict[str, Any] | None = None) -> dict[str, Any]:
     w = {
         "groupName": "small",
@@ -246,8 +262,9 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
         "max-memory too large",
         raycluster(_ann(max_memory="100000Ei")),
         [
-            "group 'small', max-memory: '100000Ei' is too large (at most 9223372036854775807 "
-            'bytes); use a quantity like "8Gi", "512Mi" or an integer of bytes'
+            "group 'small', max-memory: '100000Ei' is too large; expected a Kubernetes "
+            'quantity of at most 9223372036854775807 bytes; use a quantity like "8Gi", "512Mi" '
+            "or an integer of bytes"
         ],
     ),
     (
@@ -365,10 +382,63 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
             },
         ),
         [
-            "group 'small', template.spec.containers[0].resources.cpu: resources.cpu: 'one' is not "
-            "a quantity; expected a non-negative Kubernetes quantity: a number with an optional "
-            "suffix (m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent (e.g. 1e3), like "
-            '"1500m", "2", "8Gi"; use a Kubernetes quantity such as 2, 1500m or 8Gi'
+            "group 'small', template.spec.containers[0].resources.requests.cpu: 'one' is not a "
+            f"quantity; {QUANTITY}; use a Kubernetes quantity such as 2, 1500m or 8Gi"
+        ],
+    ),
+    (
+        "template limit is garbage",
+        raycluster(GOOD, worker=template(limits={"cpu": "2", "memory": "4 gigs"})),
+        [
+            "group 'small', template.spec.containers[0].resources.limits.memory: '4 gigs' is not "
+            f"a quantity; {QUANTITY}; use a Kubernetes quantity such as 2, 1500m or 8Gi"
+        ],
+    ),
+    (
+        "template request is negative under a valid limit",
+        raycluster(GOOD, worker=template({"cpu": "-1", "memory": "2Gi"}, limits={"cpu": "2"})),
+        [
+            "group 'small', template.spec.containers[0].resources.requests.cpu: '-1' is "
+            f"negative; {QUANTITY}; use a Kubernetes quantity such as 2, 1500m or 8Gi"
+        ],
+    ),
+    (
+        "template request and limit both garbage, without IPPR",
+        raycluster(worker=template({"cpu": "1", "memory": "lots"}, limits={"memory": True})),
+        [
+            "group 'small', template.spec.containers[0].resources.requests.memory: 'lots' is "
+            f"not a quantity; {QUANTITY}; use a Kubernetes quantity such as 2, 1500m or 8Gi",
+            "group 'small', template.spec.containers[0].resources.limits.memory: True is a "
+            f"boolean; {QUANTITY}; use a Kubernetes quantity such as 2, 1500m or 8Gi",
+        ],
+    ),
+    (
+        "GPU limit is garbage",
+        raycluster(GOOD, worker=template(limits={"nvidia.com/gpu": "one"})),
+        [
+            "group 'small', template.spec.containers[0].resources.limits.nvidia.com/gpu: 'one' "
+            f"is not a quantity; {QUANTITY}; use a whole number of GPUs"
+        ],
+    ),
+    (
+        "num-gpus is not a number",
+        raycluster(worker={"rayStartParams": {"num-gpus": "two"}}),
+        ["group 'small', rayStartParams.num-gpus: 'two' is not a number; give a number like \"2\""],
+    ),
+    (
+        "num-gpus is negative",
+        raycluster(worker={"rayStartParams": {"num-gpus": "-1"}}),
+        [
+            "group 'small', rayStartParams.num-gpus: '-1' is negative; expected a non-negative "
+            'number of units; give a number like "2"'
+        ],
+    ),
+    (
+        "custom resource is negative",
+        raycluster(worker={"rayStartParams": {"resources": '{"custom": -1}'}}),
+        [
+            "group 'small', rayStartParams.resources: custom: -1.0 is negative; expected a "
+            "non-negative number of units; write it like '{\"custom\": 1}'"
         ],
     ),
 ]

@@ -1,14 +1,44 @@
-"""Properties of the planner over random scenarios (hypothesis)."""
+"""Properties of the planner over random scenarios (hypothesis).
+
+The properties are checked from the plan alone, as SCENARIO.md writes it (`plan_to_json`:
+launches per group, absolute resize targets, terminations, unplaced counts), never from
+the planner's own placement records. From the plan and the scenario, `final_pods`
+rebuilds the cluster the plan leads to, under the planner's documented capacity model:
+
+- a pod the plan removes is gone;
+- a running pod has the size the plan resizes it to, else the target of a resize in
+  flight (within its suggested maximums), else its total; what it uses now
+  (total - available) stays used;
+- a pending pod and a new pod are empty and count at their group's IPPR maximum (the
+  size they will be grown to once they run), or at the group's size without IPPR.
+
+Then, independently of how the planner decided:
+
+(a) no pod is above its group's IPPR maximum (or suggested maximum), no group above its
+    max_workers, the cluster not above its max_workers, no busy pod removed;
+(b) an exact bin-packing search places, on the rebuilt cluster's free room, as many
+    task/actor units and placement groups as the plan claims placed (all or nothing per
+    group, STRICT_PACK on one pod, STRICT_SPREAD on distinct pods, label and bundle
+    selectors honoured), and on its capacity as many `request_resources` bundles;
+(c) a demand that fits an empty new pod of a group whose maxima (and upscaling mode)
+    still allow one more pod is never left unplaced.
+"""
 
 from __future__ import annotations
 
+import itertools
 import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from workflows.model import (
+    HEAD_GROUP,
     ClusterSnapshot,
+    Constraint,
     Demand,
     Gang,
     GangStrategy,
@@ -20,21 +50,40 @@ from workflows.model import (
     PodView,
     ResizePolicy,
     ResizeState,
+    UpscalingMode,
 )
-from workflows.planner import _Planner, plan
-from workflows.resources import CPU, GIB, MEMORY, Resources
+from workflows.planner import plan
+from workflows.resources import CPU, GIB, MEMORY, Resources, float_to_units
+from workflows.scenario import load_scenario, plan_to_json
+
+PlanJson = dict[str, Any]  # plan_to_json's output: SCENARIO.md's plan format
+GPU = "GPU"
+ACC = "acc"  # a custom resource
+U = 10_000  # units of one GPU / acc
 
 CPU_CHOICES = [250, 500, 1000, 1500, 2000, 3000, 4000]
 MEM_CHOICES = [0, GIB // 2, GIB, 2 * GIB, 3 * GIB]
+SELECTORS: list[dict[str, str]] = [
+    {},
+    {},
+    {},
+    {"zone": "a"},
+    {"zone": "!a"},
+    {"zone": "in(a,b)"},
+    {"zone": "!in(b)"},
+    {"ray.io/node-group": "g0"},
+    {"ray.io/node-group": "in(g1,g2)"},
+    {"rack": "r1"},  # only some existing pods carry a rack label
+]
 
 
 @st.composite
 def scenarios(draw: st.DrawFn, *, caps: bool = True) -> ClusterSnapshot:
-    n_groups = draw(st.integers(1, 3))
     groups: dict[str, GroupSpec] = {}
-    for gi in range(n_groups):
+    for gi in range(draw(st.integers(1, 3))):
         cpu = draw(st.sampled_from([1000, 2000, 4000]))
         mem = draw(st.sampled_from([2 * GIB, 4 * GIB]))
+        extra = draw(st.sampled_from([{}, {}, {GPU: U}, {GPU: 2 * U}, {ACC: 4 * U}]))
         ippr = None
         if draw(st.booleans()):
             ippr = IpprLimits(
@@ -44,22 +93,44 @@ def scenarios(draw: st.DrawFn, *, caps: bool = True) -> ClusterSnapshot:
             )
         groups[f"g{gi}"] = GroupSpec(
             name=f"g{gi}",
-            resources=Resources.of(cpu=cpu, memory=mem),
+            resources=Resources.of(cpu=cpu, memory=mem, **extra),
             min_workers=draw(st.integers(0, 2)) if caps else 0,
-            max_workers=draw(st.one_of(st.none(), st.integers(2, 8))) if caps else None,
+            max_workers=draw(st.one_of(st.none(), st.integers(1, 8))) if caps else None,
             labels={"ray.io/node-group": f"g{gi}", "zone": draw(st.sampled_from(["a", "b"]))},
             ippr=ippr,
         )
     pods: list[PodView] = []
+    if draw(st.booleans()):
+        head_size = Resources.of(cpu=draw(st.sampled_from([0, 1000])), memory=GIB)
+        groups[HEAD_GROUP] = GroupSpec(
+            name=HEAD_GROUP,
+            resources=head_size,
+            labels={"ray.io/node-group": HEAD_GROUP},
+            is_head=True,
+        )
+        pods.append(
+            PodView(
+                name="head",
+                group=HEAD_GROUP,
+                raylet_id="r-head",
+                total=head_size,
+                available=head_size,
+            )
+        )
+    workers = sorted(g for g in groups if g != HEAD_GROUP)
     for i in range(draw(st.integers(0, 8))):
-        gname = draw(st.sampled_from(sorted(groups)))
+        gname = draw(st.sampled_from(workers))
         g = groups[gname]
-        grow = draw(st.sampled_from([0, 1000]))
+        grow = draw(st.sampled_from([0, 0, 1000]))
         total = g.resources + Resources.of(cpu=grow)
         if g.ippr is not None:
-            total = Resources.of(cpu=min(total.cpu, g.ippr.max_cpu), memory=total.memory)
+            total = total.with_amount(CPU, min(total.cpu, g.ippr.max_cpu))
         phase = draw(st.sampled_from([PodPhase.RUNNING, PodPhase.RUNNING, PodPhase.PENDING]))
-        used_cpu = draw(st.integers(0, total.cpu // 250)) * 250
+        used = Resources.of(
+            cpu=draw(st.integers(0, total.cpu // 250)) * 250,
+            memory=draw(st.sampled_from([0, 0, GIB])) if total.memory >= GIB else 0,
+            **{n: draw(st.sampled_from([0, v])) for n, v in total.items() if n in (GPU, ACC)},
+        )
         resize = None
         if g.ippr is not None and phase == PodPhase.RUNNING and draw(st.integers(0, 4)) == 0:
             resize = PodResize(
@@ -67,7 +138,7 @@ def scenarios(draw: st.DrawFn, *, caps: bool = True) -> ClusterSnapshot:
                 memory=g.ippr.max_memory,
                 state=draw(st.sampled_from(list(ResizeState))),
             )
-        suggested = draw(st.one_of(st.none(), st.sampled_from([1500, 2500, 3000])))
+        busy = bool(used)
         pods.append(
             PodView(
                 name=f"p{i}",
@@ -75,123 +146,410 @@ def scenarios(draw: st.DrawFn, *, caps: bool = True) -> ClusterSnapshot:
                 phase=phase,
                 raylet_id=None if phase == PodPhase.PENDING else f"r{i}",
                 total=total,
-                available=total - Resources.of(cpu=used_cpu),
-                idle_s=0 if used_cpu else draw(st.sampled_from([0.0, 10.0, 100.0])),
+                available=total - used,
+                idle_s=0 if busy else draw(st.sampled_from([0.0, 10.0, 100.0])),
+                labels=draw(st.sampled_from([{}, {}, {"rack": "r1"}, {"rack": "r2"}])),
                 resize=resize,
-                suggested_max_cpu=suggested,
+                suggested_max_cpu=draw(st.sampled_from([None, None, None, 1500, 2500, 3000])),
+                suggested_max_memory=draw(st.sampled_from([None, None, None, 3 * GIB])),
                 failed=draw(st.integers(0, 5)) == 0,
             )
         )
+
+    def extras() -> dict[str, int]:
+        return draw(st.sampled_from([{}, {}, {}, {GPU: U // 2}, {GPU: U}, {ACC: U}]))
+
     demands = tuple(
         Demand(
             shape=Resources.of(
-                cpu=draw(st.sampled_from(CPU_CHOICES)), memory=draw(st.sampled_from(MEM_CHOICES))
+                cpu=draw(st.sampled_from(CPU_CHOICES)),
+                memory=draw(st.sampled_from(MEM_CHOICES)),
+                **extras(),
             ),
             count=draw(st.integers(1, 6)),
-            label_selector=draw(st.sampled_from([{}, {}, {"zone": "a"}, {"zone": "!a"}])),
+            label_selector=draw(st.sampled_from(SELECTORS)),
         )
         for _ in range(draw(st.integers(0, 4)))
     )
-    gangs = tuple(
-        Gang(
-            bundles=tuple(
-                Resources.of(cpu=draw(st.sampled_from([500, 1000, 2000])))
-                for _ in range(draw(st.integers(1, 3)))
-            ),
-            strategy=draw(st.sampled_from(list(GangStrategy))),
-            count=draw(st.integers(1, 2)),
+    gangs = []
+    for _ in range(draw(st.integers(0, 2))):
+        n = draw(st.integers(1, 3))
+        bundles = tuple(
+            Resources.of(cpu=draw(st.sampled_from([500, 1000, 2000])), **extras()) for _ in range(n)
         )
-        for _ in range(draw(st.integers(0, 2)))
+        selectors: tuple[dict[str, str], ...] = ()
+        if draw(st.integers(0, 2)) == 0:
+            selectors = tuple(draw(st.sampled_from(SELECTORS)) for _ in range(n))
+        gangs.append(
+            Gang(
+                bundles=bundles,
+                strategy=draw(st.sampled_from(list(GangStrategy))),
+                count=draw(st.integers(1, 2)),
+                bundle_selectors=selectors,
+            )
+        )
+    constraints = tuple(
+        Constraint(
+            shape=Resources.of(cpu=draw(st.sampled_from([1000, 2000, 4000])), **extras()),
+            count=draw(st.integers(1, 4)),
+        )
+        for _ in range(draw(st.integers(0, 2)) if draw(st.booleans()) else 0)
     )
     return ClusterSnapshot(
         groups=groups,
         pods=tuple(pods),
         demands=demands,
-        gangs=gangs,
+        gangs=tuple(gangs),
+        constraints=constraints,
         settings=PlannerSettings(
-            max_workers=draw(st.one_of(st.none(), st.integers(3, 12))) if caps else None,
+            max_workers=draw(st.one_of(st.none(), st.integers(2, 12))) if caps else None,
+            idle_timeout_s=draw(st.sampled_from([0.0, 60.0])),
+            upscaling_mode=draw(st.sampled_from(list(UpscalingMode))),
             resize_policy=draw(st.sampled_from(list(ResizePolicy))),
+            cpu_step=draw(st.sampled_from([500, 1000])),
+            memory_step=draw(st.sampled_from([GIB // 2, GIB])),
         ),
     )
 
+
+# --- the cluster the plan leads to ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FinalPod:
+    name: str  # "<group>#new<i>" for a pod the plan launches
+    group: str
+    phase: PodPhase  # a launched pod is pending
+    labels: Mapping[str, str]
+    size: Resources  # capacity, for request_resources
+    free: Resources  # room for tasks, actors and placement groups
+
+
+def new_pod_size(g: GroupSpec) -> Resources:
+    """An empty new (or pending) pod counts at its IPPR maximum."""
+    size = g.resources
+    if g.ippr is not None:
+        size = size.with_amount(CPU, max(size.cpu, g.ippr.max_cpu))
+        size = size.with_amount(MEMORY, max(size.memory, g.ippr.max_memory))
+    return size
+
+
+def resizes(out: PlanJson) -> dict[str, tuple[int, int]]:
+    """The plan's resize targets: pod → (millicores, bytes)."""
+    return {r["pod"]: (float_to_units(r["cpu"], CPU), r["memory"]) for r in out["resize"]}
+
+
+def final_pods(snap: ClusterSnapshot, out: PlanJson) -> list[FinalPod]:
+    resized = resizes(out)
+    gone = set(out["terminate"])
+    pods: list[FinalPod] = []
+    for p in snap.pods:
+        if p.name in gone:
+            continue
+        g = snap.groups[p.group]
+        labels = {**g.labels, **p.labels}
+        if p.phase == PodPhase.PENDING:
+            size = new_pod_size(g)
+            pods.append(FinalPod(p.name, g.name, p.phase, labels, size, size))
+            continue
+        cpu, mem = p.total.cpu, p.total.memory
+        if p.name in resized:
+            cpu, mem = resized[p.name]
+        elif p.resize is not None and p.resize.state.in_flight:
+            cpu, mem = p.resize.cpu, p.resize.memory
+            if p.suggested_max_cpu is not None:
+                cpu = min(cpu, max(p.suggested_max_cpu, p.total.cpu))
+            if p.suggested_max_memory is not None:
+                mem = min(mem, max(p.suggested_max_memory, p.total.memory))
+        size = p.total.with_amount(CPU, cpu).with_amount(MEMORY, mem)
+        free = (size - (p.total - p.available)).clamp_min(0)
+        pods.append(FinalPod(p.name, g.name, p.phase, labels, size, free))
+    for gname, n in out["launch"].items():
+        g = snap.groups[gname]
+        size = new_pod_size(g)
+        pods.extend(
+            FinalPod(f"{gname}#new{i}", gname, PodPhase.PENDING, g.labels, size, size)
+            for i in range(n)
+        )
+    return pods
+
+
+def selector_ok(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
+    """Ray's label selector syntax ("v", "!v", "in(a,b)", "!in(a,b)"), written again here."""
+    for key, expr in selector.items():
+        negate = expr.startswith("!")
+        body = expr[1:] if negate else expr
+        values = {v.strip() for v in body[3:-1].split(",")} if body.startswith("in(") else {body}
+        if (labels.get(key) in values) == negate:
+            return False
+    return True
+
+
+def launch_room(snap: ClusterSnapshot, pods: Sequence[FinalPod]) -> dict[str, int]:
+    """How many more pods each worker group could get within its maxima (and the
+    Conservative upscaling mode: no more pending pods than running ones)."""
+    workers = [p for p in pods if not snap.groups[p.group].is_head]
+    out: dict[str, int] = {}
+    for g in snap.groups.values():
+        if g.is_head:
+            continue
+        mine = [p for p in workers if p.group == g.name]
+        room = 1 << 30
+        if g.max_workers is not None:
+            room = min(room, g.max_workers - len(mine))
+        if snap.settings.max_workers is not None:
+            room = min(room, snap.settings.max_workers - len(workers))
+        if snap.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
+            running = sum(1 for p in mine if p.phase == PodPhase.RUNNING)
+            room = min(room, max(1, running) - (len(mine) - running))
+        out[g.name] = max(0, room)
+    return out
+
+
+# --- (b) an exact packing search ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Piece:
+    """What goes on one pod: a task/actor unit, a bundle, or a whole STRICT_PACK gang."""
+
+    need: tuple[int, ...]
+    selectors: tuple[Mapping[str, str], ...] = ()
+    spread: int = -1  # consecutive pieces with the same id >= 0 go to distinct pods
+
+
+Bin = tuple[Mapping[str, str], tuple[int, ...]]  # labels, room
+
+
+class SearchTooLong(Exception):
+    pass
+
+
+def can_pack(
+    bins: Sequence[Bin],
+    required: Sequence[Piece],
+    optional: Sequence[Piece],
+    at_least: int,
+    budget: int = 300_000,
+) -> bool:
+    """Can every required piece and at least `at_least` optional ones be placed?
+    Depth-first, best fit first, identical pods tried once, failed states remembered."""
+    pieces = [*required, *optional]
+    ok = [
+        [all(selector_ok(s, labels) for s in pc.selectors) for labels, _ in bins] for pc in pieces
+    ]
+    scale = [
+        max([1, *(room[k] for _, room in bins)]) for k in range(len(bins[0][1]) if bins else 0)
+    ]
+    n_req, may_skip = len(required), len(optional) - at_least
+    failed: set[tuple[object, ...]] = set()
+    nodes = 0
+
+    def go(i: int, free: tuple[tuple[int, ...], ...], skipped: int, spread: frozenset[int]) -> bool:
+        nonlocal nodes
+        if i == len(pieces):
+            return True
+        key = (i, free, skipped, spread)
+        if key in failed:
+            return False
+        nodes += 1
+        if nodes > budget:
+            raise SearchTooLong
+        piece = pieces[i]
+        together = (
+            i + 1 < len(pieces) and piece.spread >= 0 and pieces[i + 1].spread == piece.spread
+        )
+        options = []
+        for b, (labels, _) in enumerate(bins):
+            room = free[b]
+            if (
+                ok[i][b]
+                and b not in spread
+                and all(r >= a for r, a in zip(room, piece.need, strict=True))
+            ):
+                after = tuple(r - a for r, a in zip(room, piece.need, strict=True))
+                slack = sum(r / s for r, s in zip(after, scale, strict=True))
+                options.append((slack, b, after, (room, tuple(sorted(labels.items())))))
+        options.sort(key=lambda o: (o[0], o[1]))
+        tried = set()
+        for _, b, after, twin in options:
+            if twin in tried:
+                continue
+            tried.add(twin)
+            nxt = (*free[:b], after, *free[b + 1 :])
+            if go(i + 1, nxt, skipped, spread | {b} if together else frozenset()):
+                return True
+        if i >= n_req and skipped < may_skip and go(i + 1, free, skipped + 1, frozenset()):
+            return True
+        failed.add(key)
+        return False
+
+    if at_least > len(optional):
+        return False
+    return go(0, tuple(room for _, room in bins), 0, frozenset())
+
+
+def gang_pieces(
+    gang: Gang, vec: Callable[[Mapping[str, int]], tuple[int, ...]], tag: int
+) -> list[Piece]:
+    sels = [
+        gang.bundle_selectors[i] if i < len(gang.bundle_selectors) else {}
+        for i in range(len(gang.bundles))
+    ]
+    if gang.strategy == GangStrategy.STRICT_PACK:
+        return [Piece(vec(sum(gang.bundles, Resources())), tuple(sels))]
+    spread = tag if gang.strategy == GangStrategy.STRICT_SPREAD else -1
+    # PACK and SPREAD are best effort in Ray: any pods will do
+    return [Piece(vec(b), (s,), spread) for b, s in zip(gang.bundles, sels, strict=True)]
+
+
+def check_packing(snap: ClusterSnapshot, out: PlanJson) -> None:
+    pods = final_pods(snap, out)
+    names = sorted(
+        {n for p in pods for n in p.size}
+        | {n for d in snap.demands for n in d.shape}
+        | {n for c in snap.constraints for n in c.shape}
+        | {n for g in snap.gangs for b in g.bundles for n in b}
+    )
+
+    def vec(r: Mapping[str, int]) -> tuple[int, ...]:
+        return tuple(r.get(n, 0) for n in names)
+
+    ref = [max([1, *(p.size.get(n, 0) for p in pods)]) for n in names]
+
+    def largest_first(pieces: list[Piece]) -> list[Piece]:
+        return sorted(pieces, key=lambda pc: -sum(a / r for a, r in zip(pc.need, ref, strict=True)))
+
+    unplaced = out["infeasible"]
+    assert unplaced["constraints"] <= sum(c.count for c in snap.constraints)
+    assert unplaced["demands"] <= sum(d.count for d in snap.demands)
+    assert unplaced["gangs"] <= sum(g.count for g in snap.gangs)
+    # request_resources bundles: on capacity
+    bundles = largest_first([Piece(vec(c.shape)) for c in snap.constraints for _ in range(c.count)])
+    placed = len(bundles) - unplaced["constraints"]
+    capacity = [(p.labels, vec(p.size)) for p in pods]
+    assert can_pack(capacity, [], bundles, placed), (
+        f"the plan's capacity cannot hold the {placed} requested bundle(s) it claims to give"
+    )
+    # placement groups, then tasks and actors: on free room
+    room = [(p.labels, vec(p.free)) for p in pods]
+    units = largest_first(
+        [Piece(vec(d.shape), (d.label_selector,)) for d in snap.demands for _ in range(d.count)]
+    )
+    placed_units = len(units) - unplaced["demands"]
+    gangs = [g for g in snap.gangs for _ in range(g.count)]
+    placed_gangs = len(gangs) - unplaced["gangs"]
+    for chosen in itertools.combinations(range(len(gangs)), placed_gangs):
+        required = [pc for k, i in enumerate(chosen) for pc in gang_pieces(gangs[i], vec, k)]
+        if can_pack(room, required, units, placed_units):
+            return
+    raise AssertionError(
+        f"the plan's free room cannot hold the {placed_gangs} placement group(s) and "
+        f"{placed_units} task/actor unit(s) it claims placed"
+    )
+
+
+# --- the properties ------------------------------------------------------------------------
 
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPS
 @given(scenarios())
-def test_never_above_a_group_global_or_ippr_maximum(snap: ClusterSnapshot) -> None:
-    p = plan(snap)
+def test_a_never_above_a_group_global_or_ippr_maximum(snap: ClusterSnapshot) -> None:
+    out = plan_to_json(plan(snap))
     pods = {x.name: x for x in snap.pods}
-    for r in p.resize:
-        pod = pods[r.pod]
-        g = snap.groups[r.group]
-        assert g.ippr is not None
-        if r.shrinks:
-            assert (r.cpu, r.memory) == (
+    for name, (cpu, mem) in resizes(out).items():
+        pod = pods[name]
+        g = snap.groups[pod.group]
+        assert name not in out["terminate"]
+        if cpu < pod.total.cpu or mem < pod.total.memory:  # an idle pod back to its size
+            assert (cpu, mem) == (
                 min(pod.total.cpu, g.resources.cpu),
                 min(pod.total.memory, g.resources.memory),
             )
+            assert pod.idle_s >= snap.settings.idle_timeout_s and pod.idle_s > 0
             continue
-        assert pod.resize is None and not pod.failed and pod.phase == PodPhase.RUNNING
-        assert r.cpu <= max(g.ippr.max_cpu, pod.total.cpu)
-        assert r.memory <= max(g.ippr.max_memory, pod.total.memory)
+        assert g.ippr is not None, "a group without IPPR was resized"
+        assert pod.resize is None and not pod.failed, "a resize over one in flight or failed"
+        assert pod.phase == PodPhase.RUNNING and pod.raylet_id is not None
+        assert cpu <= max(g.ippr.max_cpu, pod.total.cpu)
+        assert mem <= max(g.ippr.max_memory, pod.total.memory)
         if pod.suggested_max_cpu is not None:
-            assert r.cpu <= max(pod.suggested_max_cpu, pod.total.cpu)
-        assert r.cpu >= pod.total.cpu and r.memory >= pod.total.memory
-    terminated = {t.pod for t in p.terminate}
+            assert cpu <= max(pod.suggested_max_cpu, pod.total.cpu)
+        if pod.suggested_max_memory is not None:
+            assert mem <= max(pod.suggested_max_memory, pod.total.memory)
+    final = final_pods(snap, out)
     for g in snap.groups.values():
-        if g.is_head or g.max_workers is None:
+        if g.is_head:
+            assert g.name not in out["launch"]
+            continue
+        if g.max_workers is None:
             continue
         before = sum(1 for x in snap.pods if x.group == g.name)
-        after = before - sum(1 for x in snap.pods if x.group == g.name and x.name in terminated)
-        after += p.launch_by_group.get(g.name, 0)
+        after = sum(1 for x in final if x.group == g.name)
+        # busy pods above a lowered maximum stay; then nothing more is launched
         assert after <= max(g.max_workers, before)
-        if p.launch_by_group.get(g.name):
+        if out["launch"].get(g.name):
             assert after <= g.max_workers
     cap = snap.settings.max_workers
-    if cap is not None and p.launch:
-        workers = sum(1 for x in snap.pods if not snap.groups[x.group].is_head)
-        assert workers - len(terminated) + sum(p.launch_by_group.values()) <= cap
-    for t in p.terminate:
-        pod = pods[t.pod]
+    if cap is not None and out["launch"]:
+        assert sum(1 for x in final if not snap.groups[x.group].is_head) <= cap
+    for name in out["terminate"]:
+        pod = pods[name]
+        assert not snap.groups[pod.group].is_head, "the head pod was removed"
         assert pod.phase == PodPhase.PENDING or pod.idle_s > 0, "a busy pod was removed"
 
 
 @PROPS
 @given(scenarios())
-def test_never_more_placed_on_a_pod_than_it_holds(snap: ClusterSnapshot) -> None:
-    planner = _Planner(snap)
-    p = planner.run()
-    resized = {r.pod: r for r in p.resize}
-    groups = snap.groups
-    for b in planner.free_bins:
-        placed: dict[str, int] = {}
-        for (_, shape), n in b.placed.items():
-            for i, a in shape:
-                name = planner.names[i]
-                placed[name] = placed.get(name, 0) + a * n
-        if b.pod is None or b.pod.phase == PodPhase.PENDING:
-            g = groups[b.group.name]
-            room = dict(g.resources)
-            if g.ippr is not None:
-                room[CPU] = max(room.get(CPU, 0), g.ippr.max_cpu)
-                room[MEMORY] = max(room.get(MEMORY, 0), g.ippr.max_memory)
-        else:
-            pod = b.pod
-            room = dict(pod.available)
-            target = resized.get(pod.name)
-            if target is not None and not target.shrinks:
-                room[CPU] = room.get(CPU, 0) + target.cpu - pod.total.cpu
-                room[MEMORY] = room.get(MEMORY, 0) + target.memory - pod.total.memory
-            elif pod.resize is not None and pod.resize.state.in_flight:
-                cpu = pod.resize.cpu
-                if pod.suggested_max_cpu is not None:
-                    cpu = min(cpu, max(pod.suggested_max_cpu, pod.total.cpu))
-                room[CPU] = max(0, room.get(CPU, 0) + cpu - pod.total.cpu)
-                room[MEMORY] = max(0, room.get(MEMORY, 0) + pod.resize.memory - pod.total.memory)
-        for name, amount in placed.items():
-            assert amount <= room.get(name, 0), (b.key, name, amount, room)
+def test_b_the_plans_capacity_holds_everything_it_claims_placed(snap: ClusterSnapshot) -> None:
+    check_packing(snap, plan_to_json(plan(snap)))
+
+
+# Found by (c): the plan removes an idle pod, which makes room under the cluster's
+# max_workers, yet leaves the demand that a pod of the other group would take unplaced
+# (it would be launched a tick later, once the removal is seen).
+IDLE_POD_REMOVED_BUT_ROOM_UNUSED = load_scenario(
+    {
+        "version": 1,
+        "max_workers": 1,
+        "idle_timeout_s": 60,
+        "groups": {"small": {"resources": {"CPU": 1}}, "big": {"resources": {"CPU": 2}}},
+        "pods": [
+            {"name": "s0", "group": "small", "raylet_id": "r0", "total": {"CPU": 1}, "idle_s": 100}
+        ],
+        "demands": [{"shape": {"CPU": 2}}],
+    }
+)
+
+
+@PROPS
+@example(IDLE_POD_REMOVED_BUT_ROOM_UNUSED)
+@given(st.one_of(scenarios(), scenarios(caps=False)))
+def test_c_what_fits_a_new_pod_with_room_to_launch_is_never_left(snap: ClusterSnapshot) -> None:
+    out = plan_to_json(plan(snap))
+    room = launch_room(snap, final_pods(snap, out))
+    open_groups = [g for g in snap.groups.values() if room.get(g.name, 0) > 0]
+
+    def fits_a_new_pod(need: Resources, selectors: Sequence[Mapping[str, str]]) -> bool:
+        return any(
+            need.fits(new_pod_size(g)) and all(selector_ok(s, g.labels) for s in selectors)
+            for g in open_groups
+        )
+
+    # the plan says how many units were left, not which: every unit that fits a new pod
+    # must have been placed, so no more are left than units that fit none
+    fit_none = sum(d.count for d in snap.demands if not fits_a_new_pod(d.shape, [d.label_selector]))
+    assert out["infeasible"]["demands"] <= fit_none, (out, room)
+    # a PACK / STRICT_PACK placement group that fits one new pod whole
+    whole_none = sum(
+        g.count
+        for g in snap.gangs
+        if g.strategy not in (GangStrategy.PACK, GangStrategy.STRICT_PACK)
+        or not fits_a_new_pod(sum(g.bundles, Resources()), list(g.bundle_selectors))
+    )
+    assert out["infeasible"]["gangs"] <= whole_none, (out, room)
 
 
 @PROPS
@@ -206,34 +564,3 @@ def test_same_input_gives_the_same_plan_whatever_the_order(
     shuffled = snap.model_copy(update={"pods": tuple(pods), "demands": tuple(demands)})
     assert plan(snap) == plan(snap)
     assert plan(shuffled) == plan(snap)
-
-
-@PROPS
-@given(scenarios(caps=False))
-def test_every_satisfiable_demand_is_satisfied_by_the_plans_capacity(
-    snap: ClusterSnapshot,
-) -> None:
-    """With no caps, a demand that fits some group's pod at its maximum is never left."""
-
-    def fits_some_group(shape: Resources, selector: dict[str, str]) -> bool:
-        from workflows.planner import selector_matches
-
-        for g in snap.groups.values():
-            room = dict(g.resources)
-            if g.ippr is not None:
-                room[CPU] = max(room.get(CPU, 0), g.ippr.max_cpu)
-                room[MEMORY] = max(room.get(MEMORY, 0), g.ippr.max_memory)
-            if shape.fits(room) and selector_matches(selector, g.labels):
-                return True
-        return False
-
-    feasible = all(fits_some_group(d.shape, d.label_selector) for d in snap.demands)
-    p = plan(snap)
-    if feasible:
-        assert p.infeasible.demands == 0, p.notes
-    gangs_ok = all(
-        fits_some_group(Resources(sum((b for b in gang.bundles), Resources())), {})
-        for gang in snap.gangs
-    )
-    if gangs_ok:
-        assert p.infeasible.gangs == 0, p.notes
