@@ -687,7 +687,6 @@ class _Planner:
     def run(self) -> Plan:
         self.enforce_min()
         self.enforce_max()
-        infeasible = Infeasible()
 
         # constraints: on capacity
         cbins = self.pod_bins(capacity_view=True)
@@ -698,9 +697,6 @@ class _Planner:
         self.place_items(c_items, cbins, grow=False)
         self.place_items(c_items, cbins, grow=True)
         self.launch_for_items(c_items, cbins)
-        left_c = sum(it.remaining for it in c_items)
-        if left_c:
-            self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
 
         # demands: on free room; growth and launches from the constraints carry over
         dbins = self.pod_bins(capacity_view=False)
@@ -734,7 +730,6 @@ class _Planner:
         unique = [list(t) for t in sorted({tuple(t) for t in registered})]
         growable = {id(g): self._fits_totals(g, unique) for g in self.snap.gangs}
 
-        gangs_left = 0
         pending_gangs: list[tuple[Gang, int]] = []
         for gang in self.snap.gangs:
             left = gang.count
@@ -752,12 +747,39 @@ class _Planner:
                 left -= 1
             pending_gangs[i] = (gang, left)
         self.place_items(d_items, dbins, grow=True)
-        for gang, left in pending_gangs:
+        for i, (gang, left) in enumerate(pending_gangs):
             grow = growable[id(gang)]
             while left and self.place_gang(gang, dbins, grow=grow, launch=True):
                 left -= 1
-            gangs_left += left
+            pending_gangs[i] = (gang, left)
         self.launch_for_items(d_items, dbins)
+
+        self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
+        resizes = self._resizes(cbins, dbins)
+        removed = len(self.terminate)
+        self._idle(dbins, cbins, resizes)
+        waiting = any(it.remaining for it in (*c_items, *d_items)) or any(
+            left for _, left in pending_gangs
+        )
+        if len(self.terminate) > removed and waiting:
+            # the idle pods removed made room under the maxima: launch for what is still
+            # waiting now, not a tick later once the removal is seen
+            # (on new pods and pods that stay: never on a pod this plan removes)
+            planned = len(cbins)
+            self.launch_for_items(c_items, cbins)
+            dbins.extend(self.new_bins(cb.group, 1)[0] for cb in cbins[planned:])
+            live = [b for b in dbins if b.pod is None or b.pod.name not in self.terminate]
+            known = len(live)
+            for i, (gang, left) in enumerate(pending_gangs):
+                while left and self.place_gang(gang, live, grow=False, launch=True):
+                    left -= 1
+                pending_gangs[i] = (gang, left)
+            self.launch_for_items(d_items, live)
+            dbins.extend(live[known:])
+        left_c = sum(it.remaining for it in c_items)
+        if left_c:
+            self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
+        gangs_left = sum(left for _, left in pending_gangs)
         left_d = sum(it.remaining for it in d_items)
         if gangs_left:
             self.notes.append(f"{gangs_left} placement group(s) cannot be placed")
@@ -769,10 +791,6 @@ class _Planner:
             )
             self.notes.append(f"cannot place: {shapes}")
         infeasible = Infeasible(demands=left_d, gangs=gangs_left, constraints=left_c)
-
-        self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
-        resizes = self._resizes(cbins, dbins)
-        self._idle(dbins, cbins, resizes)
         return Plan(
             launch=tuple(
                 LaunchAction(

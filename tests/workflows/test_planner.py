@@ -419,6 +419,28 @@ def test_idle_pod_with_work_to_take_is_kept() -> None:
     assert p.is_empty
 
 
+def test_room_freed_by_an_idle_removal_is_used_in_the_same_plan() -> None:
+    """The cluster is at max_workers; its idle 1-CPU pod cannot take the 2-CPU demand
+    (no IPPR), a pod of the other group can: remove the idle one and launch that one now,
+    not a tick later."""
+    small = group("small", max_cpu=None)
+    big = group("big", max_cpu=None, cpu=2, mem_gib=4)
+    capped = PlannerSettings(max_workers=1)
+    p = plan(
+        snapshot([small, big], [pod("s0", "small", idle_s=100)], [(res(2), 1)], settings=capped)
+    )
+    assert [t.pod for t in p.terminate] == ["s0"]
+    assert p.launch_by_group == {"big": 1}
+    assert p.infeasible.demands == 0
+    # a pod the plan removes never takes work: a gang is planned on the new pod alone
+    gang = Gang(bundles=(res(1), res(1)), strategy=GangStrategy.PACK)
+    snap = snapshot([small, big], [pod("s0", "small", idle_s=100)], settings=capped)
+    p = plan(snap.model_copy(update={"gangs": (gang,)}))
+    assert [t.pod for t in p.terminate] == ["s0"]
+    assert p.launch_by_group == {"big": 1}
+    assert p.infeasible.gangs == 0
+
+
 # --- upscaling modes -----------------------------------------------------------------------
 
 

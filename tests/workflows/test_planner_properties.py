@@ -27,6 +27,7 @@ Then, independently of how the planner decided:
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -287,7 +288,7 @@ def selector_ok(selector: Mapping[str, str], labels: Mapping[str, str]) -> bool:
 
 def launch_room(snap: ClusterSnapshot, pods: Sequence[FinalPod]) -> dict[str, int]:
     """How many more pods each worker group could get within its maxima (and the
-    Conservative upscaling mode: no more pending pods than running ones)."""
+    Conservative upscaling mode: no more pending worker pods than connected ones)."""
     workers = [p for p in pods if not snap.groups[p.group].is_head]
     out: dict[str, int] = {}
     for g in snap.groups.values():
@@ -300,8 +301,10 @@ def launch_room(snap: ClusterSnapshot, pods: Sequence[FinalPod]) -> dict[str, in
         if snap.settings.max_workers is not None:
             room = min(room, snap.settings.max_workers - len(workers))
         if snap.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
-            running = sum(1 for p in mine if p.phase == PodPhase.RUNNING)
-            room = min(room, max(1, running) - (len(mine) - running))
+            # KubeRay: pending worker pods ≤ connected ones, over all groups; one at first
+            connected = {p.name for p in snap.pods if p.phase == PodPhase.RUNNING and p.raylet_id}
+            running = sum(1 for p in workers if p.name in connected)
+            room = min(room, max(1, running) - (len(workers) - running))
         out[g.name] = max(0, room)
     return out
 
@@ -451,7 +454,11 @@ def check_packing(snap: ClusterSnapshot, out: PlanJson) -> None:
 
 # --- the properties ------------------------------------------------------------------------
 
-PROPS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPS = settings(
+    max_examples=int(os.environ.get("RAYSIZE_PROPERTY_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @PROPS
