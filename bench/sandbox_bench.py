@@ -1,16 +1,24 @@
-"""Sandbox benchmark: list 2,000 pods; 1,000 resize patches + status round trips.
+"""Sandbox benchmark: list 2,000 pods; 1,000 resize patches; 1,000 resize round trips.
 
     python -m bench.sandbox_bench
 
 The sandbox runs as `raysize sandbox up` in its own process (as in the demo and the
-orchestration benchmarks), and this process talks to it with the real `kubernetes`
-client over HTTP, as raysize's activities do. The sandbox's process group is stopped at
-the end, whatever happens.
+orchestration benchmarks), with the kubelet actuating at once (`--actuation-delay 0`),
+and this process talks to it with the real `kubernetes` client over HTTP, as raysize's
+activities do. Each figure is printed next to its target, then a `verdict` line (exit
+code 1 if a target is missed). The one target set for the sandbox is > 500 resize patch
+requests/s; the other figures have none, and say so.
+
+A round trip is a resize patch, then status reads until the kubelet reports that resize
+done (`containerStatuses[].resources` has the new value, no PodResizePending or
+PodResizeInProgress): what a resize costs a client that waits for it. The sandbox's
+process group is stopped at the end, whatever happens.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import subprocess
@@ -28,6 +36,9 @@ from sandbox.rayprocs import free_port
 
 PODS = 2000
 PATCHES = 1000
+TRIPS = 1000
+PATCH_TARGET = 500.0  # resize patch requests/s
+NO_TARGET = "no target set"
 
 
 def pod(i: int) -> dict[str, object]:
@@ -72,15 +83,30 @@ def timed(n: int, threads: int, fn: Callable[[int], object]) -> tuple[float, lis
     return time.perf_counter() - started, latencies
 
 
-def report(label: str, n: int, total: float, latencies: list[float], unit: str) -> None:
+def line(label: str, figure: str, target: str) -> None:
+    print(f"{label:<40} {figure:<50} target: {target}")
+
+
+def rate_figure(n: int, total: float, latencies: list[float], unit: str) -> str:
     lat = sorted(latencies)
-    print(
-        f"{label:<46} {total:6.2f} s  {n / total:6.0f} {unit}  "
-        f"p50 {lat[len(lat) // 2] * 1000:5.1f} ms  p99 {lat[int(0.99 * len(lat))] * 1000:5.1f} ms"
+    return (
+        f"{n / total:5.0f} {unit} ({total:5.2f} s, p50 {lat[len(lat) // 2] * 1000:4.1f} ms, "
+        f"p99 {lat[int(0.99 * len(lat))] * 1000:5.1f} ms)"
     )
 
 
-def run(kubeconfig: str) -> None:
+def resized(body: bytes, cpu: str) -> bool:
+    """The kubelet reports the resize to `cpu` done: applied, and no resize condition."""
+    status = json.loads(body)["status"]
+    applied = status["containerStatuses"][0].get("resources", {}).get("limits", {}).get("cpu")
+    busy = {"PodResizePending", "PodResizeInProgress"} & {
+        c["type"] for c in status.get("conditions") or []
+    }
+    return applied == cpu and not busy
+
+
+def run(kubeconfig: str) -> bool:
+    """Print every figure next to its target; True if every target is met."""
     api: Any = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     core: Any = client.CoreV1Api(api)
     deadline = time.monotonic() + 30
@@ -97,7 +123,7 @@ def run(kubeconfig: str) -> None:
         2,
         lambda i: raw(core.create_namespaced_pod("default", pod(i), _preload_content=False)),
     )
-    report(f"create {PODS} pods (2 threads)", PODS, total, lat, "req/s")
+    line(f"create {PODS} pods (2 threads)", rate_figure(PODS, total, lat, "req/s"), NO_TARGET)
     while (
         sum(1 for p in core.list_namespaced_pod("default").items if p.status.phase == "Running")
         < PODS
@@ -117,10 +143,11 @@ def run(kubeconfig: str) -> None:
         for _ in range(5)
     ]
     typed = timed(1, 1, lambda _: core.list_namespaced_pod("default", label_selector="app=bench"))
-    print(f"list {PODS} pods, HTTP + JSON body (best of 5)     {min(lists) * 1000:6.1f} ms")
-    print(
-        f"list {PODS} pods, typed V1PodList                  {typed[0] * 1000:6.1f} ms "
-        "(mostly the client building models)"
+    line(f"list {PODS} pods, HTTP + JSON (best of 5)", f"{min(lists) * 1000:6.1f} ms", NO_TARGET)
+    line(
+        f"list {PODS} pods, typed V1PodList",
+        f"{typed[0] * 1000:6.1f} ms (mostly the client's models)",
+        NO_TARGET,
     )
 
     def patch(i: int, cpu: str) -> None:
@@ -139,27 +166,38 @@ def run(kubeconfig: str) -> None:
             )
         )
 
-    def round_trip(i: int) -> None:
-        patch(i, "300m")
-        raw(
-            core.read_namespaced_pod_status(
-                f"bench-{i % PODS:04d}", "default", _preload_content=False
-            )
-        )
+    reads = [0]
+
+    def round_trip(i: int, cpu: str) -> None:
+        patch(i, cpu)
+        name = f"bench-{i % PODS:04d}"
+        give_up = time.monotonic() + 30
+        while True:
+            reads[0] += 1
+            body = raw(core.read_namespaced_pod_status(name, "default", _preload_content=False))
+            if resized(body, cpu):
+                return
+            if time.monotonic() > give_up:
+                raise SystemExit(f"{name}: the kubelet never reported the resize to {cpu} done")
 
     for threads in (1, 2):
-        total, lat = timed(PATCHES, threads, round_trip)
-        report(
-            f"{PATCHES} resize patches + status reads ({threads} thr)",
-            PATCHES,
-            total,
-            lat,
-            "trips/s",
+        reads[0] = 0
+        total, lat = timed(TRIPS, threads, functools.partial(round_trip, cpu=f"{300 + threads}m"))
+        line(
+            f"{TRIPS} resize round trips ({threads} thr)",
+            rate_figure(TRIPS, total, lat, "trips/s"),
+            f"{NO_TARGET} ({reads[0] / TRIPS:.1f} status reads per trip)",
         )
+    rates = {}
     for threads in (1, 2):
-        cpu = f"{310 + threads}m"
-        total, lat = timed(PATCHES, threads, functools.partial(patch, cpu=cpu))
-        report(f"{PATCHES} resize patches ({threads} thr)", PATCHES, total, lat, "patch/s")
+        total, lat = timed(PATCHES, threads, functools.partial(patch, cpu=f"{310 + threads}m"))
+        rates[threads] = PATCHES / total
+        met = "met" if rates[threads] > PATCH_TARGET else "MISSED"
+        line(
+            f"{PATCHES} resize patches ({threads} thr)",
+            rate_figure(PATCHES, total, lat, "patch/s"),
+            f"> {PATCH_TARGET:.0f} patch/s: {met}",
+        )
 
     def done() -> int:
         return sum(
@@ -171,8 +209,21 @@ def run(kubeconfig: str) -> None:
     deadline = time.monotonic() + 60
     while done() < PATCHES and time.monotonic() < deadline:
         time.sleep(0.2)
-    print(f"kubelet actuated {done()}/{PATCHES} of the last resizes")
+    actuated = done()
+    line(
+        "kubelet actuated the last resizes",
+        f"{actuated}/{PATCHES}",
+        f"all {PATCHES}: {'met' if actuated == PATCHES else 'MISSED'}",
+    )
     api.close()
+    best = max(rates, key=lambda t: rates[t])
+    ok = rates[best] > PATCH_TARGET and actuated == PATCHES
+    print(
+        f"verdict: {'PASS' if ok else 'FAIL'} - resize patches {rates[best]:.0f}/s at best "
+        f"({best} thr; target > {PATCH_TARGET:.0f}/s), {actuated}/{PATCHES} actuated, "
+        f"{TRIPS}/{TRIPS} round trips reported done by the kubelet"
+    )
+    return ok
 
 
 def main() -> None:
@@ -206,7 +257,7 @@ def main() -> None:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit("the sandbox did not start")
                 time.sleep(0.05)
-            run(kubeconfig)
+            ok = run(kubeconfig)
         finally:
             os.killpg(server.pid, signal.SIGINT)
             try:
@@ -214,6 +265,8 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
+    if not ok:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ a seeded generator so a failing reliability test can be replayed.
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from dataclasses import dataclass, field
@@ -58,6 +59,84 @@ class FaultRule:
             "times": self.times,
             "injected": self.injected,
         }
+
+
+FAULT_KEYS = ("verb", "resource", "status", "rate", "latency", "disconnect", "times")
+FAULT_SYNTAX = (
+    "expected comma-separated key=value with keys verb, resource, status (409, 429 or 500; "
+    "several as 409|500), rate (0..1), latency (s), disconnect (s), times, "
+    "e.g. 'verb=patch,resource=pods/resize,status=409,rate=0.1'"
+)
+
+
+def parse_fault(text: str) -> FaultRule:
+    """A rule from `verb=patch,resource=pods/resize,status=409,rate=0.1` (the CLI's
+    `--fault`). Raises ValueError with a one-line reason."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise ValueError(f"{part.strip()!r} is not key=value; {FAULT_SYNTAX}")
+        if key not in FAULT_KEYS:
+            raise ValueError(f"unknown key {key!r}; {FAULT_SYNTAX}")
+        if key in fields:
+            raise ValueError(f"{key!r} given twice")
+        fields[key] = value
+
+    def number(key: str, kind: type[float] | type[int]) -> float | int | None:
+        if key not in fields:
+            return None
+        try:
+            value = kind(fields[key])
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value):
+            what = "an integer" if kind is int else "a finite number"
+            raise ValueError(f"{key}={fields[key]!r} is not {what}")
+        return value
+
+    rate, latency = number("rate", float), number("latency", float)
+    disconnect, times = number("disconnect", float), number("times", int)
+    codes: tuple[int, ...] = (500,)
+    if "status" in fields:
+        try:
+            codes = tuple(int(c) for c in fields["status"].split("|"))
+        except ValueError:
+            raise ValueError(f"status={fields['status']!r}: expected codes like 409|500") from None
+    if times is not None and times < 1:
+        raise ValueError(f"times={times}: expected at least 1")
+    if disconnect is not None and disconnect <= 0:
+        raise ValueError(f"disconnect={disconnect}: expected > 0 seconds")
+    if "status" in fields and rate is None:
+        rate = 1.0  # a status alone: every matching request fails
+    rule = FaultRule(
+        verb=fields.get("verb", "*"),
+        resource=fields.get("resource", "*"),
+        error_rate=float(rate or 0.0),
+        codes=codes,
+        latency_s=float(latency or 0.0),
+        watch_disconnect_after_s=None if disconnect is None else float(disconnect),
+        times=None if times is None else int(times),
+    )
+    if not (rule.error_rate or rule.latency_s or rule.watch_disconnect_after_s):
+        raise ValueError("the rule does nothing: give rate/status, latency or disconnect")
+    return rule
+
+
+def describe(rule: FaultRule) -> str:
+    """One line for people: `patch pods/resize: 409 for 10% of requests`."""
+    parts = []
+    if rule.error_rate:
+        codes = "|".join(str(c) for c in rule.codes)
+        parts.append(f"{codes} for {rule.error_rate:.0%} of requests")
+        if rule.times is not None:
+            parts[-1] += f" (at most {rule.times})"
+    if rule.latency_s:
+        parts.append(f"{rule.latency_s:g} s latency")
+    if rule.watch_disconnect_after_s:
+        parts.append(f"watches cut after {rule.watch_disconnect_after_s:g} s")
+    return f"{rule.verb} {rule.resource}: {', '.join(parts)}"
 
 
 @dataclass

@@ -5,8 +5,14 @@ kubelet either sets `PodResizePending` (Deferred or Infeasible, with the kubelet
 messages) or accepts (`allocatedResources` + `PodResizeInProgress`); after the actuation
 delay, `containerStatuses[].resources` take the new values and the condition goes away.
 A memory limit below current usage leaves `PodResizeInProgress` with reason `Error`.
-Deferred resizes are retried, in the kubelet's priority order, when capacity frees up and
-on a ticker.
+Every pod update queues the resize it asks for and retries the whole queue once, in the
+kubelet's order (non-increasing first, priority, Guaranteed, longest pending); so do pods
+added, pods removed, a resize finishing, and a ticker. A pod's requests are those of
+`resourcehelper.PodRequests`: containers plus sidecars (restartable init containers), or
+an init container next to the sidecars before it if that is more; sidecars are resized,
+and reported in `initContainerStatuses`, like containers. A pod whose
+`activeDeadlineSeconds` runs out is Failed and frees its resources without a retry
+trigger (the 1.35 kubelet has no `pod_terminated` trigger).
 
 Memory usage is simulated per pod with the annotation `sandbox.raysize.io/memory-usage`
 (a quantity for every container, or `name=quantity,...`).
@@ -96,9 +102,21 @@ def _amounts(rl: dict[str, Any] | None) -> Amounts:
     return out
 
 
+def _is_sidecar(container: Obj) -> bool:
+    return container.get("restartPolicy") == "Always"
+
+
+def _resizable(pod: Obj) -> list[Obj]:
+    """The containers a resize can change: regular containers and sidecars (restartable
+    init containers); in 1.35 other init containers cannot be resized."""
+    spec = pod.get("spec") or {}
+    sidecars = [c for c in spec.get("initContainers") or [] if _is_sidecar(c)]
+    return [*sidecars, *(spec.get("containers") or [])]
+
+
 def _desired(pod: Obj) -> ContainerAlloc:
     out: ContainerAlloc = {}
-    for c in (pod.get("spec") or {}).get("containers") or []:
+    for c in _resizable(pod):
         res = c.get("resources") or {}
         out[c["name"]] = {
             "requests": _amounts(res.get("requests")),
@@ -107,11 +125,43 @@ def _desired(pod: Obj) -> ContainerAlloc:
     return out
 
 
-def _total_requests(alloc: ContainerAlloc) -> Amounts:
+@dataclass(frozen=True)
+class _InitSlot:
+    """One init container, in order: a sidecar (sized by the allocation) or a run-to-
+    completion init container (its requests cannot change)."""
+
+    name: str
+    sidecar: bool
+    requests: Amounts
+
+
+def _init_layout(pod: Obj) -> tuple[_InitSlot, ...]:
+    return tuple(
+        _InitSlot(
+            c["name"],
+            _is_sidecar(c),
+            {} if _is_sidecar(c) else _amounts((c.get("resources") or {}).get("requests")),
+        )
+        for c in (pod.get("spec") or {}).get("initContainers") or []
+    )
+
+
+def _pod_requests(alloc: ContainerAlloc, init: tuple[_InitSlot, ...] = ()) -> Amounts:
+    """What the pod asks of its node (`resourcehelper.PodRequests`): its containers and
+    sidecars together, or, if larger, what an init container needs next to the sidecars
+    started before it."""
     total: Amounts = {"cpu": 0, "memory": 0}
     for parts in alloc.values():
         for k, v in parts["requests"].items():
             total[k] += v
+    sidecars: Amounts = {"cpu": 0, "memory": 0}
+    for slot in init:
+        if slot.sidecar:
+            for k, v in (alloc.get(slot.name) or {}).get("requests", {}).items():
+                sidecars[k] += v
+        else:
+            for k in total:
+                total[k] = max(total[k], slot.requests.get(k, 0) + sidecars[k])
     return total
 
 
@@ -134,13 +184,21 @@ def _resources_json(parts: dict[str, Amounts]) -> dict[str, Any]:
 class _PodState:
     node: str
     allocated: ContainerAlloc
+    init: tuple[_InitSlot, ...] = ()
     started: bool = False
+    finished: bool = False  # terminal (Failed): holds no resources, takes no resizes
     actuate_at: float | None = None
     last_error: str = ""
-    total: Amounts = field(default_factory=dict)  # allocated requests, summed
+    seen: tuple[Any, ...] | None = None  # spec, labels, annotations at the last update
+    total: Amounts = field(default_factory=dict)  # the pod's allocated requests
+    slots: int = 0  # pods it counts for on its node (as tracked)
 
     def __post_init__(self) -> None:
-        self.total = _total_requests(self.allocated)
+        self.total = _pod_requests(self.allocated, self.init)
+
+    @staticmethod
+    def of(node: str, pod: Obj) -> _PodState:
+        return _PodState(node, _desired(pod), _init_layout(pod))
 
 
 @dataclass(order=True)
@@ -167,7 +225,11 @@ class Kubelet:
         self._pods: dict[tuple[str, str], _PodState] = {}
         self._node_used: dict[str, Amounts] = {}
         self._node_count: dict[str, int] = {}
+        # the queue of resizes to retry (podsWithPendingResizes) and, for its order, when
+        # each pod's PodResizePending condition appeared (the kubelet's in-memory time)
         self._deferred: set[tuple[str, str]] = set()
+        self._pending_since: dict[tuple[str, str], float] = {}
+        self._in_retry = False
         # status changes being collected for one write: (pod key, changes)
         self._batch: tuple[tuple[str, str], list[Callable[[Obj], Obj | None]]] | None = None
         self._unscheduled: set[tuple[str, str]] = set()
@@ -261,9 +323,11 @@ class Kubelet:
             state = self._pods.get(key)
             self._track(key, None)
             self._deferred.discard(key)
+            self._pending_since.pop(key, None)
             self._unscheduled.discard(key)
             if state is not None:
-                self._stop_runtime(event_obj)
+                if not state.finished:
+                    self._stop_runtime(event_obj)
                 self._schedule_pending()
                 self._retry_deferred("pods_removed")
             return
@@ -280,8 +344,32 @@ class Kubelet:
         if state is None:
             self._start_pod(key, pod)
             return
-        self._handle_resize(key, pod, "pod_updated")
+        if state.finished:
+            return
+        seen = (pod.get("spec"), meta.get("labels"), meta.get("annotations"))
+        if seen != state.seen:
+            # An update (HandlePodUpdates), not the kubelet's own status write: queue a
+            # resize the pod asks for (or one it no longer asks for), then retry the queue.
+            state.seen = seen
+            if _desired(pod) != state.allocated or _condition(pod, PENDING) is not None:
+                self._deferred.add(key)
+            self._retry_deferred("pod_updated")
+            self._sync_observed_generation(key)
         self._maybe_actuate(key)
+
+    def _sync_observed_generation(self, key: tuple[str, str]) -> None:
+        """The kubelet reports the generation it synced (KEP-5067), resize or not."""
+        pod = self.store.find("pods", *key)
+        if pod is None:
+            return
+        generation = pod["metadata"].get("generation", 1)
+        if (pod.get("status") or {}).get("observedGeneration") != generation:
+
+            def observed(p: Obj) -> Obj:
+                p["status"]["observedGeneration"] = generation
+                return p
+
+            self._write_status(key, observed)
 
     # --- scheduling and start -------------------------------------------------------------
     def _used(self, node: str, exclude: tuple[str, str] | None = None) -> Amounts:
@@ -300,17 +388,23 @@ class Kubelet:
             used = self._node_used.setdefault(old.node, {"cpu": 0, "memory": 0})
             for k, v in old.total.items():
                 used[k] -= v
-            self._node_count[old.node] = self._node_count.get(old.node, 1) - 1
+            self._node_count[old.node] = self._node_count.get(old.node, 0) - old.slots
         if state is not None:
-            state.total = _total_requests(state.allocated)
+            # a finished pod is no longer active: it holds neither resources nor a pod slot
+            state.total = (
+                {"cpu": 0, "memory": 0}
+                if state.finished
+                else _pod_requests(state.allocated, state.init)
+            )
+            state.slots = 0 if state.finished else 1
             self._pods[key] = state
             used = self._node_used.setdefault(state.node, {"cpu": 0, "memory": 0})
             for k, v in state.total.items():
                 used[k] += v
-            self._node_count[state.node] = self._node_count.get(state.node, 0) + 1
+            self._node_count[state.node] = self._node_count.get(state.node, 0) + state.slots
 
     def _schedule(self, key: tuple[str, str], pod: Obj) -> None:
-        want = _total_requests(_desired(pod))
+        want = _pod_requests(_desired(pod), _init_layout(pod))
         short = {"cpu": 0, "memory": 0}
         for node in self.nodes.values():
             used = self._used(node.name)
@@ -319,7 +413,7 @@ class Kubelet:
             fits_mem = used["memory"] + want["memory"] <= node.memory
             if fits_cpu and fits_mem and count < node.max_pods:
                 self._unscheduled.discard(key)
-                self._track(key, _PodState(node.name, _desired(pod)))
+                self._track(key, _PodState.of(node.name, pod))
 
                 def bind(p: Obj, node_name: str = node.name) -> Obj:
                     p["spec"]["nodeName"] = node_name
@@ -354,7 +448,7 @@ class Kubelet:
         if node is None:
             return  # bound to a node no kubelet here runs
         if key not in self._pods:
-            self._track(key, _PodState(node.name, _desired(pod)))
+            self._track(key, _PodState.of(node.name, pod))
         state = self._pods[key]
         if state.started:
             return
@@ -380,9 +474,8 @@ class Kubelet:
                 "PodScheduled",
             ):
                 _set_condition(p, ctype, "True")
-            statuses = []
-            for c in p["spec"].get("containers") or []:
-                parts = state.allocated[c["name"]]
+
+            def container_status(c: Obj) -> Obj:
                 cs: Obj = {
                     "name": c["name"],
                     "image": c.get("image", ""),
@@ -394,20 +487,90 @@ class Kubelet:
                     "state": {"running": {"startedAt": now}},
                     "lastState": {},
                 }
+                parts = state.allocated.get(c["name"])
+                if parts is None:  # an init container that ran to completion
+                    cs.update(ready=False, started=False)
+                    cs["state"] = {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": now,
+                            "finishedAt": now,
+                            "containerID": cs["containerID"],
+                        }
+                    }
+                    return cs
                 if parts["requests"]:
                     cs["allocatedResources"] = _rl_json(parts["requests"])
                 if node.supports_resize:
                     cs["resources"] = _resources_json(parts)
-                statuses.append(cs)
-            status["containerStatuses"] = statuses
+                return cs
+
+            init = p["spec"].get("initContainers") or []
+            if init:
+                status["initContainerStatuses"] = [container_status(c) for c in init]
+            status["containerStatuses"] = [
+                container_status(c) for c in p["spec"].get("containers") or []
+            ]
             return p
 
         self.store.update("pods", *key, run)
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        if isinstance(deadline, int) and deadline > 0:
+            uid = pod["metadata"]["uid"]
+            self._after(deadline, lambda: self._deadline_exceeded(key, uid))
+        self._retry_deferred("pods_added")
+
+    def _deadline_exceeded(self, key: tuple[str, str], uid: str) -> None:
+        """`activeDeadlineSeconds` ran out: the pod is killed and Failed. Its resources are
+        free at once, but in 1.35 a pod's end is no retry trigger (K8S_RESIZE.md §2: only
+        newer kubelets retry on `pod_terminated`): deferred resizes wait for the ticker."""
+        state = self._pods.get(key)
+        pod = self.store.find("pods", *key)
+        if state is None or state.finished or pod is None or pod["metadata"]["uid"] != uid:
+            return
+        self._stop_runtime(pod)
+        state.finished = True
+        self._track(key, state)
+        self._deferred.discard(key)
+        self._pending_since.pop(key, None)
+        now = now_rfc3339()
+
+        def failed(p: Obj) -> Obj:
+            status = p["status"]
+            status["phase"] = "Failed"
+            status["reason"] = "DeadlineExceeded"
+            status["message"] = "Pod was active on the node longer than the specified deadline"
+            for ctype in ("ContainersReady", "Ready"):
+                _set_condition(p, ctype, "False", "PodFailed")
+            for field_ in ("initContainerStatuses", "containerStatuses"):
+                for cs in status.get(field_) or []:
+                    running = (cs.get("state") or {}).get("running")
+                    if running is None:
+                        continue
+                    cs["ready"] = False
+                    cs["started"] = False
+                    cs["state"] = {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "Error",
+                            "startedAt": running.get("startedAt", now),
+                            "finishedAt": now,
+                            "containerID": cs.get("containerID", ""),
+                        }
+                    }
+            return p
+
+        self._write_status(key, failed)
+        self._schedule_pending()  # the scheduler sees the room; the kubelet's retry does not
 
     def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
-        self._stop_runtime(pod)
+        state = self._pods.get(key)
+        if state is not None and not state.finished:
+            self._stop_runtime(pod)
         self._track(key, None)
         self._deferred.discard(key)
+        self._pending_since.pop(key, None)
         if self.store.find("pods", *key) is not None:
             with contextlib.suppress(ApiError):  # already gone: deleted twice is fine
                 self.store.remove("pods", *key)
@@ -422,25 +585,36 @@ class Kubelet:
             self.errors.append(repr(exc))
 
     # --- resize: allocation (handlePodResourcesResize) --------------------------------------
-    def _handle_resize(self, key: tuple[str, str], pod: Obj, trigger: str) -> None:
+    def _handle_resize(self, key: tuple[str, str], pod: Obj) -> str:
+        """Try to allocate the pod's desired resources: "" (nothing to do), "allocated",
+        "Deferred" or "Infeasible"."""
         state = self._pods.get(key)
-        if state is None or not state.started:
-            return
+        if state is None or not state.started or state.finished:
+            return ""
         node = self.nodes[state.node]
         desired = _desired(pod)
         generation = int(pod["metadata"].get("generation", 1))
         if desired == state.allocated:
-            self._deferred.discard(key)
+            # Nothing (or nothing any more: reverted) to allocate. No event either way.
+            self._pending_since.pop(key, None)
             if _condition(pod, PENDING) is not None:
-                self._write_status(key, lambda p: _remove_condition(p, PENDING))
-            return
+
+                def cleared(p: Obj) -> Obj:
+                    _remove_condition(p, PENDING)
+                    p["status"]["observedGeneration"] = generation
+                    return p
+
+                self._write_status(key, cleared)
+            return ""
         if set(desired) != set(state.allocated):
-            return  # the API server forbids this; nothing to allocate
+            return ""  # the API server forbids this; nothing to allocate
         reason, message = "", ""
+        early = False  # refusals before the admission check record no event (§2, step 2)
         if podlib.MIRROR_ANNOTATION in (pod["metadata"].get("annotations") or {}):
             reason, message = "Infeasible", "In-place resize of static-pods is not supported"
+            early = True
         else:
-            want = _total_requests(desired)
+            want = _pod_requests(desired, state.init)
             for res, cap in (("memory", node.memory), ("cpu", node.cpu)):
                 if want[res] > cap:
                     reason = "Infeasible"
@@ -460,16 +634,14 @@ class Kubelet:
                         )
                         break
         if reason:
-            if reason == "Deferred":
-                self._deferred.add(key)
-            else:
-                self._deferred.discard(key)
             previous = _condition(pod, PENDING)
             changed = (
                 previous is None
                 or previous.get("reason") != reason
                 or previous.get("observedGeneration") != generation
             )
+            if previous is None or key not in self._pending_since:
+                self._pending_since[key] = time.monotonic()
 
             def pending(p: Obj) -> Obj:
                 _set_condition(p, PENDING, "True", reason, message, generation)
@@ -477,17 +649,17 @@ class Kubelet:
                 return p
 
             self._write_status(key, pending)
-            if changed:
+            if changed and not early:
                 self._event(
                     pod,
                     "Warning",
                     f"Resize{reason}",
                     _resize_message(f"Pod resize {reason}", pod, generation, message),
                 )
-            return
+            return reason
 
         # Fits: checkpoint the allocation, then report it in one status write.
-        self._deferred.discard(key)
+        self._pending_since.pop(key, None)
         state.allocated = desired
         self._track(key, state)
         state.last_error = ""
@@ -497,7 +669,7 @@ class Kubelet:
             _remove_condition(p, IN_PROGRESS)
             _set_condition(p, IN_PROGRESS, "True", "", "", generation)
             p["status"]["observedGeneration"] = generation
-            for cs in p["status"].get("containerStatuses") or []:
+            for cs in _statuses(p):
                 parts = desired.get(cs["name"])
                 if parts is not None and parts["requests"]:
                     cs["allocatedResources"] = _rl_json(parts["requests"])
@@ -523,37 +695,45 @@ class Kubelet:
         else:
             start()
             self._after(self.timing.actuation_delay_s, lambda: self._maybe_actuate(key))
-        if self._deferred:
-            self._retry_deferred("pod_updated")  # a shrink may have made room
+        return "allocated"
 
     def _retry_deferred(self, trigger: str) -> None:
+        """`RetryPendingResizes`: one pass over the queued resizes, in the kubelet's order:
+        resizes that do not increase the pod's requests, then higher `spec.priority`, then
+        Guaranteed before Burstable, then the longest pending. Deferred ones stay queued."""
+        if self._in_retry:  # a resize finished inside a pass: retry after it, not within
+            self.call(functools.partial(self._retry_deferred, trigger))
+            return
         if not self._deferred:
             return
         candidates = []
         for key in list(self._deferred):
             pod = self.store.find("pods", *key)
             state = self._pods.get(key)
-            if pod is None or state is None:
+            if pod is None or state is None or state.finished:
                 self._deferred.discard(key)
                 continue
-            grows = any(
-                _total_requests(_desired(pod))[k] > _total_requests(state.allocated)[k]
-                for k in ("cpu", "memory")
-            )
-            qos_rank = 0 if podlib.pod_qos(pod) == "Guaranteed" else 1
-            pending = _condition(pod, PENDING) or {}
+            want = _pod_requests(_desired(pod), state.init)
+            grows = any(want[k] > state.total[k] for k in ("cpu", "memory"))
             candidates.append(
                 (
                     grows,
                     -int((pod.get("spec") or {}).get("priority") or 0),
-                    qos_rank,
-                    str(pending.get("lastTransitionTime", "")),
+                    0 if podlib.pod_qos(pod) == "Guaranteed" else 1,
+                    self._pending_since.get(key, float("inf")),
                     key,
-                    pod,
                 )
             )
-        for *_, key, pod in sorted(candidates, key=lambda c: c[:5]):
-            self._handle_resize(key, pod, trigger)
+        self._in_retry = True
+        try:
+            for *_, key in sorted(candidates):
+                pod = self.store.find("pods", *key)
+                outcome = self._handle_resize(key, pod) if pod is not None else ""
+                if outcome != "Deferred":
+                    self._deferred.discard(key)
+        finally:
+            self._in_retry = False
+        log.debug("retried deferred resizes (%s): %d still deferred", trigger, len(self._deferred))
 
     def _retry_ticker(self) -> None:
         self._retry_deferred("ticker")
@@ -568,11 +748,11 @@ class Kubelet:
     def _maybe_actuate(self, key: tuple[str, str]) -> None:
         state = self._pods.get(key)
         pod = self.store.find("pods", *key)
-        if state is None or pod is None or not state.started:
+        if state is None or pod is None or not state.started or state.finished:
             return
         if state.actuate_at is not None and time.monotonic() < state.actuate_at:
             return
-        actual = _actual(pod)
+        actual = _actual(pod, state.allocated)
         node = self.nodes[state.node]
         if not node.supports_resize or actual is None:
             return
@@ -585,7 +765,7 @@ class Kubelet:
         generation = int(pod["metadata"].get("generation", 1))
         failures = []
         usage = _memory_usage(pod)
-        for c in pod["spec"].get("containers") or []:
+        for c in _resizable(pod):
             name = c["name"]
             new_limit = state.allocated[name]["limits"].get("memory")
             old_limit = (actual.get(name) or {}).get("limits", {}).get("memory")
@@ -635,7 +815,7 @@ class Kubelet:
         allocated = state.allocated
         restarted = {
             c["name"]
-            for c in pod["spec"].get("containers") or []
+            for c in _resizable(pod)
             for res in ("cpu", "memory")
             if _policy(c, res) == "RestartContainer"
             and (actual.get(c["name"]) or {}) != allocated[c["name"]]
@@ -643,7 +823,7 @@ class Kubelet:
         }
 
         def done(p: Obj) -> Obj:
-            for cs in p["status"].get("containerStatuses") or []:
+            for cs in _statuses(p):
                 parts = allocated.get(cs["name"])
                 if parts is not None:
                     cs["resources"] = _resources_json(parts)
@@ -767,9 +947,9 @@ def _resize_message(prefix: str, pod: Obj, generation: int, error: str = "") -> 
     """pkg/kubelet/events/resize.go: `<prefix>: <json>` with the desired container resources."""
     body: dict[str, Any] = {}
     init = [
-        {"name": c["name"], "resources": c.get("resources") or {}}
+        {"name": c["name"], "resources": _sorted_resources(c.get("resources") or {})}
         for c in (pod["spec"].get("initContainers") or [])
-        if c.get("restartPolicy") == "Always"
+        if _is_sidecar(c)
     ]
     if init:
         body["initContainers"] = init
@@ -791,9 +971,19 @@ def _sorted_resources(res: Obj) -> Obj:
     return out
 
 
-def _actual(pod: Obj) -> ContainerAlloc | None:
+def _statuses(pod: Obj) -> list[Obj]:
+    """The pod's container statuses, init containers' first (the dicts themselves)."""
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _actual(pod: Obj, names: ContainerAlloc) -> ContainerAlloc | None:
+    """What the runtime applied to the containers in `names` (None: not reported, the node
+    does not support resize)."""
     out: ContainerAlloc = {}
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+    for cs in _statuses(pod):
+        if cs["name"] not in names:
+            continue
         res = cs.get("resources")
         if res is None:
             return None

@@ -10,6 +10,7 @@ from types import FrameType
 import typer
 
 from sandbox.cluster import Sandbox, SandboxConfig
+from sandbox.faults import describe, parse_fault
 from sandbox.kubelet import KubeletTiming
 from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
@@ -49,6 +50,22 @@ def register(app: typer.Typer) -> None:
         retry_interval: float = typer.Option(
             180.0, "--retry-interval", help="seconds between the kubelet's deferred-resize retries"
         ),
+        fault: list[str] = typer.Option(
+            [],
+            "--fault",
+            metavar="RULE",
+            help=(
+                "inject API faults, repeatable, first match wins: comma-separated key=value "
+                "with verb (get, list, watch, create, update, patch, delete, *), resource "
+                "(pods, pods/resize, pods/status, rayclusters, pods/*, *), status "
+                "(409|429|500), rate (0..1; 1 with a status alone), latency (s), "
+                "disconnect (s: cut watches), times (at most this many errors); e.g. "
+                "'verb=patch,resource=pods/resize,status=409,rate=0.1'"
+            ),
+        ),
+        fault_seed: int = typer.Option(
+            0, "--fault-seed", help="seed of the fault dice (the same seed, the same faults)"
+        ),
     ) -> None:
         """Run the sandbox in the foreground until Ctrl-C."""
         if nodes < 1:
@@ -66,6 +83,12 @@ def register(app: typer.Typer) -> None:
             raise _fail(str(exc)) from None
         if cpu <= 0 or memory <= 0:
             raise _fail("--node-cpu and --node-memory must be positive")
+        rules = []
+        for text in fault:
+            try:
+                rules.append(parse_fault(text))
+            except ValueError as exc:
+                raise _fail(f"--fault {text!r}: {exc}") from None
         config = SandboxConfig(
             nodes=nodes,
             node_cpu=cpu,
@@ -73,6 +96,7 @@ def register(app: typer.Typer) -> None:
             with_ray=with_ray,
             port=port,
             max_pods=max_pods,
+            fault_seed=fault_seed,
             timing=KubeletTiming(
                 actuation_delay_s=actuation_delay,
                 retry_initial_s=min(30.0, retry_interval),
@@ -88,6 +112,8 @@ def register(app: typer.Typer) -> None:
         def on_signal(signum: int, frame: FrameType | None) -> None:
             stop.set()
 
+        for rule in rules:
+            sandbox.faults.add(rule)
         previous = signal.signal(signal.SIGTERM, on_signal)
         try:
             sandbox.start()
@@ -98,7 +124,8 @@ def register(app: typer.Typer) -> None:
                 f"{', Ray processes on' if with_ray else ''})\n"
                 f"  export KUBECONFIG={path}\n"
                 f"  kubectl get nodes; kubectl get raycluster; kubectl get pods\n"
-                f"Ctrl-C stops everything."
+                + "".join(f"  fault: {describe(rule)}\n" for rule in rules)
+                + "Ctrl-C stops everything."
             )
             try:
                 while not stop.wait(0.5):

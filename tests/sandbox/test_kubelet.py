@@ -1,8 +1,15 @@
-"""The kubelet simulator: deferral and retries, infeasibility, actuation delay, errors."""
+"""The kubelet simulator where only the sandbox's knobs can set the scene.
+
+What a real cluster can show too (deferral, retries and their order, the ticker, sidecars,
+conditions and events) is in test_conformance_kubelet.py. Here: a forced retry, the
+actuation delay, simulated memory usage, a node without resize support, scheduling, and a
+static pod's manifest changing on its node.
+"""
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -10,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from sandbox.kubelet import MEMORY_USAGE_ANNOTATION, KubeletTiming, NodeSpec
+from sandbox.pods import MIRROR_ANNOTATION
 from tests.sandbox.conftest import client_for, pod_body, wait_for
 
 GI = 1024**3
@@ -62,50 +70,7 @@ def small(make_sandbox, tmp_path):
     api.close()
 
 
-def test_deferred_resize_completes_when_another_pod_shrinks(small):
-    sb, core = small
-    core.create_namespaced_pod("default", cpu_pod("a", "2"))
-    core.create_namespaced_pod("default", cpu_pod("b", "1"))
-    running(core, "a"), running(core, "b")
-    set_cpu(core, "b", "3")
-    pending = wait_for(lambda: cond(core, "b", "PodResizePending"))
-    assert pending.reason == "Deferred"
-    assert pending.message == (
-        "Node didn't have enough resource: cpu, requested: 3000, used: 2000, capacity: 4000"
-    )
-    time.sleep(0.2)
-    assert actual_cpu(core, "b") == "1"  # still deferred: nothing freed up
-    set_cpu(core, "a", "1")
-    wait_for(lambda: actual_cpu(core, "b") == "3" and cond(core, "b", "PodResizePending") is None)
-    reasons = [
-        e.reason
-        for e in core.list_namespaced_event("default", field_selector="involvedObject.name=b").items
-    ]
-    assert reasons == ["ResizeDeferred", "ResizeStarted", "ResizeCompleted"]
-    assert sb.kubelet.errors == []
-
-
-def test_deferred_resizes_retry_in_priority_order(small):
-    _, core = small
-    core.create_namespaced_pod("default", cpu_pod("big", "3"))
-    low = cpu_pod("low", "500m")
-    high = cpu_pod("high", "500m")
-    high["spec"]["priority"] = 1000
-    core.create_namespaced_pod("default", low)
-    core.create_namespaced_pod("default", high)
-    for name in ("big", "low", "high"):
-        running(core, name)
-    set_cpu(core, "low", "1500m")
-    set_cpu(core, "high", "1500m")
-    wait_for(
-        lambda: cond(core, "low", "PodResizePending") and cond(core, "high", "PodResizePending")
-    )
-    set_cpu(core, "big", "2")  # frees 1 CPU: room for exactly one of them
-    wait_for(lambda: actual_cpu(core, "high") == "1500m")
-    assert cond(core, "low", "PodResizePending").reason == "Deferred"
-
-
-def test_infeasible_resize_stays_pending(small):
+def test_infeasible_resize_is_not_retried(small):
     sb, core = small
     core.create_namespaced_pod("default", cpu_pod("a", "1"))
     running(core, "a")
@@ -122,33 +87,6 @@ def test_infeasible_resize_stays_pending(small):
     time.sleep(0.2)
     assert cond(core, "a", "PodResizePending").reason == "Infeasible"
     assert actual_cpu(core, "a") == "1"
-
-
-def test_memory_is_checked_first_for_capacity(small):
-    _, core = small
-    core.create_namespaced_pod("default", cpu_pod("a", "1"))
-    running(core, "a")
-    core.patch_namespaced_pod_resize(
-        "a",
-        "default",
-        {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "c0",
-                        "resources": {
-                            "requests": {"cpu": "5", "memory": "20Gi"},
-                            "limits": {"cpu": "6", "memory": "21Gi"},
-                        },
-                    }
-                ]
-            }
-        },
-    )
-    pending = wait_for(lambda: cond(core, "a", "PodResizePending"))
-    assert pending.message == (
-        f"Node didn't have enough capacity: memory, requested: {20 * GI}, capacity: {16 * GI}"
-    )
 
 
 def test_actuation_delay_is_respected(make_sandbox, tmp_path):
@@ -229,3 +167,33 @@ def test_unschedulable_pod_waits_for_room(small):
     assert scheduled.message == "0/1 nodes are available: 1 Insufficient cpu."
     core.delete_namespaced_pod("a", "default")
     running(core, "b")
+
+
+def test_static_pod_resize_is_infeasible_without_an_event(small):
+    """The API refuses to resize a mirror pod, so the kubelet only meets such a resize when
+    the static pod's manifest on its node changes: here, the stored pod is changed directly."""
+    sb, core = small
+    body = cpu_pod("static", "1", annotations={MIRROR_ANNOTATION: "0123abcd"})
+    core.create_namespaced_pod("default", body)
+    running(core, "static")
+
+    def manifest_changed(p):
+        for part in ("requests", "limits"):
+            p["spec"]["containers"][0]["resources"][part]["cpu"] = "2"
+        p["metadata"]["generation"] += 1
+        return p
+
+    changed = sb.store.update("pods", "default", "static", manifest_changed)
+    pending = wait_for(lambda: cond(core, "static", "PodResizePending"))
+    assert (pending.status, pending.reason, pending.message) == (
+        "True",
+        "Infeasible",
+        "In-place resize of static-pods is not supported",
+    )
+    assert pending.observed_generation == changed["metadata"]["generation"]
+    barrier = threading.Event()
+    sb.kubelet.call(barrier.set)  # the kubelet is past the resize: any event is recorded
+    assert barrier.wait(10)
+    assert core.list_namespaced_event("default").items == []
+    assert actual_cpu(core, "static") == "1"
+    assert sb.kubelet.errors == []
