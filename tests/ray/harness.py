@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -340,3 +340,39 @@ class Driver:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# A task that holds 1 CPU and 600 MB of the node given as its argument until stdin closes.
+HOLD_ONE_CPU = """
+import json, sys, time
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+ray.init()
+
+@ray.remote(num_cpus=1, memory=600_000_000)
+def hold():
+    time.sleep(3600)
+
+pinned = NodeAffinitySchedulingStrategy(sys.argv[1], soft=False)
+ref = hold.options(scheduling_strategy=pinned).remote()
+print(json.dumps({"event": "submitted"}))
+input()
+"""
+
+
+@contextlib.contextmanager
+def holding_one_cpu(cluster: LocalRayCluster, gcs: RayGcsClient, node_id: str) -> Iterator[Driver]:
+    """A driver whose task holds 1 CPU and 600 MB of `node_id`, once the GCS shows the
+    node's CPU taken; the driver and its task end with the block."""
+    with Driver(cluster, HOLD_ONE_CPU, args=(node_id,)) as driver:
+        driver.expect("submitted")
+        wait_for(
+            lambda: (
+                next(n for n in gcs.cluster_state().nodes if n.node_id == node_id).available.cpu
+                == 0
+            ),
+            timeout=30,
+            what=f"a task to hold the CPU of {node_id[:12]}",
+        )
+        yield driver

@@ -29,7 +29,7 @@ from activities.ray_state import (
     ResourceConstraint,
 )
 from tests.ray.conftest import WORKERS
-from tests.ray.harness import Driver, LocalRayCluster, free_port, wait_for
+from tests.ray.harness import Driver, LocalRayCluster, free_port, holding_one_cpu, wait_for
 from worker.cli import app
 from worker.cli_ray import print_status
 from workflows.model import GangStrategy
@@ -51,22 +51,6 @@ tasks = [two_cpus.remote() for _ in range(3)]
 pack = placement_group([{"CPU": 3}, {"CPU": 1}], strategy="PACK")
 request_resources(num_cpus=6)
 print(json.dumps({"event": "submitted", "pack": pack.id.hex()}))
-input()
-"""
-
-HOLD_ON_NODE = """
-import json, sys, time
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-ray.init()
-
-@ray.remote(num_cpus=1, memory=600_000_000)
-def hold():
-    time.sleep(3600)
-
-ref = hold.options(scheduling_strategy=NodeAffinitySchedulingStrategy(sys.argv[1], soft=False)).remote()
-print(json.dumps({"event": "submitted"}))
 input()
 """
 
@@ -270,15 +254,7 @@ def test_a_resize_below_what_is_in_use_says_it_was_clamped(
     restore_workers: None,
 ) -> None:
     worker = worker_ids["worker-2"]
-    with Driver(cluster, HOLD_ON_NODE, args=(worker,)) as driver:
-        driver.expect("submitted")
-        wait_for(
-            lambda: (
-                next(n for n in gcs.cluster_state().nodes if n.node_id == worker).available.cpu == 0
-            ),
-            timeout=30,
-            what="the task to hold worker-2's CPU",
-        )
+    with holding_one_cpu(cluster, gcs, worker):
         args = ("resize", "--gcs", cluster.address, "--pod", "worker-2")
         result = run(*args, "--cpu", "500m", "--memory", "500M")
         as_json = run(*args, "--cpu", "500m", "--memory", "500M", "--json")

@@ -8,7 +8,7 @@ import pytest
 
 from activities.ray_gcs import RayGcsClient, RayletNotFound
 from tests.ray.conftest import WORKER_MEMORY
-from tests.ray.harness import Driver, LocalRayCluster, wait_for
+from tests.ray.harness import Driver, LocalRayCluster, holding_one_cpu, wait_for
 from workflows.resources import Resources
 
 PENDING_TWO_CPU_TASK = """
@@ -24,23 +24,6 @@ def multiply(x):
 ref = multiply.remote(6)
 print(json.dumps({"event": "submitted"}))
 print(json.dumps({"event": "done", **ray.get(ref)}))
-input()
-"""
-
-HOLD_ON_NODE = """
-import json, sys, time
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-ray.init()
-
-@ray.remote(num_cpus=1, memory=600_000_000)
-def hold():
-    time.sleep(3600)
-
-pinned = NodeAffinitySchedulingStrategy(sys.argv[1], soft=False)
-ref = hold.options(scheduling_strategy=pinned).remote()
-print(json.dumps({"event": "submitted"}))
 input()
 """
 
@@ -81,16 +64,7 @@ def test_downsizing_below_what_is_in_use_returns_the_clamped_totals(
     restore_workers: None,
 ) -> None:
     worker = worker_ids["worker-2"]
-    with Driver(cluster, HOLD_ON_NODE, args=(worker,)) as driver:
-        driver.expect("submitted")
-        wait_for(
-            lambda: (
-                next(n for n in gcs.cluster_state().nodes if n.node_id == worker).available.cpu == 0
-            ),
-            timeout=30,
-            what="the task to hold worker-2's CPU",
-        )
-
+    with holding_one_cpu(cluster, gcs, worker):
         applied = gcs.resize_raylet(worker, 0.5, 500_000_000)
 
         # The Raylet keeps what the task holds: 1 CPU and 600 MB, not what was asked.

@@ -174,6 +174,7 @@ def test_static_pod_resize_is_infeasible_without_an_event(small):
     the static pod's manifest on its node changes: here, the stored pod is changed directly."""
     sb, core = small
     body = cpu_pod("static", "1", annotations={MIRROR_ANNOTATION: "0123abcd"})
+    body["spec"]["nodeName"] = next(iter(sb.kubelet.nodes))  # a mirror pod is bound at birth
     core.create_namespaced_pod("default", body)
     running(core, "static")
 
