@@ -64,7 +64,11 @@ def test_scaling_to_two_starts_two_raylets_and_deleting_one_stops_it(make_sandbo
     )
     with RayGcsClient(address, timeout=5) as gcs:
         types = {n.pod: n.group for n in gcs.nodes(alive_only=True)}
+        totals = {n.pod: n.total for n in gcs.cluster_state().nodes if n.alive}
     assert types[workers[0]] == "small"
+    # each Raylet was started with its pod's size (--num-cpus, --memory): 1 CPU, 1Gi
+    for w in workers:
+        assert (totals[w].cpu, totals[w].memory) == (1000, 1024**3)
 
     victim = workers[0]
     procs = {p.pod: p.proc for p in sb.ray.processes().values()}
