@@ -112,6 +112,17 @@ def _problem(exc: QuantityError, field: str) -> str:
     return str(exc).removeprefix(f"{field}: ")
 
 
+def _template_quantity(
+    value: object, rname: str, group: str, field: str, fix: str, errors: list[ConfigError]
+) -> int | None:
+    """A template quantity in exact units, or None with the error recorded."""
+    try:
+        return quantity_to_units(value, rname, what=field)
+    except QuantityError as exc:
+        errors.append(ConfigError(group=group, field=field, problem=_problem(exc, field), fix=fix))
+        return None
+
+
 def _group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigError]) -> Resources:
     """The Ray resources a new pod of this group registers with."""
     container = _template_container(group)
@@ -126,18 +137,9 @@ def _group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErr
                 if value is None:
                     continue
                 field = f"{base}.{kind}.{key}"
-                try:
-                    quantity_to_units(value, rname, what=field)
-                except QuantityError as exc:
+                fix = "use a Kubernetes quantity such as 2, 1500m or 8Gi"
+                if _template_quantity(value, rname, name, field, fix, errors) is None:
                     bad = True
-                    errors.append(
-                        ConfigError(
-                            group=name,
-                            field=field,
-                            problem=_problem(exc, field),
-                            fix="use a Kubernetes quantity such as 2, 1500m or 8Gi",
-                        )
-                    )
             size = None if bad else _size_of(resources, key, rname, f"{base}.{key}")
             if size is not None:
                 units[rname] = size
@@ -145,17 +147,10 @@ def _group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErr
         for key in GPU_KEYS:
             if key in limits:
                 field = f"{base}.limits.{key}"
-                try:
-                    units["GPU"] = quantity_to_units(limits[key], "GPU", what=field)
-                except QuantityError as exc:
-                    errors.append(
-                        ConfigError(
-                            group=name,
-                            field=field,
-                            problem=_problem(exc, field),
-                            fix="use a whole number of GPUs",
-                        )
-                    )
+                fix = "use a whole number of GPUs"
+                gpus = _template_quantity(limits[key], "GPU", name, field, fix, errors)
+                if gpus is not None:
+                    units["GPU"] = gpus
     params = group.get("rayStartParams") or {}
     for param, rname in (("num-cpus", CPU), ("num-gpus", "GPU"), ("memory", MEMORY)):
         if param in params:
