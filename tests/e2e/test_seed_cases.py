@@ -64,9 +64,11 @@ async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
     pods = {p.metadata.name: cpu_of(p) for p in stack.workers("case2")}
     assert len(pods) == 2  # one grown in place, one launched (and grown)
     assert first[0].metadata.name in pods  # the pod it had was grown, not replaced
-    # each pod grew to what its task needs (which task Ray reports first decides which
-    # one the existing pod takes)
-    assert sorted(pods.values()) == ["2", "4"]
+    # Each pod grows to what its task needs, but Ray, not raysize, decides which pod runs
+    # which task. When the two resizes land together Ray may start the 2-CPU task on the
+    # pod grown to 4; the other pod, grown to 2, is then grown again for the 4-CPU task
+    # (seen in CI). Either way, never past the IPPR maximum of 4.
+    assert sorted(pods.values()) in (["2", "4"], ["4", "4"])
     for name in pods:
         assert (await resize_of(stack, name)).outcome == ResizeOutcome.SUCCEEDED
 
