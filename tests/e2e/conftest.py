@@ -166,6 +166,16 @@ class Stack:
             if not p.metadata.deletion_timestamp
         ]
 
+    async def gcs_address(self, name: str) -> str:
+        """The GCS address of a RayCluster, once the operator has published it."""
+        return await eventually(lambda: self.gcs(name), 60)  # type: ignore[no-any-return]
+
+    async def running_workers(self, name: str) -> list[client.V1Pod]:
+        """The worker pods of a RayCluster, once at least one is Running."""
+        return await eventually(  # type: ignore[no-any-return]
+            lambda: [p for p in self.workers(name) if p.status.phase == "Running"], 60
+        )
+
 
 async def eventually(check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:
     end = time.monotonic() + timeout

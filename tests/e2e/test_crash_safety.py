@@ -100,12 +100,8 @@ async def test_worker_killed_between_pod_patch_and_raylet_sync(
     driver = None
     try:
         stack.create(ippr_cluster("crash"))
-        gcs = await eventually(lambda: stack.gcs("crash"), 60)
-        pod = (
-            await eventually(
-                lambda: [p for p in stack.workers("crash") if p.status.phase == "Running"], 60
-            )
-        )[0].metadata.name
+        gcs = await stack.gcs_address("crash")
+        pod = (await stack.running_workers("crash"))[0].metadata.name
         driver = start_driver(gcs, "2", timeout_s=150)
         # the resize patch has landed (spec says 2 CPUs) and the kubelet is still actuating
         await eventually(
@@ -119,14 +115,20 @@ async def test_worker_killed_between_pod_patch_and_raylet_sync(
         )
         kill(worker)  # SIGKILL: no cleanup, no goodbye
         worker = start_worker(env, log)
-        out, err = await asyncio.to_thread(driver.communicate, timeout=170)
-        assert driver.returncode == 0, err[-2000:]
-        assert out.startswith("ran with 2 CPU")
-        await assert_finished_once(stack, gcs, pod)  # with the new worker still up
+        await _task_ran_and_resize_finished_once(stack, driver, gcs, pod)
     finally:
         if driver is not None:
             stop_driver(driver)
         kill(worker)
+
+
+async def _task_ran_and_resize_finished_once(
+    stack: Stack, driver: subprocess.Popen[str], gcs: str, pod: str
+) -> None:
+    out, err = await asyncio.to_thread(driver.communicate, timeout=170)
+    assert driver.returncode == 0, err[-2000:]
+    assert out.startswith("ran with 2 CPU")
+    await assert_finished_once(stack, gcs, pod)  # with the new worker still up
 
 
 async def assert_finished_once(stack: Stack, gcs: str, pod: str) -> None:
@@ -198,13 +200,9 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
     driver = None
     try:
         stack.create(ippr_cluster(name))
-        gcs = await eventually(lambda: stack.gcs(name), 60)
+        gcs = await stack.gcs_address(name)
         gcs_proxy.set_upstream(gcs)
-        pod = (
-            await eventually(
-                lambda: [p for p in stack.workers(name) if p.status.phase == "Running"], 60
-            )
-        )[0].metadata.name
+        pod = (await stack.running_workers(name))[0].metadata.name
         wf_id = f"resize/default/{pod}"
         refuse = FaultRule(verb="patch", resource="pods/resize", error_rate=1.0, codes=(500,))
         if kill_at == "before_the_patch":
@@ -225,10 +223,7 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
         stack.sandbox.faults.clear()
         gcs_proxy.restore()
         worker = start_worker(env, log)
-        out, err = await asyncio.to_thread(driver.communicate, timeout=170)
-        assert driver.returncode == 0, err[-2000:]
-        assert out.startswith("ran with 2 CPU")
-        await assert_finished_once(stack, gcs, pod)  # with the new worker still up
+        await _task_ran_and_resize_finished_once(stack, driver, gcs, pod)
     finally:
         if driver is not None:
             stop_driver(driver)

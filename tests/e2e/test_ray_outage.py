@@ -43,13 +43,9 @@ async def test_ray_unreachable_for_30s_the_raylet_is_synced_afterwards(
 ) -> None:
     stack = proxied_stack
     stack.create(ippr_cluster("outage"))
-    gcs = await eventually(lambda: stack.gcs("outage"), 60)
+    gcs = await stack.gcs_address("outage")
     gcs_proxy.set_upstream(gcs)
-    pod = (
-        await eventually(
-            lambda: [p for p in stack.workers("outage") if p.status.phase == "Running"], 60
-        )
-    )[0].metadata.name
+    pod = (await stack.running_workers("outage"))[0].metadata.name
     wf_id = f"resize/default/{pod}"
     resize = stack.temporal.get_workflow_handle_for(PodResizeWorkflow.run, wf_id)
     reconcile = stack.temporal.get_workflow_handle_for(

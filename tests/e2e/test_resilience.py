@@ -22,12 +22,8 @@ from .test_seed_cases import cpu_of, resize_of, run_driver
 async def test_infeasible_resize_is_asked_again_at_the_nodes_capacity(stack: Stack) -> None:
     # a 2.5-CPU task: right-sizing asks for 3 CPUs, which the 2.5-CPU node can never give
     stack.create(ippr_cluster("tight"))
-    gcs = await eventually(lambda: stack.gcs("tight"), 60)
-    pod = (
-        await eventually(
-            lambda: [p for p in stack.workers("tight") if p.status.phase == "Running"], 60
-        )
-    )[0].metadata.name
+    gcs = await stack.gcs_address("tight")
+    pod = (await stack.running_workers("tight"))[0].metadata.name
     out = await run_driver(stack, gcs, "2.5")
     assert out[0].startswith("ran with 2.5 CPU")
     state = await resize_of(stack, pod)
@@ -41,12 +37,8 @@ async def test_infeasible_resize_is_asked_again_at_the_nodes_capacity(stack: Sta
 
 async def test_ten_percent_api_faults_lose_nothing(stack: Stack) -> None:
     stack.create(ippr_cluster("flaky"))
-    gcs = await eventually(lambda: stack.gcs("flaky"), 60)
-    pod = (
-        await eventually(
-            lambda: [p for p in stack.workers("flaky") if p.status.phase == "Running"], 60
-        )
-    )[0].metadata.name
+    gcs = await stack.gcs_address("flaky")
+    pod = (await stack.running_workers("flaky"))[0].metadata.name
     # the saga makes few calls (a watch, not polling), so 10 % alone may miss it: its first
     # resize patch and first status write certainly fail, then every call fails at 10 %
     sure = [
@@ -78,12 +70,8 @@ async def test_ten_percent_api_faults_lose_nothing(stack: Stack) -> None:
 
 async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(stack: Stack) -> None:
     stack.create(ippr_cluster("idle", idle_timeout_s=3))
-    gcs = await eventually(lambda: stack.gcs("idle"), 60)
-    pod = (
-        await eventually(
-            lambda: [p for p in stack.workers("idle") if p.status.phase == "Running"], 60
-        )
-    )[0].metadata.name
+    gcs = await stack.gcs_address("idle")
+    pod = (await stack.running_workers("idle"))[0].metadata.name
     out = await run_driver(stack, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
 
@@ -117,12 +105,8 @@ async def test_pod_deleted_mid_resize_ends_cleanly_and_its_replacement_grows(
     stack: Stack,
 ) -> None:
     stack.create(ippr_cluster("gone"))
-    gcs = await eventually(lambda: stack.gcs("gone"), 60)
-    pod = (
-        await eventually(
-            lambda: [p for p in stack.workers("gone") if p.status.phase == "Running"], 60
-        )
-    )[0].metadata.name
+    gcs = await stack.gcs_address("gone")
+    pod = (await stack.running_workers("gone"))[0].metadata.name
     wf_id = f"resize/default/{pod}"
     driver = start_driver(gcs, "2", timeout_s=150)
     try:

@@ -10,7 +10,7 @@ from sandbox.kubelet import NodeSpec
 from workflows.contracts import ResizeOutcome, ResizeState
 from workflows.resize_workflow import PodResizeWorkflow
 
-from .conftest import GIB, Stack, eventually, ippr_cluster, start_driver, stop_driver
+from .conftest import GIB, Stack, ippr_cluster, start_driver, stop_driver
 
 
 def cpu_of(pod: object) -> str:
@@ -34,10 +34,8 @@ async def resize_of(stack: Stack, pod: str) -> ResizeState:
 
 async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(stack: Stack) -> None:
     stack.create(ippr_cluster("case1"))
-    gcs = await eventually(lambda: stack.gcs("case1"), 60)
-    pods = await eventually(
-        lambda: [p for p in stack.workers("case1") if p.status.phase == "Running"], 60
-    )
+    gcs = await stack.gcs_address("case1")
+    pods = await stack.running_workers("case1")
     out = await run_driver(stack, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
     pod = stack.workers("case1")[0]
@@ -55,10 +53,8 @@ async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
     stack: Stack,
 ) -> None:
     stack.create(ippr_cluster("case2"))
-    gcs = await eventually(lambda: stack.gcs("case2"), 60)
-    first = await eventually(
-        lambda: [p for p in stack.workers("case2") if p.status.phase == "Running"], 60
-    )
+    gcs = await stack.gcs_address("case2")
+    first = await stack.running_workers("case2")
     out = await run_driver(stack, gcs, "2,4", hold_s=3)
     assert sorted(line.split(" on ")[0] for line in out) == ["ran with 2 CPU", "ran with 4 CPU"]
     pods = {p.metadata.name: cpu_of(p) for p in stack.workers("case2")}
@@ -75,7 +71,7 @@ async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
 
 async def test_case_3_scaling_out_with_ippr_capacity_considerations(stack: Stack) -> None:
     stack.create(ippr_cluster("case3", replicas=0))
-    gcs = await eventually(lambda: stack.gcs("case3"), 60)
+    gcs = await stack.gcs_address("case3")
     out = await run_driver(stack, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
     pods = stack.workers("case3")
@@ -91,10 +87,8 @@ async def test_case_3_scaling_out_with_ippr_capacity_considerations(stack: Stack
 async def test_case_4_ippr_timeout_rolls_back_and_scales_out(stack: Stack) -> None:
     # the first worker lands on a node whose runtime never applies a resize
     stack.create(ippr_cluster("case4", timeout_s=5))
-    gcs = await eventually(lambda: stack.gcs("case4"), 60)
-    first = await eventually(
-        lambda: [p for p in stack.workers("case4") if p.status.phase == "Running"], 60
-    )
+    gcs = await stack.gcs_address("case4")
+    first = await stack.running_workers("case4")
     stuck = first[0].metadata.name
     out = await run_driver(stack, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
