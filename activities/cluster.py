@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -179,6 +179,21 @@ def fingerprint(state: ClusterState) -> int:
         )
     )
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
+
+
+async def start_reconciler(
+    client: Client, inp: ReconcileInput, task_queue: str
+) -> WorkflowHandle[ReconcileWorkflow, str]:
+    """Start the reconcile workflow of a RayCluster, with its search attributes; one that
+    is already running is kept (and returned)."""
+    return await client.start_workflow(
+        ReconcileWorkflow.run,
+        inp,
+        id=reconcile_workflow_id(inp.namespace, inp.cluster),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=reconcile_search_attributes(inp.namespace, inp.cluster),
+    )
 
 
 def _ray_error(exc: RayError) -> ApplicationError:
@@ -407,14 +422,7 @@ class DiscoveryActivities:
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
-            await self.temporal.start_workflow(
-                ReconcileWorkflow.run,
-                self.start_input(ns, name),
-                id=wf_id,
-                task_queue=self.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=reconcile_search_attributes(ns, name),
-            )
+            await start_reconciler(self.temporal, self.start_input(ns, name), self.task_queue)
             log.info("started %s: RayCluster %s/%s is managed by raysize", wf_id, ns, name)
             started += 1
         return started

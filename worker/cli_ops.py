@@ -13,15 +13,13 @@ from typing import Annotated, TypeVar
 import typer
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.settings import LOG_LEVELS, Settings
+from worker.settings import Settings, check_log_level
 from worker.temporal import SetupError, connect
 from workflows.contracts import ReconcileStatus, ResizeState
 from workflows.reconcile_workflow import (
     ReconcileWorkflow,
-    reconcile_search_attributes,
     reconcile_workflow_id,
 )
 from workflows.resize_workflow import PodResizeWorkflow, resize_workflow_id
@@ -86,9 +84,13 @@ def register(app: typer.Typer) -> None:
         from worker.telemetry import configure_logging
 
         settings = _settings()
-        if log_level is not None and log_level.upper() not in LOG_LEVELS:
-            raise _fail(f"--log-level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
-        configure_logging((log_level or settings.log_level).upper(), settings.log_format)
+        level = settings.log_level
+        if log_level is not None:
+            try:
+                level = check_log_level(log_level)
+            except ValueError as exc:
+                raise _fail(f"--log-level {exc}") from None
+        configure_logging(level, settings.log_format)
 
         async def serve() -> None:
             # activities block in threads (Kubernetes and GCS calls); Python's default pool
@@ -109,19 +111,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start managing a RayCluster now (the worker's discovery does this by itself)."""
         ns, name = _split(cluster, "raycluster")
+        from activities.cluster import start_reconciler
         from worker.run import reconcile_input
 
         async def go(client: Client) -> str:
             settings = _settings()
-            handle = await client.start_workflow(
-                ReconcileWorkflow.run,
-                reconcile_input(settings)(ns, name),
-                id=reconcile_workflow_id(ns, name),
-                task_queue=settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=reconcile_search_attributes(ns, name),
-            )
-            return handle.id
+            inp = reconcile_input(settings)(ns, name)
+            return (await start_reconciler(client, inp, settings.task_queue)).id
 
         typer.echo(f"managing {cluster}: workflow {_run(go)}")
 
