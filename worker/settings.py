@@ -8,10 +8,18 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from workflows.contracts import POLL_INTERVAL_S
 from workflows.model import PlannerSettings, ResizePolicy
 from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def check_log_level(value: str) -> str:
+    """The log level in capitals, or ValueError naming the accepted ones."""
+    if value.upper() not in LOG_LEVELS:
+        raise ValueError(f"{value!r}: expected one of {', '.join(LOG_LEVELS)}")
+    return value.upper()
 
 
 class Settings(BaseSettings):
@@ -57,7 +65,7 @@ class Settings(BaseSettings):
     memory_step: str = Field("1Gi", description="memory rounding step (quantity)")
     idle_timeout_s: float = Field(60.0, ge=0, description="idle pods older than this shrink/go")
     resize_poll_interval_s: float = Field(
-        5.0,
+        POLL_INTERVAL_S,
         gt=0,
         description="seconds of silence from the pod watch after which a resizing pod is "
         "read again (the watch itself wakes a resize at once)",
@@ -74,9 +82,7 @@ class Settings(BaseSettings):
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, value: str) -> str:
-        if value.upper() not in LOG_LEVELS:
-            raise ValueError(f"{value!r}: expected one of {', '.join(LOG_LEVELS)}")
-        return value.upper()
+        return check_log_level(value)
 
     log_format: Literal["text", "json"] = Field(
         "text", description="text: time level logger message key=value; json: one object a line"
