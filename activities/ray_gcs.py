@@ -433,7 +433,7 @@ class RayGcsClient:
         path, call = method
         deadline = self.timeout if timeout is None else timeout
         try:
-            return call(request, timeout=deadline, metadata=self._metadata)
+            reply = call(request, timeout=deadline, metadata=self._metadata)
         except grpc.RpcError as err:
             raise map_rpc_error(
                 err,
@@ -443,6 +443,19 @@ class RayGcsClient:
                 method=path,
                 timeout=deadline,
             ) from err
+        status = getattr(reply, "status", None)
+        if status is not None and status.code != 0:
+            # The older GCS services answer gRPC OK and report their errors in the reply:
+            # an unread status would read as an empty answer ("no nodes").
+            raise _from_ray_status(
+                _RAY_STATUS_NAMES.get(status.code, f"code {status.code}"),
+                status.message,
+                target=f"Ray GCS {self.address}",
+                what=what,
+                rpc=_rpc_name(path),
+                sent_token=bool(self._metadata),
+            )
+        return reply
 
     def cluster_state(self, *, timeout: float | None = None) -> ClusterState:
         """Nodes, pending demands, placement groups and constraints, in one call."""
@@ -462,18 +475,6 @@ class RayGcsClient:
         if alive_only:
             request.state_filter = rpc_pb2.GcsNodeInfo.ALIVE
         reply = self._call(self._get_all_node_info, request, "list nodes", timeout)
-        if reply.status.code != 0:
-            # This older GCS service answers gRPC OK and reports its errors here: an
-            # unread status would read as "no nodes".
-            code = reply.status.code
-            raise _from_ray_status(
-                _RAY_STATUS_NAMES.get(code, f"code {code}"),
-                reply.status.message,
-                target=f"Ray GCS {self.address}",
-                what="list nodes",
-                rpc=_rpc_name(self._get_all_node_info[0]),
-                sent_token=bool(self._metadata),
-            )
         return parse_node_infos(reply)
 
     def resize_raylet(
