@@ -54,6 +54,7 @@ from workflows.model import (
     PodView,
     ResizeState,
 )
+from workflows.resize_workflow import HEARTBEAT_TIMEOUT
 from workflows.resources import CPU, MEMORY, Resources, quantity_to_units, units_to_quantity
 
 RAY_GROUP, RAY_API, RAY_PLURAL = "ray.io", "v1", "rayclusters"
@@ -526,7 +527,7 @@ class Kube:
         return self._raw(kind, self.core.create_namespaced_event, namespace, body)
 
 
-HEARTBEAT_EVERY_S = 5.0  # well inside the saga's 15 s heartbeat timeout
+HEARTBEAT_EVERY_S = HEARTBEAT_TIMEOUT.total_seconds() / 3  # well inside the saga's timeout
 
 
 class K8sActivities:

@@ -151,7 +151,7 @@ class PodWatch:
                     name = meta.get("name")
                     if not name:
                         continue
-                    self._deliver(namespace, name, obj, kind == "DELETED")
+                    self._deliver(namespace, name, obj, meta, kind == "DELETED")
                     backoff = 0.5
             except Exception as exc:  # the connection dropped: everyone looks again
                 if self._stop.is_set():
@@ -164,8 +164,7 @@ class PodWatch:
             finally:
                 w.stop()
 
-    def _deliver(self, namespace: str, name: str, obj: Obj, deleted: bool) -> None:
-        meta = obj.get("metadata") or {}
+    def _deliver(self, namespace: str, name: str, obj: Obj, meta: Obj, deleted: bool) -> None:
         cluster = (meta.get("labels") or {}).get(CLUSTER_LABEL)
         with self._lock:
             subs = list(self._subs.get((namespace, name), ()))
