@@ -266,30 +266,29 @@ class Store:
                     f"{entry.obj['metadata']['resourceVersion']}",
                 )
             if finalize and entry.obj["metadata"].get("finalizers"):
-                return self._mark_deleting(resource, namespace, name, entry.obj)
+                return self._mark_deleting(resource, namespace, name)
             del self._objects[resource][(namespace, name)]
             obj = clone(entry.obj)
             obj["metadata"]["resourceVersion"] = self._next_rv()
             self._publish(resource, "DELETED", obj)
             return obj
 
-    def _mark_deleting(self, resource: str, namespace: str, name: str, current: Obj) -> Obj:
-        new = clone(current)
-        meta = new["metadata"]
-        now = now_rfc3339()
-        if not meta.get("deletionTimestamp"):
-            if meta.get("generation", 0) > 0:
-                meta["generation"] += 1
-            meta["deletionTimestamp"] = now
-        elif meta["deletionTimestamp"] > now:  # RFC 3339 in UTC sorts as time
-            meta["deletionTimestamp"] = now
-        meta["deletionGracePeriodSeconds"] = 0
-        if new == current:
-            return current
-        meta["resourceVersion"] = self._next_rv()
-        self._objects[resource][(namespace, name)] = _Entry(new)
-        self._publish(resource, "MODIFIED", new)
-        return new
+    def _mark_deleting(self, resource: str, namespace: str, name: str) -> Obj:
+        """`markAsDeleting` as an update: the finalizers stay, so the object stays too."""
+
+        def mark(obj: Obj) -> Obj:
+            meta = obj["metadata"]
+            now = now_rfc3339()
+            if not meta.get("deletionTimestamp"):
+                if meta.get("generation", 0) > 0:
+                    meta["generation"] += 1
+                meta["deletionTimestamp"] = now
+            elif meta["deletionTimestamp"] > now:  # RFC 3339 in UTC sorts as time
+                meta["deletionTimestamp"] = now
+            meta["deletionGracePeriodSeconds"] = 0
+            return obj
+
+        return self.update(resource, namespace, name, mark)
 
     # --- watch --------------------------------------------------------------------------
     def _publish(self, resource: str, kind: str, obj: Obj) -> None:
