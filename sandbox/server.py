@@ -497,7 +497,6 @@ class Api:
                     "Forbidden",
                     'namespaces "default" is forbidden: this namespace may not be deleted',
                 )
-            self.store.get(r.name, "", route.name)
             for other in ALL:  # the namespace controller's job, done at once
                 if other.namespaced:
                     items, _ = self.store.list(other.name, route.name)
