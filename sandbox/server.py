@@ -505,7 +505,7 @@ class Api:
                             other.name, route.name, item["metadata"]["name"], finalize=False
                         )
         removed = self.store.remove(r.name, route.namespace, route.name, precondition)
-        kept = self.store.find(r.name, route.namespace, route.name) is not None  # finalizers
+        kept = bool(removed["metadata"].get("finalizers"))  # only marked as deleting
         if r is PODS or r.group or kept:
             return Response(200, dumps(removed))
         return _json(
