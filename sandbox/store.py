@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.errors import already_exists, conflict, gone, invalid_object, not_found, required
+from sandbox.errors import already_exists, gone, invalid_object, not_found, required
 
 Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)
@@ -240,7 +240,6 @@ class Store:
         resource: str,
         namespace: str,
         name: str,
-        precondition_rv: str = "",
         *,
         finalize: bool = True,
     ) -> Obj:
@@ -256,15 +255,6 @@ class Store:
             entry = self._objects.get(resource, {}).get((namespace, name))
             if entry is None:
                 raise not_found(resource, name, _group_of(resource))
-            if precondition_rv and precondition_rv != entry.obj["metadata"]["resourceVersion"]:
-                raise conflict(
-                    resource,
-                    name,
-                    _group_of(resource),
-                    "Precondition failed: ResourceVersion in precondition: "
-                    f"{precondition_rv}, ResourceVersion in object meta: "
-                    f"{entry.obj['metadata']['resourceVersion']}",
-                )
             if finalize and entry.obj["metadata"].get("finalizers"):
                 return self._mark_deleting(resource, namespace, name)
             del self._objects[resource][(namespace, name)]
