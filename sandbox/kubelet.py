@@ -102,15 +102,11 @@ def _amounts(rl: dict[str, Any] | None) -> Amounts:
     return out
 
 
-def _is_sidecar(container: Obj) -> bool:
-    return container.get("restartPolicy") == "Always"
-
-
 def _resizable(pod: Obj) -> list[Obj]:
     """The containers a resize can change: regular containers and sidecars (restartable
     init containers); in 1.35 other init containers cannot be resized."""
     spec = pod.get("spec") or {}
-    sidecars = [c for c in spec.get("initContainers") or [] if _is_sidecar(c)]
+    sidecars = [c for c in spec.get("initContainers") or [] if podlib.is_sidecar(c)]
     return [*sidecars, *(spec.get("containers") or [])]
 
 
@@ -139,8 +135,8 @@ def _init_layout(pod: Obj) -> tuple[_InitSlot, ...]:
     return tuple(
         _InitSlot(
             c["name"],
-            _is_sidecar(c),
-            {} if _is_sidecar(c) else _amounts((c.get("resources") or {}).get("requests")),
+            podlib.is_sidecar(c),
+            {} if podlib.is_sidecar(c) else _amounts((c.get("resources") or {}).get("requests")),
         )
         for c in (pod.get("spec") or {}).get("initContainers") or []
     )
@@ -949,7 +945,7 @@ def _resize_message(prefix: str, pod: Obj, generation: int, error: str = "") -> 
     init = [
         {"name": c["name"], "resources": _sorted_resources(c.get("resources") or {})}
         for c in (pod["spec"].get("initContainers") or [])
-        if _is_sidecar(c)
+        if podlib.is_sidecar(c)
     ]
     if init:
         body["initContainers"] = init
