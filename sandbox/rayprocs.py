@@ -212,11 +212,6 @@ def _stop_workers_first(procs: list[RayProcess]) -> None:
     stop_process_groups([rp.proc for rp in sorted(procs, key=lambda p: p.group == "headgroup")])
 
 
-def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM the process group the process leads, then SIGKILL what is left."""
-    stop_process_groups([proc], grace_s)
-
-
 def stop_process_groups(
     procs: list[subprocess.Popen[bytes]], grace_s: float = STOP_GRACE_S
 ) -> None:
