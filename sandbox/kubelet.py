@@ -53,18 +53,13 @@ class PodRuntime(Protocol):
 
     def start(self, pod: Obj) -> None: ...
 
-    def stop(self, pod: Obj) -> None: ...
-
     def stop_all(self, pods: list[Obj]) -> None:
-        """Stop these pods' containers together (the kubelet shutting down)."""
+        """Stop these pods' containers together (one pod, or the kubelet shutting down)."""
         ...
 
 
 class NoRuntime:
     def start(self, pod: Obj) -> None:
-        return None
-
-    def stop(self, pod: Obj) -> None:
         return None
 
     def stop_all(self, pods: list[Obj]) -> None:
@@ -575,7 +570,7 @@ class Kubelet:
 
     def _stop_runtime(self, pod: Obj) -> None:
         try:
-            self.runtime.stop(pod)
+            self.runtime.stop_all([pod])
         except Exception as exc:
             log.exception("stopping pod %s", pod["metadata"]["name"])
             self.errors.append(repr(exc))

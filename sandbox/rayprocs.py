@@ -179,9 +179,6 @@ class RayRuntime:
             proc.pid,
         )
 
-    def stop(self, pod: Obj) -> None:
-        self.stop_all([pod])
-
     def stop_all(self, pods: list[Obj]) -> None:
         """Stop these pods' Ray processes: all signalled first, one shared grace period."""
         stopping: list[RayProcess] = []
