@@ -181,11 +181,8 @@ class _PodState:
     actuate_at: float | None = None
     last_error: str = ""
     seen: tuple[Any, ...] | None = None  # spec, labels, annotations at the last update
-    total: Amounts = field(default_factory=dict)  # the pod's allocated requests
+    total: Amounts = field(default_factory=dict)  # the pod's allocated requests (as tracked)
     slots: int = 0  # pods it counts for on its node (as tracked)
-
-    def __post_init__(self) -> None:
-        self.total = _pod_requests(self.allocated, self.init)
 
     @staticmethod
     def of(node: str, pod: Obj) -> _PodState:
@@ -395,7 +392,8 @@ class Kubelet:
             self._node_count[state.node] = self._node_count.get(state.node, 0) + state.slots
 
     def _schedule(self, key: tuple[str, str], pod: Obj) -> None:
-        want = _pod_requests(_desired(pod), _init_layout(pod))
+        desired, init = _desired(pod), _init_layout(pod)
+        want = _pod_requests(desired, init)
         short = {"cpu": 0, "memory": 0}
         for node in self.nodes.values():
             used = self._used(node.name)
@@ -404,7 +402,7 @@ class Kubelet:
             fits_mem = used["memory"] + want["memory"] <= node.memory
             if fits_cpu and fits_mem and count < node.max_pods:
                 self._unscheduled.discard(key)
-                self._track(key, _PodState.of(node.name, pod))
+                self._track(key, _PodState(node.name, desired, init))
 
                 def bind(p: Obj, node_name: str = node.name) -> Obj:
                     p["spec"]["nodeName"] = node_name
