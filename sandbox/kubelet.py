@@ -574,14 +574,13 @@ class Kubelet:
             self.errors.append(repr(exc))
 
     # --- resize: allocation (handlePodResourcesResize) --------------------------------------
-    def _handle_resize(self, key: tuple[str, str], pod: Obj) -> str:
-        """Try to allocate the pod's desired resources: "" (nothing to do), "allocated",
-        "Deferred" or "Infeasible"."""
+    def _handle_resize(self, key: tuple[str, str], pod: Obj, desired: ContainerAlloc) -> str:
+        """Try to allocate the pod's desired resources (`_desired(pod)`): "" (nothing to
+        do), "allocated", "Deferred" or "Infeasible"."""
         state = self._pods.get(key)
         if state is None or not state.started or state.finished:
             return ""
         node = self.nodes[state.node]
-        desired = _desired(pod)
         generation = int(pod["metadata"].get("generation", 1))
         if desired == state.allocated:
             # Nothing (or nothing any more: reverted) to allocate. No event either way.
@@ -695,6 +694,8 @@ class Kubelet:
             return
         if not self._deferred:
             return
+        # (order, pod, its desired resources); the order ends with the key, so it is unique
+        candidates: list[tuple[tuple[bool, int, int, float, tuple[str, str]], Obj, ContainerAlloc]]
         candidates = []
         for key in list(self._deferred):
             pod = self.store.find("pods", *key)
@@ -702,23 +703,22 @@ class Kubelet:
             if pod is None or state is None or state.finished:
                 self._deferred.discard(key)
                 continue
-            want = _pod_requests(_desired(pod), state.init)
+            desired = _desired(pod)
+            want = _pod_requests(desired, state.init)
             grows = any(want[k] > state.total[k] for k in ("cpu", "memory"))
-            candidates.append(
-                (
-                    grows,
-                    -int((pod.get("spec") or {}).get("priority") or 0),
-                    0 if podlib.pod_qos(pod) == "Guaranteed" else 1,
-                    self._pending_since.get(key, float("inf")),
-                    key,
-                )
+            order = (
+                grows,
+                -int((pod.get("spec") or {}).get("priority") or 0),
+                0 if podlib.pod_qos(pod) == "Guaranteed" else 1,
+                self._pending_since.get(key, float("inf")),
+                key,
             )
+            candidates.append((order, pod, desired))
         self._in_retry = True
         try:
-            for *_, key in sorted(candidates):
-                pod = self.store.find("pods", *key)
-                outcome = self._handle_resize(key, pod) if pod is not None else ""
-                if outcome != "Deferred":
+            for order, pod, desired in sorted(candidates, key=lambda c: c[0]):
+                key = order[-1]
+                if self._handle_resize(key, pod, desired) != "Deferred":
                     self._deferred.discard(key)
         finally:
             self._in_retry = False
