@@ -478,16 +478,7 @@ class Kubelet:
                 }
                 parts = state.allocated.get(c["name"])
                 if parts is None:  # an init container that ran to completion
-                    cs.update(ready=False, started=False)
-                    cs["state"] = {
-                        "terminated": {
-                            "exitCode": 0,
-                            "reason": "Completed",
-                            "startedAt": now,
-                            "finishedAt": now,
-                            "containerID": cs["containerID"],
-                        }
-                    }
+                    _set_terminated(cs, 0, "Completed", now, now)
                     return cs
                 if parts["requests"]:
                     cs["allocatedResources"] = _rl_json(parts["requests"])
@@ -535,19 +526,8 @@ class Kubelet:
             for field_ in ("initContainerStatuses", "containerStatuses"):
                 for cs in status.get(field_) or []:
                     running = (cs.get("state") or {}).get("running")
-                    if running is None:
-                        continue
-                    cs["ready"] = False
-                    cs["started"] = False
-                    cs["state"] = {
-                        "terminated": {
-                            "exitCode": 137,
-                            "reason": "Error",
-                            "startedAt": running.get("startedAt", now),
-                            "finishedAt": now,
-                            "containerID": cs.get("containerID", ""),
-                        }
-                    }
+                    if running is not None:
+                        _set_terminated(cs, 137, "Error", running.get("startedAt", now), now)
             return p
 
         self._write_status(key, failed)
@@ -964,6 +944,21 @@ def _statuses(pod: Obj) -> list[Obj]:
     """The pod's container statuses, init containers' first (the dicts themselves)."""
     status = pod.get("status") or {}
     return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _set_terminated(cs: Obj, exit_code: int, reason: str, started_at: str, now: str) -> None:
+    """Report a container status's container as terminated (neither ready nor started)."""
+    cs["ready"] = False
+    cs["started"] = False
+    cs["state"] = {
+        "terminated": {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": started_at,
+            "finishedAt": now,
+            "containerID": cs.get("containerID", ""),
+        }
+    }
 
 
 def _actual(pod: Obj, names: ContainerAlloc) -> ContainerAlloc | None:
