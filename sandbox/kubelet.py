@@ -308,14 +308,8 @@ class Kubelet:
         meta = event_obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         if kind == "DELETED":
-            state = self._pods.get(key)
-            self._track(key, None)
-            self._deferred.discard(key)
-            self._pending_since.pop(key, None)
             self._unscheduled.discard(key)
-            if state is not None:
-                if not state.finished:
-                    self._stop_runtime(event_obj)
+            if self._forget(key, event_obj):
                 self._schedule_pending()
                 self._retry_deferred("pods_removed")
             return
@@ -512,8 +506,7 @@ class Kubelet:
         self._stop_runtime(pod)
         state.finished = True
         self._track(key, state)
-        self._deferred.discard(key)
-        self._pending_since.pop(key, None)
+        self._unqueue(key)
         now = now_rfc3339()
 
         def failed(p: Obj) -> Obj:
@@ -534,17 +527,27 @@ class Kubelet:
         self._schedule_pending()  # the scheduler sees the room; the kubelet's retry does not
 
     def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
-        state = self._pods.get(key)
-        if state is not None and not state.finished:
-            self._stop_runtime(pod)
-        self._track(key, None)
-        self._deferred.discard(key)
-        self._pending_since.pop(key, None)
+        self._forget(key, pod)
         if self.store.find("pods", *key) is not None:
             with contextlib.suppress(ApiError):  # already gone: deleted twice is fine
                 self.store.remove("pods", *key)
         self._schedule_pending()
         self._retry_deferred("pods_removed")
+
+    def _forget(self, key: tuple[str, str], pod: Obj) -> bool:
+        """Stop the pod's containers (unless it finished already) and drop it from the
+        kubelet's books and its resize queue. False if the kubelet did not run it."""
+        state = self._pods.get(key)
+        if state is not None and not state.finished:
+            self._stop_runtime(pod)
+        self._track(key, None)
+        self._unqueue(key)
+        return state is not None
+
+    def _unqueue(self, key: tuple[str, str]) -> None:
+        """The pod's resize leaves the retry queue (it has ended, or the pod is gone)."""
+        self._deferred.discard(key)
+        self._pending_since.pop(key, None)
 
     def _stop_runtime(self, pod: Obj) -> None:
         try:
