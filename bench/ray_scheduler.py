@@ -335,16 +335,19 @@ def outcome(
         for s in reply.to_ippr
     ]
     terminated = {t.instance_id: TerminationRequest.Cause.Name(t.cause) for t in reply.to_terminate}
-    # which demand each unplaced request came from: Ray hands back copies of our requests
-    entry_of = {
-        demand_request(d).SerializeToString(deterministic=True): i
-        for i, d in enumerate(snap.demands)
-    }
+    # which demand each unplaced request came from: Ray hands back copies of our requests.
+    # Entries with the same shape and selector send the same request: their unplaced
+    # units fill them in order, none beyond its count.
+    entries_of: dict[bytes, list[int]] = {}
+    for i, d in enumerate(snap.demands):
+        key = demand_request(d).SerializeToString(deterministic=True)
+        entries_of.setdefault(key, []).append(i)
     left_by_entry = [0] * len(snap.demands)
     for req in reply.infeasible_resource_requests:
-        i = entry_of.get(req.SerializeToString(deterministic=True))
-        if i is not None:
-            left_by_entry[i] += 1
+        for i in entries_of.get(req.SerializeToString(deterministic=True), []):
+            if left_by_entry[i] < snap.demands[i].count:
+                left_by_entry[i] += 1
+                break
     known = sum(left_by_entry) == len(reply.infeasible_resource_requests)
     return Outcome(
         planner="ray",
