@@ -69,6 +69,7 @@ from ray.core.generated.instance_manager_pb2 import Instance, NodeKind, Terminat
 from bench.ray_compare import Outcome, Resize, scenario_totals
 from workflows.model import (
     ClusterSnapshot,
+    Demand,
     GangStrategy,
     GroupSpec,
     PodPhase,
@@ -114,6 +115,15 @@ def label_selector(selector: dict[str, str]) -> LabelSelector:
             LabelSelectorConstraint(label_key=key, operator=op, label_values=values)
         )
     return out
+
+
+def demand_request(d: Demand) -> ResourceRequest:
+    """One unit of a demand as the GCS sends it (one empty selector for a task or actor
+    without one)."""
+    return ResourceRequest(
+        resources_bundle=ray_amounts(d.shape),
+        label_selectors=[label_selector(dict(d.label_selector))],
+    )
 
 
 def node_type_config(g: GroupSpec) -> NodeTypeConfig:
@@ -275,10 +285,7 @@ def scheduling_request(snap: ClusterSnapshot, now: int) -> tuple[SchedulingReque
     queued_before = {n for n, s in statuses.items() if s.k8s_resize_status == "new"}
     demands = []
     for d in snap.demands:
-        req = ResourceRequest(resources_bundle=ray_amounts(d.shape))
-        # the GCS sends one empty selector for a task or actor without one
-        req.label_selectors.append(label_selector(dict(d.label_selector)))
-        demands.append(ResourceRequestByCount(request=req, count=d.count))
+        demands.append(ResourceRequestByCount(request=demand_request(d), count=d.count))
     constraints = []
     if snap.constraints:
         constraints.append(
@@ -328,19 +335,19 @@ def outcome(
         for s in reply.to_ippr
     ]
     terminated = {t.instance_id: TerminationRequest.Cause.Name(t.cause) for t in reply.to_terminate}
-    # which demand each unplaced request came from: Ray hands back copies of our requests
-    entry_of = {
-        ResourceRequest(
-            resources_bundle=ray_amounts(d.shape),
-            label_selectors=[label_selector(dict(d.label_selector))],
-        ).SerializeToString(deterministic=True): i
-        for i, d in enumerate(snap.demands)
-    }
+    # which demand each unplaced request came from: Ray hands back copies of our requests.
+    # Entries with the same shape and selector send the same request: their unplaced
+    # units fill them in order, none beyond its count.
+    entries_of: dict[bytes, list[int]] = {}
+    for i, d in enumerate(snap.demands):
+        key = demand_request(d).SerializeToString(deterministic=True)
+        entries_of.setdefault(key, []).append(i)
     left_by_entry = [0] * len(snap.demands)
     for req in reply.infeasible_resource_requests:
-        i = entry_of.get(req.SerializeToString(deterministic=True))
-        if i is not None:
-            left_by_entry[i] += 1
+        for i in entries_of.get(req.SerializeToString(deterministic=True), []):
+            if left_by_entry[i] < snap.demands[i].count:
+                left_by_entry[i] += 1
+                break
     known = sum(left_by_entry) == len(reply.infeasible_resource_requests)
     return Outcome(
         planner="ray",

@@ -122,8 +122,9 @@ async def report(temporal: Client, trials: list[Trial], timeline: bool) -> None:
         if wf.id.startswith("resize/"):
             history = await temporal.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
             runs.append((wf.start_time.timestamp(), history))
+    runs.sort(key=lambda r: r[0])
     for t in trials:
-        for start, history in sorted(runs, key=lambda r: r[0]):
+        for start, history in runs:
             if not t.demand_seen - 1 <= start <= t.total_in_gcs:
                 continue
             names: dict[int, str] = {}

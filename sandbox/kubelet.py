@@ -53,18 +53,13 @@ class PodRuntime(Protocol):
 
     def start(self, pod: Obj) -> None: ...
 
-    def stop(self, pod: Obj) -> None: ...
-
     def stop_all(self, pods: list[Obj]) -> None:
-        """Stop these pods' containers together (the kubelet shutting down)."""
+        """Stop these pods' containers together (one pod, or the kubelet shutting down)."""
         ...
 
 
 class NoRuntime:
     def start(self, pod: Obj) -> None:
-        return None
-
-    def stop(self, pod: Obj) -> None:
         return None
 
     def stop_all(self, pods: list[Obj]) -> None:
@@ -102,15 +97,11 @@ def _amounts(rl: dict[str, Any] | None) -> Amounts:
     return out
 
 
-def _is_sidecar(container: Obj) -> bool:
-    return container.get("restartPolicy") == "Always"
-
-
 def _resizable(pod: Obj) -> list[Obj]:
     """The containers a resize can change: regular containers and sidecars (restartable
     init containers); in 1.35 other init containers cannot be resized."""
     spec = pod.get("spec") or {}
-    sidecars = [c for c in spec.get("initContainers") or [] if _is_sidecar(c)]
+    sidecars = [c for c in spec.get("initContainers") or [] if podlib.is_sidecar(c)]
     return [*sidecars, *(spec.get("containers") or [])]
 
 
@@ -139,8 +130,8 @@ def _init_layout(pod: Obj) -> tuple[_InitSlot, ...]:
     return tuple(
         _InitSlot(
             c["name"],
-            _is_sidecar(c),
-            {} if _is_sidecar(c) else _amounts((c.get("resources") or {}).get("requests")),
+            podlib.is_sidecar(c),
+            {} if podlib.is_sidecar(c) else _amounts((c.get("resources") or {}).get("requests")),
         )
         for c in (pod.get("spec") or {}).get("initContainers") or []
     )
@@ -190,11 +181,8 @@ class _PodState:
     actuate_at: float | None = None
     last_error: str = ""
     seen: tuple[Any, ...] | None = None  # spec, labels, annotations at the last update
-    total: Amounts = field(default_factory=dict)  # the pod's allocated requests
+    total: Amounts = field(default_factory=dict)  # the pod's allocated requests (as tracked)
     slots: int = 0  # pods it counts for on its node (as tracked)
-
-    def __post_init__(self) -> None:
-        self.total = _pod_requests(self.allocated, self.init)
 
     @staticmethod
     def of(node: str, pod: Obj) -> _PodState:
@@ -320,14 +308,8 @@ class Kubelet:
         meta = event_obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         if kind == "DELETED":
-            state = self._pods.get(key)
-            self._track(key, None)
-            self._deferred.discard(key)
-            self._pending_since.pop(key, None)
             self._unscheduled.discard(key)
-            if state is not None:
-                if not state.finished:
-                    self._stop_runtime(event_obj)
+            if self._forget(key, event_obj):
                 self._schedule_pending()
                 self._retry_deferred("pods_removed")
             return
@@ -404,7 +386,8 @@ class Kubelet:
             self._node_count[state.node] = self._node_count.get(state.node, 0) + state.slots
 
     def _schedule(self, key: tuple[str, str], pod: Obj) -> None:
-        want = _pod_requests(_desired(pod), _init_layout(pod))
+        desired, init = _desired(pod), _init_layout(pod)
+        want = _pod_requests(desired, init)
         short = {"cpu": 0, "memory": 0}
         for node in self.nodes.values():
             used = self._used(node.name)
@@ -413,7 +396,7 @@ class Kubelet:
             fits_mem = used["memory"] + want["memory"] <= node.memory
             if fits_cpu and fits_mem and count < node.max_pods:
                 self._unscheduled.discard(key)
-                self._track(key, _PodState.of(node.name, pod))
+                self._track(key, _PodState(node.name, desired, init))
 
                 def bind(p: Obj, node_name: str = node.name) -> Obj:
                     p["spec"]["nodeName"] = node_name
@@ -489,16 +472,7 @@ class Kubelet:
                 }
                 parts = state.allocated.get(c["name"])
                 if parts is None:  # an init container that ran to completion
-                    cs.update(ready=False, started=False)
-                    cs["state"] = {
-                        "terminated": {
-                            "exitCode": 0,
-                            "reason": "Completed",
-                            "startedAt": now,
-                            "finishedAt": now,
-                            "containerID": cs["containerID"],
-                        }
-                    }
+                    _set_terminated(cs, 0, "Completed", now, now)
                     return cs
                 if parts["requests"]:
                     cs["allocatedResources"] = _rl_json(parts["requests"])
@@ -532,8 +506,7 @@ class Kubelet:
         self._stop_runtime(pod)
         state.finished = True
         self._track(key, state)
-        self._deferred.discard(key)
-        self._pending_since.pop(key, None)
+        self._unqueue(key)
         now = now_rfc3339()
 
         def failed(p: Obj) -> Obj:
@@ -546,53 +519,51 @@ class Kubelet:
             for field_ in ("initContainerStatuses", "containerStatuses"):
                 for cs in status.get(field_) or []:
                     running = (cs.get("state") or {}).get("running")
-                    if running is None:
-                        continue
-                    cs["ready"] = False
-                    cs["started"] = False
-                    cs["state"] = {
-                        "terminated": {
-                            "exitCode": 137,
-                            "reason": "Error",
-                            "startedAt": running.get("startedAt", now),
-                            "finishedAt": now,
-                            "containerID": cs.get("containerID", ""),
-                        }
-                    }
+                    if running is not None:
+                        _set_terminated(cs, 137, "Error", running.get("startedAt", now), now)
             return p
 
         self._write_status(key, failed)
         self._schedule_pending()  # the scheduler sees the room; the kubelet's retry does not
 
     def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
-        state = self._pods.get(key)
-        if state is not None and not state.finished:
-            self._stop_runtime(pod)
-        self._track(key, None)
-        self._deferred.discard(key)
-        self._pending_since.pop(key, None)
+        self._forget(key, pod)
         if self.store.find("pods", *key) is not None:
             with contextlib.suppress(ApiError):  # already gone: deleted twice is fine
                 self.store.remove("pods", *key)
         self._schedule_pending()
         self._retry_deferred("pods_removed")
 
+    def _forget(self, key: tuple[str, str], pod: Obj) -> bool:
+        """Stop the pod's containers (unless it finished already) and drop it from the
+        kubelet's books and its resize queue. False if the kubelet did not run it."""
+        state = self._pods.get(key)
+        if state is not None and not state.finished:
+            self._stop_runtime(pod)
+        self._track(key, None)
+        self._unqueue(key)
+        return state is not None
+
+    def _unqueue(self, key: tuple[str, str]) -> None:
+        """The pod's resize leaves the retry queue (it has ended, or the pod is gone)."""
+        self._deferred.discard(key)
+        self._pending_since.pop(key, None)
+
     def _stop_runtime(self, pod: Obj) -> None:
         try:
-            self.runtime.stop(pod)
+            self.runtime.stop_all([pod])
         except Exception as exc:
             log.exception("stopping pod %s", pod["metadata"]["name"])
             self.errors.append(repr(exc))
 
     # --- resize: allocation (handlePodResourcesResize) --------------------------------------
-    def _handle_resize(self, key: tuple[str, str], pod: Obj) -> str:
-        """Try to allocate the pod's desired resources: "" (nothing to do), "allocated",
-        "Deferred" or "Infeasible"."""
+    def _handle_resize(self, key: tuple[str, str], pod: Obj, desired: ContainerAlloc) -> str:
+        """Try to allocate the pod's desired resources (`_desired(pod)`): "" (nothing to
+        do), "allocated", "Deferred" or "Infeasible"."""
         state = self._pods.get(key)
         if state is None or not state.started or state.finished:
             return ""
         node = self.nodes[state.node]
-        desired = _desired(pod)
         generation = int(pod["metadata"].get("generation", 1))
         if desired == state.allocated:
             # Nothing (or nothing any more: reverted) to allocate. No event either way.
@@ -706,6 +677,8 @@ class Kubelet:
             return
         if not self._deferred:
             return
+        # (order, pod, its desired resources); the order ends with the key, so it is unique
+        candidates: list[tuple[tuple[bool, int, int, float, tuple[str, str]], Obj, ContainerAlloc]]
         candidates = []
         for key in list(self._deferred):
             pod = self.store.find("pods", *key)
@@ -713,23 +686,22 @@ class Kubelet:
             if pod is None or state is None or state.finished:
                 self._deferred.discard(key)
                 continue
-            want = _pod_requests(_desired(pod), state.init)
+            desired = _desired(pod)
+            want = _pod_requests(desired, state.init)
             grows = any(want[k] > state.total[k] for k in ("cpu", "memory"))
-            candidates.append(
-                (
-                    grows,
-                    -int((pod.get("spec") or {}).get("priority") or 0),
-                    0 if podlib.pod_qos(pod) == "Guaranteed" else 1,
-                    self._pending_since.get(key, float("inf")),
-                    key,
-                )
+            order = (
+                grows,
+                -int((pod.get("spec") or {}).get("priority") or 0),
+                0 if podlib.pod_qos(pod) == "Guaranteed" else 1,
+                self._pending_since.get(key, float("inf")),
+                key,
             )
+            candidates.append((order, pod, desired))
         self._in_retry = True
         try:
-            for *_, key in sorted(candidates):
-                pod = self.store.find("pods", *key)
-                outcome = self._handle_resize(key, pod) if pod is not None else ""
-                if outcome != "Deferred":
+            for order, pod, desired in sorted(candidates, key=lambda c: c[0]):
+                key = order[-1]
+                if self._handle_resize(key, pod, desired) != "Deferred":
                     self._deferred.discard(key)
         finally:
             self._in_retry = False
@@ -949,7 +921,7 @@ def _resize_message(prefix: str, pod: Obj, generation: int, error: str = "") -> 
     init = [
         {"name": c["name"], "resources": _sorted_resources(c.get("resources") or {})}
         for c in (pod["spec"].get("initContainers") or [])
-        if _is_sidecar(c)
+        if podlib.is_sidecar(c)
     ]
     if init:
         body["initContainers"] = init
@@ -975,6 +947,21 @@ def _statuses(pod: Obj) -> list[Obj]:
     """The pod's container statuses, init containers' first (the dicts themselves)."""
     status = pod.get("status") or {}
     return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _set_terminated(cs: Obj, exit_code: int, reason: str, started_at: str, now: str) -> None:
+    """Report a container status's container as terminated (neither ready nor started)."""
+    cs["ready"] = False
+    cs["started"] = False
+    cs["state"] = {
+        "terminated": {
+            "exitCode": exit_code,
+            "reason": reason,
+            "startedAt": started_at,
+            "finishedAt": now,
+            "containerID": cs.get("containerID", ""),
+        }
+    }
 
 
 def _actual(pod: Obj, names: ContainerAlloc) -> ContainerAlloc | None:

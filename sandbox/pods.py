@@ -35,7 +35,8 @@ def _containers(spec: Obj, field: str = "containers") -> list[Obj]:
     return [c for c in value if isinstance(c, dict)]
 
 
-def _is_sidecar(container: Obj) -> bool:
+def is_sidecar(container: Obj) -> bool:
+    """A sidecar: an init container that restarts (`restartPolicy: Always`)."""
     return container.get("restartPolicy") == "Always"
 
 
@@ -486,7 +487,7 @@ def validate_resize(old: Obj, new: Obj) -> None:
         for i, (a, b) in enumerate(
             zip(_containers(old_spec, field), _containers(new_spec, field), strict=True)
         ):
-            if field == "initContainers" and not _is_sidecar(a):
+            if field == "initContainers" and not is_sidecar(a):
                 continue
             path = f"spec.{field}[{i}].resources"
             old_res, new_res = a.get("resources") or {}, b.get("resources") or {}
@@ -496,7 +497,7 @@ def validate_resize(old: Obj, new: Obj) -> None:
 
     for field in ("containers", "initContainers"):
         for a, b in zip(_containers(old_spec, field), _containers(new_spec, field), strict=True):
-            if field == "initContainers" and not _is_sidecar(a):
+            if field == "initContainers" and not is_sidecar(a):
                 if a == b:
                     continue
             else:
@@ -506,7 +507,7 @@ def validate_resize(old: Obj, new: Obj) -> None:
                     continue
             if field == "containers":
                 detail = "only cpu and memory resources are mutable"
-            elif _is_sidecar(a):
+            elif is_sidecar(a):
                 detail = "only cpu and memory resources for sidecar containers are mutable"
             else:
                 detail = "resources for non-sidecar init containers are immutable"

@@ -179,9 +179,6 @@ class RayRuntime:
             proc.pid,
         )
 
-    def stop(self, pod: Obj) -> None:
-        self.stop_all([pod])
-
     def stop_all(self, pods: list[Obj]) -> None:
         """Stop these pods' Ray processes: all signalled first, one shared grace period."""
         stopping: list[RayProcess] = []
@@ -210,11 +207,6 @@ def _stop_workers_first(procs: list[RayProcess]) -> None:
     """Workers are signalled first, then heads, so Raylets do not spin on a vanished GCS;
     all are signalled before any is waited for, and all share one grace period."""
     stop_process_groups([rp.proc for rp in sorted(procs, key=lambda p: p.group == "headgroup")])
-
-
-def stop_process_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
-    """SIGTERM the process group the process leads, then SIGKILL what is left."""
-    stop_process_groups([proc], grace_s)
 
 
 def stop_process_groups(

@@ -462,51 +462,50 @@ class Api:
         if not isinstance(options, dict):
             options = {}
         preconditions = options.get("preconditions") or {}
-        precondition = str(preconditions.get("resourceVersion") or "")
         grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
-        current = self.store.get(r.name, route.namespace, route.name)
-        _check_delete_preconditions(r, current, preconditions)
-        if r is PODS:
-            bound = bool((current.get("spec") or {}).get("nodeName"))
-            finished = (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-            seconds = int(
-                grace
-                if grace is not None
-                else (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-            )
-            if bound and not finished and seconds > 0:
-
-                def terminate(pod: Obj) -> Obj:
-                    # rest.BeforeDelete: the first graceful deletion sets the timestamp
-                    # (when the grace period ends) and bumps the generation.
-                    meta = pod["metadata"]
-                    if not meta.get("deletionTimestamp"):
-                        meta["deletionTimestamp"] = rfc3339_in(seconds)
-                        meta["deletionGracePeriodSeconds"] = seconds
-                        if meta.get("generation", 0) > 0:
-                            meta["generation"] += 1
-                    return pod
-
-                return Response(
-                    200, dumps(self.store.update(r.name, route.namespace, route.name, terminate))
+        # One lock for the whole deletion: the preconditions hold for the object removed
+        with self.store.lock:
+            current = self.store.get(r.name, route.namespace, route.name)
+            _check_delete_preconditions(r, current, preconditions)
+            if r is PODS:
+                bound = bool((current.get("spec") or {}).get("nodeName"))
+                finished = (current.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+                seconds = int(
+                    grace
+                    if grace is not None
+                    else (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
                 )
-        if r is NAMESPACES:
-            if route.name == "default":
-                raise errors.ApiError(
-                    403,
-                    "Forbidden",
-                    'namespaces "default" is forbidden: this namespace may not be deleted',
-                )
-            self.store.get(r.name, "", route.name)
-            for other in ALL:  # the namespace controller's job, done at once
-                if other.namespaced:
-                    items, _ = self.store.list(other.name, route.name)
-                    for item in items:
-                        self.store.remove(
-                            other.name, route.name, item["metadata"]["name"], finalize=False
-                        )
-        removed = self.store.remove(r.name, route.namespace, route.name, precondition)
-        kept = self.store.find(r.name, route.namespace, route.name) is not None  # finalizers
+                if bound and not finished and seconds > 0:
+
+                    def terminate(pod: Obj) -> Obj:
+                        # rest.BeforeDelete: the first graceful deletion sets the timestamp
+                        # (when the grace period ends) and bumps the generation.
+                        meta = pod["metadata"]
+                        if not meta.get("deletionTimestamp"):
+                            meta["deletionTimestamp"] = rfc3339_in(seconds)
+                            meta["deletionGracePeriodSeconds"] = seconds
+                            if meta.get("generation", 0) > 0:
+                                meta["generation"] += 1
+                        return pod
+
+                    updated = self.store.update(r.name, route.namespace, route.name, terminate)
+                    return Response(200, dumps(updated))
+            if r is NAMESPACES:
+                if route.name == "default":
+                    raise errors.ApiError(
+                        403,
+                        "Forbidden",
+                        'namespaces "default" is forbidden: this namespace may not be deleted',
+                    )
+                for other in ALL:  # the namespace controller's job, done at once
+                    if other.namespaced:
+                        items, _ = self.store.list(other.name, route.name)
+                        for item in items:
+                            self.store.remove(
+                                other.name, route.name, item["metadata"]["name"], finalize=False
+                            )
+            removed = self.store.remove(r.name, route.namespace, route.name)
+        kept = bool(removed["metadata"].get("finalizers"))  # only marked as deleting
         if r is PODS or r.group or kept:
             return Response(200, dumps(removed))
         return _json(

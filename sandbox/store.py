@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.errors import already_exists, conflict, gone, invalid_object, not_found, required
+from sandbox.errors import already_exists, gone, invalid_object, not_found, required
 
 Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)
@@ -240,7 +240,6 @@ class Store:
         resource: str,
         namespace: str,
         name: str,
-        precondition_rv: str = "",
         *,
         finalize: bool = True,
     ) -> Obj:
@@ -256,40 +255,30 @@ class Store:
             entry = self._objects.get(resource, {}).get((namespace, name))
             if entry is None:
                 raise not_found(resource, name, _group_of(resource))
-            if precondition_rv and precondition_rv != entry.obj["metadata"]["resourceVersion"]:
-                raise conflict(
-                    resource,
-                    name,
-                    _group_of(resource),
-                    "Precondition failed: ResourceVersion in precondition: "
-                    f"{precondition_rv}, ResourceVersion in object meta: "
-                    f"{entry.obj['metadata']['resourceVersion']}",
-                )
             if finalize and entry.obj["metadata"].get("finalizers"):
-                return self._mark_deleting(resource, namespace, name, entry.obj)
+                return self._mark_deleting(resource, namespace, name)
             del self._objects[resource][(namespace, name)]
             obj = clone(entry.obj)
             obj["metadata"]["resourceVersion"] = self._next_rv()
             self._publish(resource, "DELETED", obj)
             return obj
 
-    def _mark_deleting(self, resource: str, namespace: str, name: str, current: Obj) -> Obj:
-        new = clone(current)
-        meta = new["metadata"]
-        now = now_rfc3339()
-        if not meta.get("deletionTimestamp"):
-            if meta.get("generation", 0) > 0:
-                meta["generation"] += 1
-            meta["deletionTimestamp"] = now
-        elif meta["deletionTimestamp"] > now:  # RFC 3339 in UTC sorts as time
-            meta["deletionTimestamp"] = now
-        meta["deletionGracePeriodSeconds"] = 0
-        if new == current:
-            return current
-        meta["resourceVersion"] = self._next_rv()
-        self._objects[resource][(namespace, name)] = _Entry(new)
-        self._publish(resource, "MODIFIED", new)
-        return new
+    def _mark_deleting(self, resource: str, namespace: str, name: str) -> Obj:
+        """`markAsDeleting` as an update: the finalizers stay, so the object stays too."""
+
+        def mark(obj: Obj) -> Obj:
+            meta = obj["metadata"]
+            now = now_rfc3339()
+            if not meta.get("deletionTimestamp"):
+                if meta.get("generation", 0) > 0:
+                    meta["generation"] += 1
+                meta["deletionTimestamp"] = now
+            elif meta["deletionTimestamp"] > now:  # RFC 3339 in UTC sorts as time
+                meta["deletionTimestamp"] = now
+            meta["deletionGracePeriodSeconds"] = 0
+            return obj
+
+        return self.update(resource, namespace, name, mark)
 
     # --- watch --------------------------------------------------------------------------
     def _publish(self, resource: str, kind: str, obj: Obj) -> None:

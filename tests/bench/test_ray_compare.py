@@ -358,6 +358,19 @@ def test_ray_says_which_demand_it_left_and_ours_is_compared_on_the_rest(ray):
     assert doc["demands"][1]["count"] == 1  # the input is untouched
 
 
+def test_unplaced_units_of_entries_alike_are_shared_out_in_order_within_their_counts(ray):
+    # the first and last entries send Ray the same request: its 3 unplaced units are
+    # theirs, 1 and 2, not all 3 charged to the last entry
+    doc = seed([worker("w1", cpu=4, free=4)], [{"CPU": 64}, {"CPU": 1}, {"CPU": 64}])
+    doc["demands"][2]["count"] = 2
+    _, theirs = both(ray, doc)
+
+    assert theirs.demand_left_by_entry == [1, 0, 2]
+    rest = only_what_ray_placed(doc, theirs)
+    assert rest is not None
+    assert [(d["shape"], d["count"]) for d in rest["demands"]] == [({"CPU": 1}, 1)]
+
+
 def _outcome(planner: str, placed: int, launched: int) -> Outcome:
     return Outcome(
         planner=planner,
