@@ -89,7 +89,10 @@ def apply_config(
         )
     if (config.get("metadata") or {}).get("managedFields") is not None:
         raise bad_request("metadata.managedFields must be nil")
-    return apply_patch(STRATEGIC_MERGE_PATCH if associative else MERGE_PATCH, target, config)
+    merged = strategic_merge_patch(target, config) if associative else merge_patch(target, config)
+    if not isinstance(merged, dict):  # pragma: no cover - an object config stays an object
+        raise bad_request("apply did not produce an object")
+    return merged
 
 
 def apply_patch(content_type: str, target: dict[str, Any], patch: Any) -> dict[str, Any]:
