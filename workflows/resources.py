@@ -166,24 +166,29 @@ def ray_accepted(name: str) -> str:
     return f"a non-negative number of {ray_unit(name)}"
 
 
+def _ray_amount_error(
+    label: str, value: object, problem: str, name: str, *, bound: str = ""
+) -> QuantityError:
+    """The error for a refused Ray float amount of `name` (its text is built only then)."""
+    return QuantityError(f"{label}: {value!r} {problem}; expected {ray_accepted(name)}{bound}")
+
+
 def float_to_units(value: object, name: str, *, what: str | None = None) -> int:
     """A Ray float amount → integer units; values between two units round up."""
-    label = what or name
-    expected = f"expected {ray_accepted(name)}"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise QuantityError(f"{label}: {value!r} is not a number; {expected}")
+        raise _ray_amount_error(what or name, value, "is not a number", name)
     if isinstance(value, float) and not math.isfinite(value):
-        raise QuantityError(f"{label}: {value!r} is not a finite number; {expected}")
+        raise _ray_amount_error(what or name, value, "is not a finite number", name)
     if value < 0:
-        raise QuantityError(f"{label}: {value!r} is negative; {expected}")
+        raise _ray_amount_error(what or name, value, "is negative", name)
     scaled = value * scale_of(name)
     nearest = round(scaled)
     units = (
         int(nearest) if abs(scaled - nearest) < 1e-6 * max(1.0, abs(scaled)) else math.ceil(scaled)
     )
     if units > MAX_UNITS:
-        raise QuantityError(
-            f"{label}: {value!r} is too large; {expected}, at most {max_ray_amount(name)}"
+        raise _ray_amount_error(
+            what or name, value, "is too large", name, bound=f", at most {max_ray_amount(name)}"
         )
     return units
 

@@ -87,6 +87,12 @@ RESIZE_KEYS = (
 DEMAND_KEYS = ("shape", "count", "label_selector")
 GANG_KEYS = ("bundles", "strategy", "count", "bundle_selectors")
 CONSTRAINT_KEYS = ("shape", "count")
+# The accepted values of each enum field, in declaration order (the messages list them).
+_POD_PHASES = tuple(m.value for m in PodPhase)
+_RESIZE_STATES = tuple(m.value for m in ResizeState)
+_GANG_STRATEGIES = tuple(m.value for m in GangStrategy)
+_UPSCALING_MODES = tuple(m.value for m in UpscalingMode)
+_RESIZE_POLICIES = tuple(m.value for m in ResizePolicy)
 
 # keys that are valid, but in another object
 _ELSEWHERE = {
@@ -148,40 +154,57 @@ def _kind(value: object) -> str:
     )
 
 
-def _int(value: object, path: str, *, minimum: int = 0, unit: str = "", or_null: str = "") -> int:
+def _int_accepted(minimum: int, unit: str, or_null: str) -> str:
+    """What `_int` accepts, for its error messages (built only when one is refused)."""
     if minimum == 0:
         accepted = f"a non-negative whole number{f' of {unit}' if unit else ''}"
     elif unit:
         accepted = f"a whole number of {unit}, at least {minimum}"
     else:
         accepted = f"a whole number of at least {minimum}"
-    if or_null:
-        accepted += f", or null {or_null}"
+    return f"{accepted}, or null {or_null}" if or_null else accepted
+
+
+def _int(value: object, path: str, *, minimum: int = 0, unit: str = "", or_null: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(path, value, "is not a number", accepted)
+        raise _bad(path, value, "is not a number", _int_accepted(minimum, unit, or_null))
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _bad(path, value, "is not a finite number", accepted)
+            raise _bad(path, value, "is not a finite number", _int_accepted(minimum, unit, or_null))
         if not value.is_integer():
-            raise _bad(path, value, "is not a whole number", accepted)
+            raise _bad(path, value, "is not a whole number", _int_accepted(minimum, unit, or_null))
     number = int(value)
     if number < minimum:
-        raise _bad(path, value, "is negative" if number < 0 else f"is below {minimum}", accepted)
+        raise _bad(
+            path,
+            value,
+            "is negative" if number < 0 else f"is below {minimum}",
+            _int_accepted(minimum, unit, or_null),
+        )
     if number > MAX_UNITS:
-        raise _bad(path, value, "is too large", f"{accepted}, at most {MAX_UNITS}")
+        raise _bad(
+            path,
+            value,
+            "is too large",
+            f"{_int_accepted(minimum, unit, or_null)}, at most {MAX_UNITS}",
+        )
     return number
 
 
+def _num_accepted(unit: str, positive: bool) -> str:
+    """What `_num` accepts, for its error messages (built only when one is refused)."""
+    return f"a {'positive' if positive else 'non-negative'} number of {unit}"
+
+
 def _num(value: object, path: str, *, unit: str, positive: bool = False) -> float:
-    accepted = f"a {'positive' if positive else 'non-negative'} number of {unit}"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(path, value, "is not a number", accepted)
+        raise _bad(path, value, "is not a number", _num_accepted(unit, positive))
     if not math.isfinite(value):
-        raise _bad(path, value, "is not a finite number", accepted)
+        raise _bad(path, value, "is not a finite number", _num_accepted(unit, positive))
     if value < 0:
-        raise _bad(path, value, "is negative", accepted)
+        raise _bad(path, value, "is negative", _num_accepted(unit, positive))
     if positive and value == 0:
-        raise _bad(path, value, "is not positive", accepted)
+        raise _bad(path, value, "is not positive", _num_accepted(unit, positive))
     return float(value)
 
 
@@ -255,7 +278,7 @@ def _selector(value: object, path: str) -> dict[str, str]:
     return selector
 
 
-def _enum(value: object, path: str, options: list[str]) -> str:
+def _enum(value: object, path: str, options: tuple[str, ...]) -> str:
     if value not in options:
         raise _fail(path, f"{value!r} is not one of {', '.join(options)}")
     return str(value)
@@ -277,7 +300,7 @@ def _settings(root: Mapping[str, Any], base: PlannerSettings) -> PlannerSettings
                 _enum(
                     extra["upscaling_mode"],
                     "settings.upscaling_mode",
-                    [m.value for m in UpscalingMode],
+                    _UPSCALING_MODES,
                 )
             )
         if "resize_policy" in extra:
@@ -285,7 +308,7 @@ def _settings(root: Mapping[str, Any], base: PlannerSettings) -> PlannerSettings
                 _enum(
                     extra["resize_policy"],
                     "settings.resize_policy",
-                    [m.value for m in ResizePolicy],
+                    _RESIZE_POLICIES,
                 )
             )
         if "cpu_step" in extra:
@@ -401,7 +424,7 @@ def _pod(i: int, raw: object, groups: dict[str, GroupSpec], seen: dict[str, int]
     total = _resources(p["total"], f"{path}.total")
     if group not in groups:  # the head pod, with no group entry: its group is its size
         groups[HEAD_GROUP] = GroupSpec(name=HEAD_GROUP, resources=total, is_head=True)
-    phase = PodPhase(_enum(p.get("phase", "running"), f"{path}.phase", [m.value for m in PodPhase]))
+    phase = PodPhase(_enum(p.get("phase", "running"), f"{path}.phase", _POD_PHASES))
     raylet = p.get("raylet_id")
     if raylet is not None:
         raylet = _str(raylet, f"{path}.raylet_id")
@@ -429,9 +452,7 @@ def _pod(i: int, raw: object, groups: dict[str, GroupSpec], seen: dict[str, int]
         rpath = f"{path}.resize"
         r = _obj(p["resize"], rpath)
         _keys(r, rpath, RESIZE_KEYS)
-        state = ResizeState(
-            _enum(r.get("state", "in_progress"), f"{rpath}.state", [m.value for m in ResizeState])
-        )
+        state = ResizeState(_enum(r.get("state", "in_progress"), f"{rpath}.state", _RESIZE_STATES))
         if r.get("suggested_max_cpu") is not None:
             sug_cpu = _cores(r["suggested_max_cpu"], f"{rpath}.suggested_max_cpu")
         if r.get("suggested_max_memory") is not None:
@@ -517,7 +538,7 @@ def _gang(i: int, raw: object) -> Gang:
     return Gang(
         bundles=tuple(bundles),
         strategy=GangStrategy(
-            _enum(g.get("strategy", "PACK"), f"{path}.strategy", [m.value for m in GangStrategy])
+            _enum(g.get("strategy", "PACK"), f"{path}.strategy", _GANG_STRATEGIES)
         ),
         count=_int(g.get("count", 1), f"{path}.count", minimum=1),
         bundle_selectors=selectors,
