@@ -156,9 +156,15 @@ def ray_unit(name: str) -> str:
     return {CPU: "cores", MEMORY: "bytes"}.get(name, "units")
 
 
+def ray_amount_text(units: int, name: str) -> str:
+    """Units as exact Ray amount text, without trailing zeros: 1500 millicores → "1.5"."""
+    text = format(Decimal(units) / scale_of(name), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def max_ray_amount(name: str) -> str:
     """The largest Ray float amount of `name` that fits in `MAX_UNITS`, as exact text."""
-    return format(Decimal(MAX_UNITS) / scale_of(name), "f")
+    return ray_amount_text(MAX_UNITS, name)
 
 
 def ray_accepted(name: str) -> str:

@@ -10,7 +10,6 @@ import difflib
 import json
 import math
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,7 +39,7 @@ from workflows.resources import (
     QuantityError,
     Resources,
     float_to_units,
-    scale_of,
+    ray_amount_text,
     units_to_float,
 )
 
@@ -244,12 +243,6 @@ def _resources(value: object, path: str) -> Resources:
     return Resources(out)
 
 
-def _ray_text(units: int, name: str) -> str:
-    """Units as the Ray amount a scenario writes: 1500 millicores → "1.5"."""
-    text = format(Decimal(units) / scale_of(name), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
-
-
 def _labels(value: object, path: str) -> dict[str, str]:
     if value is None:
         return {}
@@ -363,8 +356,8 @@ def _group(name: str, raw: object) -> GroupSpec:
                 raise _bad(
                     f"{ipath}.{key}",
                     ip[key],
-                    f"is below the group's resources.{rname} {_ray_text(size, rname)}",
-                    f"at least {_ray_text(size, rname)} (a pod starts at its group's size)",
+                    f"is below the group's resources.{rname} {ray_amount_text(size, rname)}",
+                    f"at least {ray_amount_text(size, rname)} (a pod starts at its group's size)",
                 )
     min_w = _int(g.get("min_workers", 0), f"{path}.min_workers")
     max_raw = g.get("max_workers")
@@ -440,10 +433,11 @@ def _pod(i: int, raw: object, groups: dict[str, GroupSpec], seen: dict[str, int]
         available = _resources(p["available"], f"{path}.available")
         for rname, units in available.items():
             if units > total.get_units(rname):
-                held = _ray_text(total.get_units(rname), rname)
+                held = ray_amount_text(total.get_units(rname), rname)
+                given = ray_amount_text(units, rname)
                 raise _fail(
                     f"{path}.available.{rname}",
-                    f"{_ray_text(units, rname)} exceeds total {held}; expected at most {held}",
+                    f"{given} exceeds total {held}; expected at most {held}",
                 )
     resize = None
     sug_cpu = sug_mem = None
