@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -190,6 +191,9 @@ def _int(value: object, path: str, *, minimum: int = 0, unit: str = "", or_null:
     return number
 
 
+_MAX_FLOAT = sys.float_info.max
+
+
 def _num_accepted(unit: str, positive: bool) -> str:
     """What `_num` accepts, for its error messages (built only when one is refused)."""
     return f"a {'positive' if positive else 'non-negative'} number of {unit}"
@@ -198,22 +202,34 @@ def _num_accepted(unit: str, positive: bool) -> str:
 def _num(value: object, path: str, *, unit: str, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _bad(path, value, "is not a number", _num_accepted(unit, positive))
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise _bad(path, value, "is not a finite number", _num_accepted(unit, positive))
     if value < 0:
         raise _bad(path, value, "is negative", _num_accepted(unit, positive))
     if positive and value == 0:
         raise _bad(path, value, "is not positive", _num_accepted(unit, positive))
+    if value > _MAX_FLOAT:  # only an int can be: float(value) would raise OverflowError
+        raise _bad(
+            path, value, "is too large", f"{_num_accepted(unit, positive)}, at most {_MAX_FLOAT!r}"
+        )
     return float(value)
 
 
 def _cores(value: object, path: str, *, positive: bool = False) -> int:
-    """A CPU amount in cores → millicores (a positive amount stays at least 1 millicore)."""
-    _num(value, path, unit="cores", positive=positive)
+    """A CPU amount in cores → millicores, rounded as Ray rounds it.
+
+    A positive amount must still be positive once rounded: 1e-10 cores is 0 millicores.
+    """
     try:
-        return float_to_units(value, CPU, what=path)
+        units = float_to_units(
+            value, CPU, what=path, accepted="a positive number of cores" if positive else None
+        )
     except QuantityError as exc:
         raise ScenarioError(str(exc)) from exc
+    if positive and units == 0:
+        problem = "is not positive" if value == 0 else "is not positive: it rounds to 0 millicores"
+        raise _bad(path, value, problem, "a positive number of cores")
+    return units
 
 
 def _str(value: object, path: str) -> str:
