@@ -188,30 +188,43 @@ class _Planner:
 
     def launch_room(self, g: GroupSpec, *, rate_limited: bool = True) -> int:
         """How many more pods of this group this plan may launch."""
-        if g.is_head:
-            return 0
+        return self._group_room(g, self._cluster_room(rate_limited=rate_limited))
+
+    def _cluster_room(self, *, rate_limited: bool) -> int:
+        """The launch room all groups share: the cluster's max_workers and Conservative's bound.
+
+        It changes only when a launch or termination is added, so a caller that asks for
+        every group in turn computes it once.
+        """
         room = 1 << 62
-        if g.max_workers is not None:
-            room = min(room, g.max_workers - self.worker_count(g.name))
+        conservative = rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE
+        if self.settings.max_workers is None and not conservative:
+            return room
+        total = self.total_workers()
         if self.settings.max_workers is not None:
-            room = min(room, self.settings.max_workers - self.total_workers())
-        if rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
+            room = min(room, self.settings.max_workers - total)
+        if conservative:
             # KubeRay: "the number of pending worker pods is at most the number of worker
             # pods connected to the Ray cluster" — counted over all worker groups; one may
             # start while none is connected, or a cluster with no workers could never grow.
-            running = pending = 0
-            for group in self.snap.groups.values():
-                if group.is_head:
-                    continue
-                for p in self.pods_by_group.get(group.name, []):
-                    if p.name in self.terminate:
-                        continue
-                    if p.phase == PodPhase.RUNNING and p.raylet_id:
-                        running += 1
-                    else:
-                        pending += 1
-                pending += self.launch[group.name]
-            room = min(room, max(1, running) - pending)
+            # Every other worker (not connected, or to be launched) is pending.
+            connected = sum(
+                1
+                for group in self.snap.groups.values()
+                if not group.is_head
+                for p in self.pods_by_group.get(group.name, [])
+                if p.name not in self.terminate and p.phase == PodPhase.RUNNING and p.raylet_id
+            )
+            room = min(room, max(1, connected) - (total - connected))
+        return room
+
+    def _group_room(self, g: GroupSpec, cluster_room: int) -> int:
+        """`launch_room` given the shared part, `_cluster_room`."""
+        if g.is_head:
+            return 0
+        room = cluster_room
+        if g.max_workers is not None:
+            room = min(room, g.max_workers - self.worker_count(g.name))
         return max(0, room)
 
     # --- step 1 and 2: min and max -----------------------------------------------------------
@@ -496,8 +509,9 @@ class _Planner:
         """The group whose new pod (at its IPPR maximum) holds the most of what is left."""
         best: tuple[tuple[int, float, float, str], GroupSpec, list[tuple[_Item, int]], int] | None
         best = None
+        cluster_room = self._cluster_room(rate_limited=True)
         for g in groups:
-            room = self.launch_room(g)
+            room = self._group_room(g, cluster_room)
             if room <= 0:
                 continue
             cap = self._new_pod_capacity(g)
@@ -535,8 +549,9 @@ class _Planner:
     ) -> tuple[GroupSpec, int] | None:
         best: tuple[tuple[int, float, str], GroupSpec, int] | None = None
         wanted = {i for i, _ in shape}
+        cluster_room = self._cluster_room(rate_limited=True)
         for g in groups:
-            if not selector_matches(selector, g.labels) or self.launch_room(g) <= 0:
+            if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
                 continue
             cap = self._new_pod_capacity(g)
             per_pod = min((cap[i] // a for i, a in shape), default=0)
