@@ -367,6 +367,10 @@ class _Planner:
             )
         return out
 
+    def _empty_bins(self, capacity_bins: Iterable[_Bin]) -> list[_Bin]:
+        """A free-room bin for each planned pod among `capacity_bins`: a new pod starts empty."""
+        return [self.new_bins(cb.group, 1)[0] for cb in capacity_bins if cb.pod is None]
+
     # --- placing -----------------------------------------------------------------------------
     @staticmethod
     def fit(b: _Bin, shape: Shape, grow: bool) -> int:
@@ -571,6 +575,14 @@ class _Planner:
         return (best[1], best[2]) if best else None
 
     # --- gangs ---------------------------------------------------------------------------------
+    def _fill_gang(
+        self, gang: Gang, left: int, bins: list[_Bin], *, grow: bool, launch: bool
+    ) -> int:
+        """Place copies of `gang` until `left` are placed or one does not fit; how many are left."""
+        while left and self.place_gang(gang, bins, grow=grow, launch=launch):
+            left -= 1
+        return left
+
     def place_gang(self, gang: Gang, bins: list[_Bin], grow: bool, launch: bool) -> bool:
         """Place every bundle of one gang, or nothing."""
         bundles = [
@@ -729,9 +741,7 @@ class _Planner:
                 b.grown = True
                 b.placed_by_growth.update(cb.placed_by_growth)
             b.used = b.used or cb.used
-        dbins.extend(
-            self.new_bins(cb.group, 1)[0] for cb in cbins if cb.pod is None
-        )  # planned pods start empty
+        dbins.extend(self._empty_bins(cbins))
 
         # Ray retries a placement group that fits no node's *total* only when a node
         # registers (docs/ray-infeasible-pg.md): growing pods in place would not get it
@@ -745,28 +755,22 @@ class _Planner:
         unique = [list(t) for t in sorted({tuple(t) for t in registered})]
         growable = {id(g): self._fits_totals(g, unique) for g in self.snap.gangs}
 
-        pending_gangs: list[tuple[Gang, int]] = []
-        for gang in self.snap.gangs:
-            left = gang.count
-            while left and self.place_gang(gang, dbins, grow=False, launch=False):
-                left -= 1
-            pending_gangs.append((gang, left))
+        pending_gangs = [
+            (gang, self._fill_gang(gang, gang.count, dbins, grow=False, launch=False))
+            for gang in self.snap.gangs
+        ]
         d_items = self._items(self.snap.demands, DEMAND)
         self.place_items(d_items, dbins, grow=False)
         for i, (gang, left) in enumerate(pending_gangs):
-            while (
-                left
-                and growable[id(gang)]
-                and self.place_gang(gang, dbins, grow=True, launch=False)
-            ):
-                left -= 1
-            pending_gangs[i] = (gang, left)
+            if growable[id(gang)]:
+                pending_gangs[i] = (
+                    gang,
+                    self._fill_gang(gang, left, dbins, grow=True, launch=False),
+                )
         self.place_items(d_items, dbins, grow=True)
         for i, (gang, left) in enumerate(pending_gangs):
             grow = growable[id(gang)]
-            while left and self.place_gang(gang, dbins, grow=grow, launch=True):
-                left -= 1
-            pending_gangs[i] = (gang, left)
+            pending_gangs[i] = (gang, self._fill_gang(gang, left, dbins, grow=grow, launch=True))
         self.launch_for_items(d_items, dbins)
 
         self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
@@ -782,13 +786,14 @@ class _Planner:
             # (on new pods and pods that stay: never on a pod this plan removes)
             planned = len(cbins)
             self.launch_for_items(c_items, cbins)
-            dbins.extend(self.new_bins(cb.group, 1)[0] for cb in cbins[planned:])
+            dbins.extend(self._empty_bins(cbins[planned:]))
             live = [b for b in dbins if b.pod is None or b.pod.name not in self.terminate]
             known = len(live)
             for i, (gang, left) in enumerate(pending_gangs):
-                while left and self.place_gang(gang, live, grow=False, launch=True):
-                    left -= 1
-                pending_gangs[i] = (gang, left)
+                pending_gangs[i] = (
+                    gang,
+                    self._fill_gang(gang, left, live, grow=False, launch=True),
+                )
             self.launch_for_items(d_items, live)
             dbins.extend(live[known:])
         left_c = sum(it.remaining for it in c_items)
