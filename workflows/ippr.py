@@ -131,16 +131,20 @@ def _group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErr
     if container is not None:
         resources = container.get("resources") or {}
         for key, rname in (("cpu", CPU), ("memory", MEMORY)):
-            bad = False
-            for kind in ("requests", "limits"):
+            given: dict[str, object] = {}
+            parsed: dict[str, int | None] = {}
+            for kind in ("requests", "limits"):  # errors in this order
                 value = (resources.get(kind) or {}).get(key)
                 if value is None:
                     continue
                 field = f"{base}.{kind}.{key}"
                 fix = "use a Kubernetes quantity such as 2, 1500m or 8Gi"
-                if _template_quantity(value, rname, name, field, fix, errors) is None:
-                    bad = True
-            size = None if bad else _size_of(resources, key, rname, f"{base}.{key}")
+                given[kind] = value
+                parsed[kind] = _template_quantity(value, rname, name, field, fix, errors)
+            if None in parsed.values():
+                continue
+            # `_size_of`'s rule: the limit when one is given, else the request
+            size = parsed.get("limits" if given.get("limits") else "requests")
             if size is not None:
                 units[rname] = size
         limits = resources.get("limits") or {}
@@ -358,7 +362,7 @@ def _parse_group_limits(
         try:
             units = quantity_to_units(v, name, what=key)
         except QuantityError as exc:
-            err(key, str(exc).removeprefix(f"{key}: "), bad_quantity)
+            err(key, _problem(exc, key), bad_quantity)
             return None
         if units <= 0:
             err(

@@ -188,30 +188,43 @@ class _Planner:
 
     def launch_room(self, g: GroupSpec, *, rate_limited: bool = True) -> int:
         """How many more pods of this group this plan may launch."""
-        if g.is_head:
-            return 0
+        return self._group_room(g, self._cluster_room(rate_limited=rate_limited))
+
+    def _cluster_room(self, *, rate_limited: bool) -> int:
+        """The launch room all groups share: the cluster's max_workers and Conservative's bound.
+
+        It changes only when a launch or termination is added, so a caller that asks for
+        every group in turn computes it once.
+        """
         room = 1 << 62
-        if g.max_workers is not None:
-            room = min(room, g.max_workers - self.worker_count(g.name))
+        conservative = rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE
+        if self.settings.max_workers is None and not conservative:
+            return room
+        total = self.total_workers()
         if self.settings.max_workers is not None:
-            room = min(room, self.settings.max_workers - self.total_workers())
-        if rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE:
+            room = min(room, self.settings.max_workers - total)
+        if conservative:
             # KubeRay: "the number of pending worker pods is at most the number of worker
             # pods connected to the Ray cluster" — counted over all worker groups; one may
             # start while none is connected, or a cluster with no workers could never grow.
-            running = pending = 0
-            for group in self.snap.groups.values():
-                if group.is_head:
-                    continue
-                for p in self.pods_by_group.get(group.name, []):
-                    if p.name in self.terminate:
-                        continue
-                    if p.phase == PodPhase.RUNNING and p.raylet_id:
-                        running += 1
-                    else:
-                        pending += 1
-                pending += self.launch[group.name]
-            room = min(room, max(1, running) - pending)
+            # Every other worker (not connected, or to be launched) is pending.
+            connected = sum(
+                1
+                for group in self.snap.groups.values()
+                if not group.is_head
+                for p in self.pods_by_group.get(group.name, [])
+                if p.name not in self.terminate and p.phase == PodPhase.RUNNING and p.raylet_id
+            )
+            room = min(room, max(1, connected) - (total - connected))
+        return room
+
+    def _group_room(self, g: GroupSpec, cluster_room: int) -> int:
+        """`launch_room` given the shared part, `_cluster_room`."""
+        if g.is_head:
+            return 0
+        room = cluster_room
+        if g.max_workers is not None:
+            room = min(room, g.max_workers - self.worker_count(g.name))
         return max(0, room)
 
     # --- step 1 and 2: min and max -----------------------------------------------------------
@@ -353,6 +366,10 @@ class _Planner:
                 )
             )
         return out
+
+    def _empty_bins(self, capacity_bins: Iterable[_Bin]) -> list[_Bin]:
+        """A free-room bin for each planned pod among `capacity_bins`: a new pod starts empty."""
+        return [self.new_bins(cb.group, 1)[0] for cb in capacity_bins if cb.pod is None]
 
     # --- placing -----------------------------------------------------------------------------
     @staticmethod
@@ -496,8 +513,9 @@ class _Planner:
         """The group whose new pod (at its IPPR maximum) holds the most of what is left."""
         best: tuple[tuple[int, float, float, str], GroupSpec, list[tuple[_Item, int]], int] | None
         best = None
+        cluster_room = self._cluster_room(rate_limited=True)
         for g in groups:
-            room = self.launch_room(g)
+            room = self._group_room(g, cluster_room)
             if room <= 0:
                 continue
             cap = self._new_pod_capacity(g)
@@ -535,8 +553,9 @@ class _Planner:
     ) -> tuple[GroupSpec, int] | None:
         best: tuple[tuple[int, float, str], GroupSpec, int] | None = None
         wanted = {i for i, _ in shape}
+        cluster_room = self._cluster_room(rate_limited=True)
         for g in groups:
-            if not selector_matches(selector, g.labels) or self.launch_room(g) <= 0:
+            if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
                 continue
             cap = self._new_pod_capacity(g)
             per_pod = min((cap[i] // a for i, a in shape), default=0)
@@ -556,6 +575,14 @@ class _Planner:
         return (best[1], best[2]) if best else None
 
     # --- gangs ---------------------------------------------------------------------------------
+    def _fill_gang(
+        self, gang: Gang, left: int, bins: list[_Bin], *, grow: bool, launch: bool
+    ) -> int:
+        """Place copies of `gang` until `left` are placed or one does not fit; how many are left."""
+        while left and self.place_gang(gang, bins, grow=grow, launch=launch):
+            left -= 1
+        return left
+
     def place_gang(self, gang: Gang, bins: list[_Bin], grow: bool, launch: bool) -> bool:
         """Place every bundle of one gang, or nothing."""
         bundles = [
@@ -714,9 +741,7 @@ class _Planner:
                 b.grown = True
                 b.placed_by_growth.update(cb.placed_by_growth)
             b.used = b.used or cb.used
-        dbins.extend(
-            self.new_bins(cb.group, 1)[0] for cb in cbins if cb.pod is None
-        )  # planned pods start empty
+        dbins.extend(self._empty_bins(cbins))
 
         # Ray retries a placement group that fits no node's *total* only when a node
         # registers (docs/ray-infeasible-pg.md): growing pods in place would not get it
@@ -730,28 +755,22 @@ class _Planner:
         unique = [list(t) for t in sorted({tuple(t) for t in registered})]
         growable = {id(g): self._fits_totals(g, unique) for g in self.snap.gangs}
 
-        pending_gangs: list[tuple[Gang, int]] = []
-        for gang in self.snap.gangs:
-            left = gang.count
-            while left and self.place_gang(gang, dbins, grow=False, launch=False):
-                left -= 1
-            pending_gangs.append((gang, left))
+        pending_gangs = [
+            (gang, self._fill_gang(gang, gang.count, dbins, grow=False, launch=False))
+            for gang in self.snap.gangs
+        ]
         d_items = self._items(self.snap.demands, DEMAND)
         self.place_items(d_items, dbins, grow=False)
         for i, (gang, left) in enumerate(pending_gangs):
-            while (
-                left
-                and growable[id(gang)]
-                and self.place_gang(gang, dbins, grow=True, launch=False)
-            ):
-                left -= 1
-            pending_gangs[i] = (gang, left)
+            if growable[id(gang)]:
+                pending_gangs[i] = (
+                    gang,
+                    self._fill_gang(gang, left, dbins, grow=True, launch=False),
+                )
         self.place_items(d_items, dbins, grow=True)
         for i, (gang, left) in enumerate(pending_gangs):
             grow = growable[id(gang)]
-            while left and self.place_gang(gang, dbins, grow=grow, launch=True):
-                left -= 1
-            pending_gangs[i] = (gang, left)
+            pending_gangs[i] = (gang, self._fill_gang(gang, left, dbins, grow=grow, launch=True))
         self.launch_for_items(d_items, dbins)
 
         self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
@@ -767,13 +786,14 @@ class _Planner:
             # (on new pods and pods that stay: never on a pod this plan removes)
             planned = len(cbins)
             self.launch_for_items(c_items, cbins)
-            dbins.extend(self.new_bins(cb.group, 1)[0] for cb in cbins[planned:])
+            dbins.extend(self._empty_bins(cbins[planned:]))
             live = [b for b in dbins if b.pod is None or b.pod.name not in self.terminate]
             known = len(live)
             for i, (gang, left) in enumerate(pending_gangs):
-                while left and self.place_gang(gang, live, grow=False, launch=True):
-                    left -= 1
-                pending_gangs[i] = (gang, left)
+                pending_gangs[i] = (
+                    gang,
+                    self._fill_gang(gang, left, live, grow=False, launch=True),
+                )
             self.launch_for_items(d_items, live)
             dbins.extend(live[known:])
         left_c = sum(it.remaining for it in c_items)

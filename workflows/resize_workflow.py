@@ -83,11 +83,17 @@ def resize_workflow_id(namespace: str, pod: str) -> str:
     return f"resize/{namespace}/{pod}"
 
 
+def _shrinks(req: ResizeRequest, cpu: int, memory: int) -> bool:
+    """Whether a resize to `cpu`/`memory` shrinks the pod in either: then the Raylet goes first."""
+    return cpu < req.from_cpu or memory < req.from_memory
+
+
 def resize_search_attributes(req: ResizeRequest) -> TypedSearchAttributes:
     """Set when a resize starts: who it is about and its first phase, so the saga itself
     needs no upsert until its phase changes."""
-    shrinks = req.cpu < req.from_cpu or req.memory < req.from_memory
-    first = ResizePhase.SHRINKING_RAYLET if shrinks else ResizePhase.POLLING
+    first = (
+        ResizePhase.SHRINKING_RAYLET if _shrinks(req, req.cpu, req.memory) else ResizePhase.POLLING
+    )
     return TypedSearchAttributes(
         [
             SearchAttributePair(RAY_CLUSTER, req.cluster),
@@ -174,20 +180,14 @@ class PodResizeWorkflow:
         self.req = req
         self.cpu, self.memory = req.cpu, req.memory
         self.status = IpprStatus(raylet_id=req.node_id)
-        # who this resize is about, unless the starter set it (the reconcile workflow
-        # does): sent with the first phase, in one upsert
+        # who this resize is about and its outcome (pending), unless the starter set them
+        # (the reconcile workflow does): sent with the first phase, in one upsert
         given = workflow.info().typed_search_attributes
         self.unset_attributes = [
-            key.value_set(value)
-            for key, value in (
-                (RAY_CLUSTER, req.cluster),
-                (RAY_NAMESPACE, req.namespace),
-                (POD_NAME, req.pod),
-            )
-            if given.get(key) != value
+            pair.key.value_set(pair.value)
+            for pair in resize_search_attributes(req).search_attributes
+            if pair.key != RESIZE_PHASE and given.get(pair.key) != pair.value
         ]
-        if given.get(RESIZE_OUTCOME) != self.outcome.value:
-            self.unset_attributes.append(RESIZE_OUTCOME.value_set(self.outcome.value))
         self.indexed_phase = given.get(RESIZE_PHASE)  # a starter may set the first phase
         telemetry.resize_started(req)
         try:
@@ -216,7 +216,7 @@ class PodResizeWorkflow:
                 raise _Failed(f"gave up after {len(self.attempts)} attempts")
             target = (self.cpu, self.memory)
             # (a) Raylet first where the pod shrinks, so Ray never over-schedules
-            if self.cpu < req.from_cpu or self.memory < req.from_memory:
+            if _shrinks(req, self.cpu, self.memory):
                 self._set_phase(ResizePhase.SHRINKING_RAYLET)
                 applied = await self._raylet(
                     req, min(self.cpu, req.from_cpu), min(self.memory, req.from_memory)

@@ -156,9 +156,15 @@ def ray_unit(name: str) -> str:
     return {CPU: "cores", MEMORY: "bytes"}.get(name, "units")
 
 
+def ray_amount_text(units: int, name: str) -> str:
+    """Units as exact Ray amount text, without trailing zeros: 1500 millicores → "1.5"."""
+    text = format(Decimal(units) / scale_of(name), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def max_ray_amount(name: str) -> str:
     """The largest Ray float amount of `name` that fits in `MAX_UNITS`, as exact text."""
-    return format(Decimal(MAX_UNITS) / scale_of(name), "f")
+    return ray_amount_text(MAX_UNITS, name)
 
 
 def ray_accepted(name: str) -> str:
@@ -166,24 +172,46 @@ def ray_accepted(name: str) -> str:
     return f"a non-negative number of {ray_unit(name)}"
 
 
-def float_to_units(value: object, name: str, *, what: str | None = None) -> int:
-    """A Ray float amount → integer units; values between two units round up."""
-    label = what or name
-    expected = f"expected {ray_accepted(name)}"
+def _ray_amount_error(label: str, value: object, problem: str, accepted: str) -> QuantityError:
+    """The error for a refused Ray float amount (its text is built only then)."""
+    return QuantityError(f"{label}: {value!r} {problem}; expected {accepted}")
+
+
+def float_to_units(
+    value: object, name: str, *, what: str | None = None, accepted: str | None = None
+) -> int:
+    """A Ray float amount → integer units; values between two units round up.
+
+    `accepted` replaces `ray_accepted(name)` in the message for a value that is not a
+    number, not finite or negative (a caller that needs a positive amount says so); a value
+    too large for `MAX_UNITS` is always told Ray's range.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise QuantityError(f"{label}: {value!r} is not a number; {expected}")
+        raise _ray_amount_error(
+            what or name, value, "is not a number", accepted or ray_accepted(name)
+        )
     if isinstance(value, float) and not math.isfinite(value):
-        raise QuantityError(f"{label}: {value!r} is not a finite number; {expected}")
+        raise _ray_amount_error(
+            what or name, value, "is not a finite number", accepted or ray_accepted(name)
+        )
     if value < 0:
-        raise QuantityError(f"{label}: {value!r} is negative; {expected}")
+        raise _ray_amount_error(what or name, value, "is negative", accepted or ray_accepted(name))
     scaled = value * scale_of(name)
-    nearest = round(scaled)
-    units = (
-        int(nearest) if abs(scaled - nearest) < 1e-6 * max(1.0, abs(scaled)) else math.ceil(scaled)
-    )
+    if isinstance(scaled, int):  # exact, and an int past float's range must not reach a float
+        units = scaled
+    else:
+        nearest = round(scaled)
+        units = (
+            int(nearest)
+            if abs(scaled - nearest) < 1e-6 * max(1.0, abs(scaled))
+            else math.ceil(scaled)
+        )
     if units > MAX_UNITS:
-        raise QuantityError(
-            f"{label}: {value!r} is too large; {expected}, at most {max_ray_amount(name)}"
+        raise _ray_amount_error(
+            what or name,
+            value,
+            "is too large",
+            f"{ray_accepted(name)}, at most {max_ray_amount(name)}",
         )
     return units
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import sys
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
@@ -40,7 +40,7 @@ from workflows.resources import (
     QuantityError,
     Resources,
     float_to_units,
-    scale_of,
+    ray_amount_text,
     units_to_float,
 )
 
@@ -87,6 +87,12 @@ RESIZE_KEYS = (
 DEMAND_KEYS = ("shape", "count", "label_selector")
 GANG_KEYS = ("bundles", "strategy", "count", "bundle_selectors")
 CONSTRAINT_KEYS = ("shape", "count")
+# The accepted values of each enum field, in declaration order (the messages list them).
+_POD_PHASES = tuple(m.value for m in PodPhase)
+_RESIZE_STATES = tuple(m.value for m in ResizeState)
+_GANG_STRATEGIES = tuple(m.value for m in GangStrategy)
+_UPSCALING_MODES = tuple(m.value for m in UpscalingMode)
+_RESIZE_POLICIES = tuple(m.value for m in ResizePolicy)
 
 # keys that are valid, but in another object
 _ELSEWHERE = {
@@ -148,50 +154,82 @@ def _kind(value: object) -> str:
     )
 
 
-def _int(value: object, path: str, *, minimum: int = 0, unit: str = "", or_null: str = "") -> int:
+def _int_accepted(minimum: int, unit: str, or_null: str) -> str:
+    """What `_int` accepts, for its error messages (built only when one is refused)."""
     if minimum == 0:
         accepted = f"a non-negative whole number{f' of {unit}' if unit else ''}"
     elif unit:
         accepted = f"a whole number of {unit}, at least {minimum}"
     else:
         accepted = f"a whole number of at least {minimum}"
-    if or_null:
-        accepted += f", or null {or_null}"
+    return f"{accepted}, or null {or_null}" if or_null else accepted
+
+
+def _int(value: object, path: str, *, minimum: int = 0, unit: str = "", or_null: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(path, value, "is not a number", accepted)
+        raise _bad(path, value, "is not a number", _int_accepted(minimum, unit, or_null))
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _bad(path, value, "is not a finite number", accepted)
+            raise _bad(path, value, "is not a finite number", _int_accepted(minimum, unit, or_null))
         if not value.is_integer():
-            raise _bad(path, value, "is not a whole number", accepted)
+            raise _bad(path, value, "is not a whole number", _int_accepted(minimum, unit, or_null))
     number = int(value)
     if number < minimum:
-        raise _bad(path, value, "is negative" if number < 0 else f"is below {minimum}", accepted)
+        raise _bad(
+            path,
+            value,
+            "is negative" if number < 0 else f"is below {minimum}",
+            _int_accepted(minimum, unit, or_null),
+        )
     if number > MAX_UNITS:
-        raise _bad(path, value, "is too large", f"{accepted}, at most {MAX_UNITS}")
+        raise _bad(
+            path,
+            value,
+            "is too large",
+            f"{_int_accepted(minimum, unit, or_null)}, at most {MAX_UNITS}",
+        )
     return number
 
 
+_MAX_FLOAT = sys.float_info.max
+
+
+def _num_accepted(unit: str, positive: bool) -> str:
+    """What `_num` accepts, for its error messages (built only when one is refused)."""
+    return f"a {'positive' if positive else 'non-negative'} number of {unit}"
+
+
 def _num(value: object, path: str, *, unit: str, positive: bool = False) -> float:
-    accepted = f"a {'positive' if positive else 'non-negative'} number of {unit}"
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _bad(path, value, "is not a number", accepted)
-    if not math.isfinite(value):
-        raise _bad(path, value, "is not a finite number", accepted)
+        raise _bad(path, value, "is not a number", _num_accepted(unit, positive))
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _bad(path, value, "is not a finite number", _num_accepted(unit, positive))
     if value < 0:
-        raise _bad(path, value, "is negative", accepted)
+        raise _bad(path, value, "is negative", _num_accepted(unit, positive))
     if positive and value == 0:
-        raise _bad(path, value, "is not positive", accepted)
+        raise _bad(path, value, "is not positive", _num_accepted(unit, positive))
+    if value > _MAX_FLOAT:  # only an int can be: float(value) would raise OverflowError
+        raise _bad(
+            path, value, "is too large", f"{_num_accepted(unit, positive)}, at most {_MAX_FLOAT!r}"
+        )
     return float(value)
 
 
 def _cores(value: object, path: str, *, positive: bool = False) -> int:
-    """A CPU amount in cores → millicores (a positive amount stays at least 1 millicore)."""
-    _num(value, path, unit="cores", positive=positive)
+    """A CPU amount in cores → millicores, rounded as Ray rounds it.
+
+    A positive amount must still be positive once rounded: 1e-10 cores is 0 millicores.
+    """
     try:
-        return float_to_units(value, CPU, what=path)
+        units = float_to_units(
+            value, CPU, what=path, accepted="a positive number of cores" if positive else None
+        )
     except QuantityError as exc:
         raise ScenarioError(str(exc)) from exc
+    if positive and units == 0:
+        problem = "is not positive" if value == 0 else "is not positive: it rounds to 0 millicores"
+        raise _bad(path, value, problem, "a positive number of cores")
+    return units
 
 
 def _str(value: object, path: str) -> str:
@@ -219,12 +257,6 @@ def _resources(value: object, path: str) -> Resources:
         except QuantityError as exc:
             raise ScenarioError(str(exc)) from exc
     return Resources(out)
-
-
-def _ray_text(units: int, name: str) -> str:
-    """Units as the Ray amount a scenario writes: 1500 millicores → "1.5"."""
-    text = format(Decimal(units) / scale_of(name), "f")
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _labels(value: object, path: str) -> dict[str, str]:
@@ -255,7 +287,7 @@ def _selector(value: object, path: str) -> dict[str, str]:
     return selector
 
 
-def _enum(value: object, path: str, options: list[str]) -> str:
+def _enum(value: object, path: str, options: tuple[str, ...]) -> str:
     if value not in options:
         raise _fail(path, f"{value!r} is not one of {', '.join(options)}")
     return str(value)
@@ -277,7 +309,7 @@ def _settings(root: Mapping[str, Any], base: PlannerSettings) -> PlannerSettings
                 _enum(
                     extra["upscaling_mode"],
                     "settings.upscaling_mode",
-                    [m.value for m in UpscalingMode],
+                    _UPSCALING_MODES,
                 )
             )
         if "resize_policy" in extra:
@@ -285,7 +317,7 @@ def _settings(root: Mapping[str, Any], base: PlannerSettings) -> PlannerSettings
                 _enum(
                     extra["resize_policy"],
                     "settings.resize_policy",
-                    [m.value for m in ResizePolicy],
+                    _RESIZE_POLICIES,
                 )
             )
         if "cpu_step" in extra:
@@ -340,8 +372,8 @@ def _group(name: str, raw: object) -> GroupSpec:
                 raise _bad(
                     f"{ipath}.{key}",
                     ip[key],
-                    f"is below the group's resources.{rname} {_ray_text(size, rname)}",
-                    f"at least {_ray_text(size, rname)} (a pod starts at its group's size)",
+                    f"is below the group's resources.{rname} {ray_amount_text(size, rname)}",
+                    f"at least {ray_amount_text(size, rname)} (a pod starts at its group's size)",
                 )
     min_w = _int(g.get("min_workers", 0), f"{path}.min_workers")
     max_raw = g.get("max_workers")
@@ -401,7 +433,7 @@ def _pod(i: int, raw: object, groups: dict[str, GroupSpec], seen: dict[str, int]
     total = _resources(p["total"], f"{path}.total")
     if group not in groups:  # the head pod, with no group entry: its group is its size
         groups[HEAD_GROUP] = GroupSpec(name=HEAD_GROUP, resources=total, is_head=True)
-    phase = PodPhase(_enum(p.get("phase", "running"), f"{path}.phase", [m.value for m in PodPhase]))
+    phase = PodPhase(_enum(p.get("phase", "running"), f"{path}.phase", _POD_PHASES))
     raylet = p.get("raylet_id")
     if raylet is not None:
         raylet = _str(raylet, f"{path}.raylet_id")
@@ -417,10 +449,11 @@ def _pod(i: int, raw: object, groups: dict[str, GroupSpec], seen: dict[str, int]
         available = _resources(p["available"], f"{path}.available")
         for rname, units in available.items():
             if units > total.get_units(rname):
-                held = _ray_text(total.get_units(rname), rname)
+                held = ray_amount_text(total.get_units(rname), rname)
+                given = ray_amount_text(units, rname)
                 raise _fail(
                     f"{path}.available.{rname}",
-                    f"{_ray_text(units, rname)} exceeds total {held}; expected at most {held}",
+                    f"{given} exceeds total {held}; expected at most {held}",
                 )
     resize = None
     sug_cpu = sug_mem = None
@@ -429,9 +462,7 @@ def _pod(i: int, raw: object, groups: dict[str, GroupSpec], seen: dict[str, int]
         rpath = f"{path}.resize"
         r = _obj(p["resize"], rpath)
         _keys(r, rpath, RESIZE_KEYS)
-        state = ResizeState(
-            _enum(r.get("state", "in_progress"), f"{rpath}.state", [m.value for m in ResizeState])
-        )
+        state = ResizeState(_enum(r.get("state", "in_progress"), f"{rpath}.state", _RESIZE_STATES))
         if r.get("suggested_max_cpu") is not None:
             sug_cpu = _cores(r["suggested_max_cpu"], f"{rpath}.suggested_max_cpu")
         if r.get("suggested_max_memory") is not None:
@@ -517,7 +548,7 @@ def _gang(i: int, raw: object) -> Gang:
     return Gang(
         bundles=tuple(bundles),
         strategy=GangStrategy(
-            _enum(g.get("strategy", "PACK"), f"{path}.strategy", [m.value for m in GangStrategy])
+            _enum(g.get("strategy", "PACK"), f"{path}.strategy", _GANG_STRATEGIES)
         ),
         count=_int(g.get("count", 1), f"{path}.count", minimum=1),
         bundle_selectors=selectors,

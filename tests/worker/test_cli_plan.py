@@ -480,3 +480,59 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", "--scenario", str(tmp_path / "nope.json")])
     assert result.exit_code == 2
     assert "cannot read" in result.stderr and "No such file or directory" in result.stderr
+
+
+HUGE = 10**400  # a JSON integer past float's range: json.loads keeps it exact
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        # a positive amount that Ray's rounding makes 0 millicores is refused, not 0
+        (
+            scenario(settings={"cpu_step": 1e-10}),
+            "settings.cpu_step: 1e-10 is not positive: it rounds to 0 millicores; expected a "
+            "positive number of cores",
+        ),
+        (
+            scenario(groups=with_group(ippr=ippr(max_cpu=1e-10))),
+            "groups.g1.ippr.max_cpu: 1e-10 is not positive: it rounds to 0 millicores; expected "
+            "a positive number of cores",
+        ),
+        # an integer too large for a float is refused with a clear message, not OverflowError
+        (
+            scenario(idle_timeout_s=HUGE),
+            f"idle_timeout_s: {HUGE} is too large; expected a non-negative number of seconds, "
+            "at most 1.7976931348623157e+308",
+        ),
+        (
+            scenario(pods=[with_pod(idle_s=HUGE)]),
+            f"pods[0].idle_s: {HUGE} is too large; expected a non-negative number of seconds, at "
+            "most 1.7976931348623157e+308",
+        ),
+        (
+            scenario(settings={"cpu_step": HUGE}),
+            f"settings.cpu_step: {HUGE} is too large; expected a non-negative number of cores, "
+            "at most 9223372036854775.807",
+        ),
+        (
+            scenario(demands=[{"shape": {"CPU": HUGE}}]),
+            f"demands[0].shape.CPU: {HUGE} is too large; expected a non-negative number of "
+            "cores, at most 9223372036854775.807",
+        ),
+    ],
+    ids=[
+        "cpu_step-1e-10",
+        "max_cpu-1e-10",
+        "idle_timeout_s-huge",
+        "idle_s-huge",
+        "cpu_step-huge",
+        "shape-huge",
+    ],
+)
+def test_amounts_at_the_edges_are_refused_with_a_precise_message(
+    tmp_path: Path, doc: object, message: str
+) -> None:
+    f = write(tmp_path, doc)
+    result = runner.invoke(app, ["plan", "--scenario", str(f)])
+    assert (result.exit_code, result.stderr, result.stdout) == (2, f"error: {f}: {message}\n", "")
