@@ -23,6 +23,7 @@ from activities.k8s_errors import (
     Conflict,
     Invalid,
     KubeError,
+    NoRoom,
     PodGone,
     Unavailable,
     from_api_exception,
@@ -561,14 +562,37 @@ class K8sActivities:
     async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         """PATCH pods/resize (absolute, so a retry repeats nothing), record
         ray.io/ippr-status, then watch the kubelet for up to the window."""
-        generation = await self._run(
-            self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory
-        )
+        try:
+            generation = await asyncio.to_thread(
+                self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory
+            )
+        except NoRoom as exc:  # 1.36+ admission: what 1.33-1.35's kubelet says as Infeasible
+            return await self._refused_for_room(inp, exc)
+        except KubeError as exc:
+            raise exc.to_application_error() from exc
         now = await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
         progress = await self._watch(
             inp.namespace, inp.pod, inp.cpu, inp.memory, generation, inp.poll_interval_s,
             inp.window_s, now,
         )  # fmt: skip
+        return ApplyResizeResult(generation=generation, progress=progress)
+
+    async def _refused_for_room(self, inp: ApplyResizeInput, exc: NoRoom) -> ApplyResizeResult:
+        """The pod was left as it was: report Infeasible with the server's numbers, so the
+        saga asks again at what fits or rolls back, as for the kubelet's Infeasible."""
+        pod = await self._run(self.kube.find_pod, inp.namespace, inp.pod)
+        if pod is None:
+            return ApplyResizeResult(
+                generation=0, progress=ResizeProgress(state=ProgressState.POD_GONE)
+            )
+        generation = int(pod["metadata"].get("generation", 0))
+        progress = progress_of(pod, inp.cpu, inp.memory, generation).model_copy(
+            update={
+                "state": ProgressState.INFEASIBLE,
+                "reason": "Infeasible",
+                "message": f"refused at admission: {exc.message}",
+            }
+        )
         return ApplyResizeResult(generation=generation, progress=progress)
 
     @activity.defn(name=Act.WAIT_RESIZE)

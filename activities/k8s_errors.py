@@ -6,6 +6,8 @@
 | `ClusterGone` | 404 on a RayCluster                     | no        |
 | `Conflict`    | 409 (stale resourceVersion)             | yes       |
 | `Forbidden`   | 403; names the missing RBAC rule        | no        |
+| `NoRoom`      | 403 from 1.36+ resize admission: the    | no        |
+|               | node's allocatable is too small         |           |
 | `Invalid`     | 422 / 400; the server's message is kept | no        |
 | `Unavailable` | 429, 5xx, timeouts, connection errors   | yes       |
 
@@ -86,6 +88,24 @@ class Forbidden(KubeError):
         super().__init__(message, status=status)
 
 
+class NoRoom(KubeError):
+    """Kubernetes 1.36+ refuses a resize above the node's allocatable at admission
+    (`PodResizeValidator`, cause `NodeCapacity`), where 1.33–1.35 accept it and the kubelet
+    marks it Infeasible. The same news, earlier: not an RBAC problem."""
+
+    retryable = False
+    error_type = "NoRoom"
+
+
+_NO_ROOM_MARK = "node didn't have enough allocatable resources"
+
+
+def _causes(doc: Any) -> list[str]:
+    details = doc.get("details") if isinstance(doc, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return [str(c.get("reason", "")) for c in causes or [] if isinstance(c, dict)]
+
+
 def format_rule(rule: dict[str, Any]) -> str:
     text = (
         f"apiGroups: [{json.dumps(rule['apiGroups'][0])}], "
@@ -116,6 +136,7 @@ def from_api_exception(exc: Any, *, kind: str = "") -> KubeError:
     status = int(getattr(exc, "status", 0) or 0)
     body = getattr(exc, "body", None)
     message = ""
+    doc: Any = None
     if body:
         try:
             doc = json.loads(body)
@@ -131,6 +152,8 @@ def from_api_exception(exc: Any, *, kind: str = "") -> KubeError:
         return NotFound(message, status=status)
     if status == 409:
         return Conflict(message, status=status)
+    if status == 403 and ("NodeCapacity" in _causes(doc) or _NO_ROOM_MARK in message):
+        return NoRoom(message, status=status)
     if status == 403:
         return Forbidden(message, rule=missing_rule(message))
     if status in (400, 415, 422):

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from sandbox import pods as podlib
 from sandbox.errors import ApiError
 from sandbox.quantity import canonical
-from sandbox.store import Obj, Store, Watcher, now_rfc3339
+from sandbox.store import Obj, Watcher, now_rfc3339
 from workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,33 @@ MEMORY_USAGE_ANNOTATION = "sandbox.raysize.io/memory-usage"
 PENDING = "PodResizePending"
 IN_PROGRESS = "PodResizeInProgress"
 KUBELET_VERSION = "v1.35.0-raysize-sandbox"
+
+
+class PodStore(Protocol):
+    """What the kubelet reads and writes: the embedded `Store`, or any API server through
+    `sandbox.apistore.ApiStore` (the kubelet is then a client like a real one)."""
+
+    def find(self, resource: str, namespace: str, name: str) -> Obj | None: ...
+
+    def get(self, resource: str, namespace: str, name: str) -> Obj: ...
+
+    def create(self, resource: str, namespace: str, obj: Obj) -> Obj: ...
+
+    def update(
+        self, resource: str, namespace: str, name: str, mutate: Callable[[Obj], Obj]
+    ) -> Obj: ...
+
+    def remove(self, resource: str, namespace: str, name: str) -> Obj: ...
+
+    def watch(
+        self,
+        resource: str,
+        namespace: str | None,
+        accept: Callable[[Obj], bool],
+        since: str | None,
+    ) -> Watcher: ...
+
+    def unwatch(self, w: Watcher) -> None: ...
 
 
 class PodRuntime(Protocol):
@@ -199,7 +226,7 @@ class _Timer:
 class Kubelet:
     def __init__(
         self,
-        store: Store,
+        store: PodStore,
         nodes: list[NodeSpec],
         timing: KubeletTiming | None = None,
         runtime: PodRuntime | None = None,
@@ -871,7 +898,7 @@ class Kubelet:
 
 
 def record_event(
-    store: Store,
+    store: PodStore,
     involved: Obj,
     type_: str,
     reason: str,

@@ -61,7 +61,7 @@ def decode_apply_config(body: bytes) -> dict[str, Any]:
     try:
         config = json.loads(body or b"null")
     except ValueError:
-        import yaml  # type: ignore[import-untyped]  # PyYAML comes with `kubernetes`
+        import yaml  # PyYAML comes with `kubernetes`
 
         try:
             config = yaml.safe_load(body)
@@ -295,11 +295,8 @@ def json_patch(target: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
                 raise unprocessable(f"add operation does not apply: doc is missing path: {path}")
         elif op == "replace":
             if isinstance(parent, dict):
-                if last not in parent:
-                    raise unprocessable(
-                        f"replace operation does not apply: doc is missing key: {path}: "
-                        "missing value"
-                    )
+                # json-patch v4 (the API server's) replaces a missing object member too;
+                # Ray's KubeRay provider relies on it for `scaleStrategy`
                 parent[last] = value
             elif isinstance(parent, list):
                 parent[_index(last, len(parent), path, op)] = value

@@ -564,6 +564,9 @@ _DEFERRED_RE = re.compile(
 )
 _INFEASIBLE_RE = re.compile(
     r"Node didn't have enough capacity: (cpu|memory), requested: (\d+), capacity: (\d+)"
+    # Kubernetes 1.36+ says the same at admission (403, cause NodeCapacity)
+    r"|node didn't have enough allocatable resources: (cpu|memory), requested: (\d+), "
+    r"allocatable: (\d+)"
 )
 
 
@@ -587,5 +590,6 @@ def parse_kubelet_message(reason: str, message: str | None) -> KubeletReport | N
     elif reason == "Infeasible":
         m = _INFEASIBLE_RE.search(message)
         if m:
-            return KubeletReport(resource=m.group(1), max_request=int(m.group(3)))
+            resource, _, capacity = m.group(1, 2, 3) if m.group(1) else m.group(4, 5, 6)
+            return KubeletReport(resource=resource, max_request=int(capacity))
     return None

@@ -13,8 +13,9 @@ import yaml
 
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming
+from tests.orchestration.temporal_env import venv_binary
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = venv_binary("kubectl")
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 TRIAL = DEPLOY / "overlays" / "trial"

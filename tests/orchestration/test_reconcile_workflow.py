@@ -222,8 +222,10 @@ async def test_deleted_raycluster_ends_the_workflow(ts_env: WorkflowEnvironment)
 async def test_pause_stops_acting_and_resume_continues(ts_env: WorkflowEnvironment) -> None:
     world = FakeWorld(snapshot([group()], [pod("w1")]))
     async with reconciling(ts_env, world) as handle:
-        await handle.signal(ReconcileWorkflow.pause)
+        # a paused reconcile holds before its next observe: let it observe once first (a
+        # pause that lands before the first observe holds that one too)
         await until(lambda: world.observed >= 1)
+        await handle.signal(ReconcileWorkflow.pause)
         world.set_demands((res(2), 1))
         await asyncio.sleep(1.0)
         assert not world.started

@@ -18,6 +18,7 @@ from kubernetes import client, config
 
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming
+from sandbox.realworld import DEFAULT_KUBERNETES_VERSION, RealSandbox
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
@@ -66,20 +67,39 @@ def pod_body(
     }
 
 
+# RAYSIZE_TEST_KUBECONFIG names one cluster to run the suite against instead;
+# RAYSIZE_TEST_WORLDS=real (or sandbox) runs one of the two (make conformance-1.33)
+WORLDS = (
+    ("external",)
+    if os.environ.get("RAYSIZE_TEST_KUBECONFIG")
+    else tuple(os.environ.get("RAYSIZE_TEST_WORLDS", "sandbox,real").split(","))
+)
+KUBERNETES_VERSION = os.environ.get("RAYSIZE_TEST_KUBERNETES_VERSION", DEFAULT_KUBERNETES_VERSION)
+
+
+@pytest.fixture(scope="package", params=WORLDS)
+def world(request: pytest.FixtureRequest) -> str:
+    """Which API server the conformance tests talk to: the embedded sandbox, or the real
+    kube-apiserver + etcd (with the kubelet simulator as its client). Both run in make test;
+    where they differ, the real server is the judge."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="package")
-def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    external = os.environ.get("RAYSIZE_TEST_KUBECONFIG")
-    if external:
-        yield external
+def kubeconfig(world: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if world == "external":
+        yield os.environ["RAYSIZE_TEST_KUBECONFIG"]
         return
-    sandbox = Sandbox(
-        SandboxConfig(
-            nodes=2,
-            node_cpu=8000,
-            node_memory=16 * 1024**3,
-            timing=KubeletTiming(actuation_delay_s=0.05, retry_initial_s=0.5, retry_interval_s=0.5),
-        )
-    ).start()
+    config_ = SandboxConfig(
+        nodes=2,
+        node_cpu=8000,
+        node_memory=16 * 1024**3,
+        timing=KubeletTiming(actuation_delay_s=0.05, retry_initial_s=0.5, retry_interval_s=0.5),
+    )
+    sandbox: Sandbox | RealSandbox = (
+        Sandbox(config_) if world == "sandbox" else RealSandbox(config_, version=KUBERNETES_VERSION)
+    )
+    sandbox.start()
     try:
         path = tmp_path_factory.mktemp("kube") / "config"
         sandbox.write_kubeconfig(path)

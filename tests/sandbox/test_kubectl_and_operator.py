@@ -14,9 +14,10 @@ from kubernetes.client.exceptions import ApiException
 
 from sandbox.faults import FaultRule
 from sandbox.kubelet import KubeletTiming
+from tests.orchestration.temporal_env import venv_binary
 from tests.sandbox.conftest import client_for, wait_for
 
-KUBECTL = "/usr/bin/kubectl"
+KUBECTL = venv_binary("kubectl")
 
 
 def worker_template(cpu: str = "1", memory: str = "2Gi") -> dict:

@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from sandbox.faults import parse_fault
 from sandbox.rayprocs import free_port
+from tests.orchestration.temporal_env import venv_binary
 from tests.sandbox.conftest import pod_body, wait_for
 from tests.sandbox.test_kubectl_and_operator import raycluster
 from worker.cli import app
@@ -147,7 +148,7 @@ def sandbox_up(tmp_path: Path, *args: str, start_timeout: float = 30) -> Iterato
 
 def kubectl(up: Up, *args: str) -> str:
     done = subprocess.run(
-        ["kubectl", "--kubeconfig", str(up.kubeconfig), *args],
+        [venv_binary("kubectl"), "--kubeconfig", str(up.kubeconfig), *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -523,6 +523,14 @@ def test_kubelet_messages_are_parsed_into_what_the_pod_may_still_request() -> No
         parse_kubelet_message("Infeasible", "In-place resize of static-pods is not supported")
         is None
     )
+    # Kubernetes 1.36+ refuses the same resize at admission (403, cause NodeCapacity)
+    admission = parse_kubelet_message(
+        "Infeasible",
+        'refused at admission: pods "p" is forbidden: node didn\'t have enough allocatable '
+        "resources: cpu, requested: 9000, allocatable: 8000",
+    )
+    assert admission is not None
+    assert (admission.resource, admission.max_request) == ("cpu", 8000)
 
 
 def test_kuberay_autoscaler_options_feed_the_planner_settings() -> None:

@@ -1,0 +1,482 @@
+"""The real control plane for the test world: etcd, kube-apiserver and the KubeRay operator.
+
+    with RealControlPlane() as cp:            # builds the parts on first use (cached)
+        cp.write_kubeconfig(path)             # admin (system:masters) over HTTPS
+        cp.service_account_kubeconfig(path, "raysize", "raysize")   # RBAC applies
+
+The binaries come from `scripts/build_control_plane.sh`, which builds them from published
+Go modules into the user's cache directory (keyed by version, so only the first run on a
+machine pays). kube-apiserver runs with HTTPS (a self-signed serving certificate it makes
+itself), RBAC, a service-account issuer and signing key, and a static admin token. There
+is no scheduler, no controller manager and no kubelet: a virtual kubelet (a client of the
+API, like any other) binds and runs pods, and tests that need it start it.
+
+Every process is started in its own process group and stopped by it (`close()`), also when
+starting fails halfway.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import secrets
+import shutil
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from sandbox.apistore import ApiStore
+from sandbox.cluster import SandboxConfig
+from sandbox.kubelet import Kubelet
+from sandbox.rayprocs import RayRuntime, free_port, stop_process_groups, wait_for_port
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KUBERNETES_VERSION = "v1.36.3"
+SERVICE_CIDR = "10.96.0.0/16"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+START_TIMEOUT_S = 90.0
+REPO = Path(__file__).resolve().parent.parent
+BUILD_SCRIPT = REPO / "scripts" / "build_control_plane.sh"
+
+
+class ControlPlaneError(RuntimeError):
+    """A part of the real control plane is missing or did not start (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Parts:
+    kube_apiserver: Path
+    kubernetes_version: str
+    etcd: Path
+    ray_operator: Path
+    kuberay_version: str
+    kuberay_crds: Path
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "raysize" / "control-plane"
+
+
+def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> Parts:
+    """The built parts for this Kubernetes version; built first if `build` and missing."""
+    env_file = cache_dir() / f"env-{version}"
+    found = _read_env(env_file)
+    if found is None or not all(Path(found[k]).exists() for k in ("kube_apiserver", "etcd")):
+        if not build:
+            raise ControlPlaneError(
+                f"the real control plane for Kubernetes {version} is not built: "
+                f"run {BUILD_SCRIPT.relative_to(REPO)} {version} (or `make control-plane`)"
+            )
+        if not BUILD_SCRIPT.exists():
+            raise ControlPlaneError(f"{BUILD_SCRIPT} is missing: the real world needs the repo")
+        done = subprocess.run(
+            ["bash", str(BUILD_SCRIPT), version], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise ControlPlaneError(
+                f"building the control plane failed (exit {done.returncode}): "
+                f"{done.stderr.strip()[-2000:]}"
+            )
+        found = _read_env(env_file)
+        if found is None:
+            raise ControlPlaneError(f"{BUILD_SCRIPT.name} wrote no {env_file}")
+    return Parts(
+        kube_apiserver=Path(found["kube_apiserver"]),
+        kubernetes_version=found["kubernetes_version"],
+        etcd=Path(found["etcd"]),
+        ray_operator=Path(found["ray_operator"]),
+        kuberay_version=found["kuberay_version"],
+        kuberay_crds=Path(found["kuberay_crds"]),
+    )
+
+
+def _read_env(path: Path) -> dict[str, str] | None:
+    if not path.exists():
+        return None
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def kubeconfig_dict(
+    server: str, ca_pem: bytes, token: str, *, namespace: str = "default", name: str = "raysize"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [
+            {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
+        ],
+        "current-context": name,
+        "preferences": {},
+    }
+
+
+def write_private(path: str | os.PathLike[str], text: str) -> Path:
+    """Write a file readable only by its owner, atomically."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o600)
+    tmp.replace(target)
+    return target
+
+
+class RealControlPlane:
+    """etcd + kube-apiserver (+ the KubeRay operator unless `operator=False`)."""
+
+    def __init__(
+        self,
+        version: str = DEFAULT_KUBERNETES_VERSION,
+        *,
+        operator: bool = True,
+        workdir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.parts = parts(version)
+        self.with_operator = operator
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="raysize-cp-"))
+        self.admin_token = secrets.token_hex(16)
+        self.port = 0
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[Any] = []
+        self.ca_pem = b""
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def version(self) -> str:
+        return self.parts.kubernetes_version
+
+    # --- starting ------------------------------------------------------------------------
+    def start(self) -> RealControlPlane:
+        try:
+            etcd_url = self._start_etcd()
+            self._start_apiserver(etcd_url)
+            self._install_crds()
+            if self.with_operator:
+                self._start_operator()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        out = (self.workdir / f"{name}.log").open("ab")
+        self._logs.append(out)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+        self._procs.append(proc)
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        path = self.workdir / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def _start_etcd(self) -> str:
+        client_port, peer_port = free_port(), free_port()
+        url = f"http://127.0.0.1:{client_port}"
+        self._spawn(
+            "etcd",
+            [
+                str(self.parts.etcd),
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+            ],
+        )
+        if not wait_for_port(client_port, START_TIMEOUT_S):
+            raise ControlPlaneError(f"etcd did not listen on {url}: {self.log_tail('etcd')}")
+        return url
+
+    def _start_apiserver(self, etcd_url: str) -> None:
+        certs = self.workdir / "certs"
+        certs.mkdir(exist_ok=True)
+        sa_key = certs / "sa.key"
+        _rsa_key(sa_key)
+        (self.workdir / "tokens.csv").write_text(
+            f'{self.admin_token},raysize-admin,raysize-admin,"system:masters"\n'
+        )
+        self.port = free_port()
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(self.parts.kube_apiserver),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--cert-dir={certs}",
+                f"--token-auth-file={self.workdir / 'tokens.csv'}",
+                "--authorization-mode=RBAC",
+                f"--service-account-issuer={ISSUER}",
+                f"--service-account-key-file={sa_key}",
+                f"--service-account-signing-key-file={sa_key}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # no controller manager creates each namespace's `default` ServiceAccount
+                "--disable-admission-plugins=ServiceAccount",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            if self._procs[-1].poll() is not None:
+                raise ControlPlaneError(
+                    f"kube-apiserver exited ({self._procs[-1].returncode}): "
+                    f"{self.log_tail('kube-apiserver')}"
+                )
+            crt = certs / "apiserver.crt"
+            if crt.exists():
+                self.ca_pem = crt.read_bytes()
+                try:
+                    if self._get("/readyz") == "ok":
+                        return
+                except (OSError, urllib.error.URLError) as err:
+                    last = str(err)
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"kube-apiserver not ready on {self.url} in {START_TIMEOUT_S:.0f}s ({last}): "
+            f"{self.log_tail('kube-apiserver')}"
+        )
+
+    def _get(self, path: str) -> str:
+        ctx = ssl.create_default_context(cadata=self.ca_pem.decode())
+        req = urllib.request.Request(
+            self.url + path, headers={"Authorization": f"Bearer {self.admin_token}"}
+        )
+        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
+            return str(resp.read().decode())
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "") -> Any:
+        """One admin call to the API (JSON in and out); raises urllib's HTTPError."""
+        ctx = ssl.create_default_context(cadata=self.ca_pem.decode())
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Authorization": f"Bearer {self.admin_token}", "Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def _install_crds(self) -> None:
+        """KubeRay's CRDs, with server-side apply: RayCluster's is too large for the
+        last-applied annotation of a client-side apply."""
+        names = []
+        for path in sorted(self.parts.kuberay_crds.glob("ray.io_*.yaml")):
+            body = _yaml_to_json(path)
+            name = body["metadata"]["name"]
+            names.append(name)
+            self.request(
+                "PATCH",
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                f"{name}?fieldManager=raysize-test-world&force=true",
+                body,
+                content_type="application/apply-patch+yaml",
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for name in names:
+            while True:
+                crd = self.request(
+                    "GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+                )
+                listed = (crd.get("status") or {}).get("conditions") or []
+                conds = {c["type"]: c["status"] for c in listed}
+                if conds.get("Established") == "True":
+                    break
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(f"CRD {name} not Established: {conds}")
+                time.sleep(0.1)
+
+    def _start_operator(self) -> None:
+        path = self.write_kubeconfig(self.workdir / "operator.kubeconfig")
+        self._spawn(
+            "ray-operator",
+            [
+                str(self.parts.ray_operator),
+                "--metrics-addr=0",
+                "--health-probe-bind-address=0",
+                "--enable-leader-election=false",
+                "--log-stdout-encoder=console",
+            ],
+            env={"KUBECONFIG": str(path)},
+        )
+
+    # --- access --------------------------------------------------------------------------
+    def write_kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default") -> Path:
+        """An admin kubeconfig (group system:masters: RBAC lets it do anything)."""
+        cfg = kubeconfig_dict(self.url, self.ca_pem, self.admin_token, namespace=namespace)
+        return write_private(path, json.dumps(cfg, indent=2) + "\n")
+
+    def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
+        """A token of ServiceAccount namespace/name (created if missing), via TokenRequest."""
+        try:
+            self.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                {"metadata": {"name": name}},
+            )
+        except urllib.error.HTTPError as err:
+            if err.code != 409:
+                raise
+        reply = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
+        )
+        return str(reply["status"]["token"])
+
+    def service_account_kubeconfig(
+        self, path: str | os.PathLike[str], namespace: str, name: str
+    ) -> Path:
+        token = self.service_account_token(namespace, name)
+        cfg = kubeconfig_dict(self.url, self.ca_pem, token, namespace=namespace, name=name)
+        return write_private(path, json.dumps(cfg, indent=2) + "\n")
+
+    # --- stopping ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the operator, the API server, then etcd; safe to call more than once."""
+        procs, self._procs = list(reversed(self._procs)), []
+        try:
+            stop_process_groups(procs)
+        finally:
+            for f in self._logs:
+                f.close()
+            self._logs.clear()
+            if self._own_workdir and not os.environ.get("RAYSIZE_KEEP_CONTROL_PLANE_LOGS"):
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> RealControlPlane:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _rsa_key(path: Path) -> None:
+    """A 2048-bit RSA key for signing service-account tokens (openssl, from Debian)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise ControlPlaneError("openssl is not on PATH (it makes the service-account key)")
+    subprocess.run([openssl, "genrsa", "-out", str(path), "2048"], check=True, capture_output=True)
+
+
+def _yaml_to_json(path: Path) -> dict[str, Any]:
+    import yaml  # PyYAML comes with the kubernetes client
+
+    loaded = yaml.safe_load(path.read_text())
+    if not isinstance(loaded, dict):
+        raise ControlPlaneError(f"{path}: not one YAML object")
+    return loaded
+
+
+class RealSandbox:
+    """The real world for the tests and `raysize sandbox up --control-plane real`: the real
+    control plane plus the kubelet simulator as an API client (it binds pods to its nodes,
+    runs them and actuates resizes), optionally with real Ray processes behind the pods."""
+
+    def __init__(
+        self,
+        config: SandboxConfig | None = None,
+        *,
+        version: str = DEFAULT_KUBERNETES_VERSION,
+        operator: bool = True,
+    ) -> None:
+        self.config = config or SandboxConfig()
+        self.control_plane = RealControlPlane(version, operator=operator)
+        self.ray: RayRuntime | None = RayRuntime() if self.config.with_ray else None
+        self.kubelet: Kubelet | None = None
+
+    @property
+    def url(self) -> str:
+        return self.control_plane.url
+
+    def start(self) -> RealSandbox:
+        try:
+            self.control_plane.start()
+            path = self.control_plane.write_kubeconfig(
+                self.control_plane.workdir / "kubelet.kubeconfig"
+            )
+            self.kubelet = Kubelet(
+                ApiStore(path),
+                self.config.node_list(),
+                self.config.timing,
+                runtime=self.ray,
+                pod_ip=(lambda node, i: "127.0.0.1") if self.config.with_ray else None,
+            ).start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """Stop the kubelet (and its pods' Ray processes), then the control plane."""
+        try:
+            if self.kubelet is not None:
+                self.kubelet.stop()
+        finally:
+            try:
+                if self.ray is not None:
+                    self.ray.close()
+            finally:
+                self.control_plane.close()
+
+    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
+        return self.control_plane.write_kubeconfig(path)
+
+    def __enter__(self) -> RealSandbox:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
