@@ -20,7 +20,7 @@ from sandbox.kubelet import Kubelet, KubeletTiming, NodeSpec
 from sandbox.operator import RayOperator
 from sandbox.rayprocs import RayRuntime
 from sandbox.server import Api, ApiServer
-from sandbox.store import Store
+from sandbox.store import HISTORY, Store
 from workflows.resources import GIB
 
 
@@ -36,12 +36,18 @@ class SandboxConfig:
     timing: KubeletTiming = field(default_factory=KubeletTiming)
     fault_seed: int = 0
     node_specs: list[NodeSpec] | None = None  # overrides nodes/node_cpu/node_memory
+    # the API server's Kubernetes minor: 35 (the kubelet reports Infeasible) or 36 (resize
+    # admission refuses what the node cannot hold, as the real v1.36 does)
+    kubernetes_minor: int = 35
+    watch_history: int = HISTORY  # watch events kept; a watch from before them is 410 Gone
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
             raise ValueError(f"nodes: {self.nodes}: expected at least 1")
         if self.node_cpu <= 0 or self.node_memory <= 0:
             raise ValueError("node capacity must be positive")
+        if self.kubernetes_minor not in (35, 36):
+            raise ValueError(f"kubernetes_minor: {self.kubernetes_minor}: expected 35 or 36")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port: {self.port}: expected 0..65535")
 
@@ -57,9 +63,9 @@ class SandboxConfig:
 class Sandbox:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
-        self.store = Store()
+        self.store = Store(self.config.watch_history)
         self.faults = Faults(self.config.fault_seed)
-        self.api = Api(self.store, self.faults)
+        self.api = Api(self.store, self.faults, minor=self.config.kubernetes_minor)
         self.server = ApiServer(self.api, self.config.host, self.config.port)
         self.ray: RayRuntime | None = RayRuntime() if self.config.with_ray else None
         self.kubelet = Kubelet(

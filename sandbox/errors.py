@@ -202,6 +202,12 @@ def unsupported_media_type(accepted: tuple[str, ...]) -> ApiError:
     )
 
 
+def unsupported_media_type_bare() -> ApiError:
+    """A content type no patch handler knows (apply-patch+cbor included, with its gate
+    off): the server's bare `415: Unsupported Media Type`, with empty details."""
+    return ApiError(415, "UnsupportedMediaType", "415: Unsupported Media Type", {})
+
+
 def page_not_found() -> ApiError:
     return ApiError(404, "NotFound", "the server could not find the requested resource")
 
@@ -227,6 +233,16 @@ def internal_error(message: str = "sandbox: injected fault") -> ApiError:
         f"Internal error occurred: {message}",
         {"causes": [{"message": message}]},
     )
+
+
+def admission_forbidden(
+    resource: str, name: str, reason: str, causes: list[dict[str, str]] | None = None
+) -> ApiError:
+    """An admission plugin's refusal (`NewForbidden`): `<resource> "<name>" is forbidden:`."""
+    details = _details(resource, name)
+    if causes:
+        details["causes"] = causes
+    return ApiError(403, "Forbidden", f'{resource} "{name}" is forbidden: {reason}', details)
 
 
 def forbidden_request(

@@ -183,6 +183,11 @@ def _pod_requests(alloc: ContainerAlloc, init: tuple[_InitSlot, ...] = ()) -> Am
     return total
 
 
+def requests_of(pod: Obj) -> Amounts:
+    """The pod's requests as its node counts them (millicores, bytes)."""
+    return _pod_requests(_desired(pod), _init_layout(pod))
+
+
 def _rl_json(amounts: Amounts) -> dict[str, str]:
     return {
         k: units_to_quantity(amounts[k], CPU if k == "cpu" else MEMORY) for k in sorted(amounts)

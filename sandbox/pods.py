@@ -1,7 +1,8 @@
 """The pod registry strategy: defaults, QoS, and the validation of create, update and resize.
 
-Behaviour and messages follow K8S_RESIZE.md §1 (kube-apiserver v1.35,
-`pkg/registry/core/pod/strategy.go` and `ValidatePodResize`).
+Behaviour and messages follow kube-apiserver v1.36 (K8S_RESIZE.md §1 and §5b,
+`pkg/registry/core/pod/strategy.go`, `ValidatePodResize` and the `PodResizeValidator`
+admission), checked against the real v1.36 server by the conformance suite.
 """
 
 from __future__ import annotations
@@ -10,13 +11,26 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from sandbox.errors import ApiError, FieldError, forbidden, invalid, invalid_object, required
-from sandbox.quantity import canonical
+from sandbox.errors import (
+    ApiError,
+    FieldError,
+    admission_forbidden,
+    forbidden,
+    invalid,
+    invalid_object,
+    required,
+)
+from sandbox.quantity import canonical, sum_of
 from workflows.resources import QuantityError, parse_quantity
 
 Obj = dict[str, Any]
 
 QOS_RESOURCES = ("cpu", "memory")
+# The Kubernetes minor version whose rules apply: 36 adds resize admission against the
+# Node (`PodResizeValidator`), init-container and pod-level resize, and rewords a message.
+# The embedded server defaults to 35 (its kubelet then reports Infeasible, as 1.33-1.35
+# do); the conformance suite runs it as 36 beside the real v1.36 server.
+DEFAULT_MINOR = 35
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 UPDATABLE_FIELDS = ",".join(
     [
@@ -103,6 +117,24 @@ def _default_requests(pod: Obj) -> None:
                 requests.setdefault(name, value)
 
 
+def _default_pod_level_requests(spec: Obj) -> None:
+    """A pod-level limit without a pod-level request: the request is the containers'
+    aggregate request of that resource if any container asks for it, else the limit."""
+    res = spec.get("resources")
+    if not isinstance(res, dict) or not isinstance(res.get("limits"), dict):
+        return
+    requests = res.setdefault("requests", {})
+    for name, limit in res["limits"].items():
+        if name in requests or name not in QOS_RESOURCES:
+            continue
+        asked = [
+            str(r[name])
+            for c in _containers(spec)
+            if name in (r := (c.get("resources") or {}).get("requests") or {})
+        ]
+        requests[name] = sum_of(asked) if asked else limit
+
+
 def apply_defaults(pod: Obj) -> None:
     spec = pod.setdefault("spec", {})
     spec.setdefault("restartPolicy", "Always")
@@ -115,6 +147,7 @@ def apply_defaults(pod: Obj) -> None:
     spec.setdefault("priority", 0)
     for c in _containers(spec) + _containers(spec, "initContainers"):
         _default_container(c)
+    _default_pod_level_requests(spec)
 
 
 # --- QoS (qos.ComputePodQOS) ----------------------------------------------------------
@@ -184,7 +217,7 @@ def _validate_resources(resources: Obj, path: str) -> list[FieldError]:
     return errs
 
 
-def _validate_resize_policy(c: Obj, path: str, restart_never: bool) -> list[FieldError]:
+def _validate_resize_policy(c: Obj, path: str, restart_never: bool, minor: int) -> list[FieldError]:
     """`validateResizePolicy`: errors sit on the list's path, not on the entry's."""
     errs: list[FieldError] = []
     seen: set[str] = set()
@@ -215,12 +248,14 @@ def _validate_resize_policy(c: Obj, path: str, restart_never: bool) -> list[Fiel
             )
         if restart_never and policy != "NotRequired":
             errs.append(
-                invalid(path, policy or "", "must be 'NotRequired' when `restartPolicy` is 'Never'")
+                invalid(
+                    path, policy or "", "must be 'NotRequired' when pod `restartPolicy` is 'Never'"
+                )
             )
     return errs
 
 
-def validate_spec(pod: Obj) -> list[FieldError]:
+def validate_spec(pod: Obj, minor: int = DEFAULT_MINOR) -> list[FieldError]:
     """`validatePodMetadataAndSpec`, for the fields the sandbox checks."""
     spec = pod.get("spec") or {}
     errs: list[FieldError] = []
@@ -251,14 +286,14 @@ def validate_spec(pod: Obj) -> list[FieldError]:
             if not c.get("image"):
                 errs.append(required(f"{path}.image", ""))
             errs += _validate_resources(c.get("resources") or {}, f"{path}.resources")
-            errs += _validate_resize_policy(c, f"{path}.resizePolicy", restart_never)
+            errs += _validate_resize_policy(c, f"{path}.resizePolicy", restart_never, minor)
     if isinstance(spec.get("resources"), dict):
         errs += _validate_resources(spec["resources"], "spec.resources")
     return errs
 
 
-def validate_create(pod: Obj) -> None:
-    errs = validate_spec(pod)
+def validate_create(pod: Obj, minor: int = DEFAULT_MINOR) -> None:
+    errs = validate_spec(pod, minor)
     if errs:
         raise invalid_object("Pod", pod["metadata"].get("name", ""), errs)
 
@@ -308,7 +343,7 @@ def keep_system_metadata(old: Obj, new: Obj) -> None:
             meta.pop(key, None)
 
 
-def validate_update(old: Obj, new: Obj) -> None:
+def validate_update(old: Obj, new: Obj, minor: int = DEFAULT_MINOR) -> None:
     """Only images, activeDeadlineSeconds, tolerations and grace period may change."""
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
     munged = json.loads(json.dumps(new_spec))
@@ -329,7 +364,7 @@ def validate_update(old: Obj, new: Obj) -> None:
             munged["tolerations"] = old_tol
         else:
             munged.pop("tolerations", None)
-    errs = validate_spec(new)
+    errs = validate_spec(new, minor)
     if munged != old_spec:
         diff = "\n".join(_spec_diff(old_spec, munged))
         errs.append(
@@ -433,20 +468,45 @@ def _masked(c: Obj, old: Obj) -> Obj:
     return out
 
 
-def validate_resize(old: Obj, new: Obj) -> None:
+def validate_resize(old: Obj, new: Obj, minor: int = DEFAULT_MINOR) -> None:
     name = old["metadata"]["name"]
-    errs = validate_spec(new)
+    errs = validate_spec(new, minor)
     old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
 
     def has_pod_level(spec: Obj) -> bool:
         res = spec.get("resources") or {}
         return bool(res.get("requests") or res.get("limits"))
 
-    # The three early checks answer with their one error alone, even if the spec has others.
-    if has_pod_level(old_spec) or has_pod_level(new_spec):
+    if minor < 36 and (has_pod_level(old_spec) or has_pod_level(new_spec)):
         raise invalid_object(
             "Pod", name, [forbidden("[]", "pods with pod-level resources cannot be resized")]
         )
+    # 1.36 resizes pods with pod-level resources (InPlacePodLevelResourcesVerticalScaling):
+    # the pod-level request must still cover what its containers ask together
+    pod_level = (new_spec.get("resources") or {}).get("requests") or {}
+    for res_name in QOS_RESOURCES:
+        if res_name not in pod_level:
+            continue
+        asked_text = [
+            str(r[res_name])
+            for c in _containers(new_spec)
+            if res_name in (r := (c.get("resources") or {}).get("requests") or {})
+        ]
+        if sum((qty(v) for v in asked_text), Decimal(0)) > qty(pod_level[res_name]):
+            raise invalid_object(
+                "Pod",
+                name,
+                [
+                    invalid(
+                        f"spec.resources.requests[{res_name}]",
+                        pod_level[res_name],
+                        "must be greater than or equal to aggregate container requests of "
+                        + sum_of(asked_text),
+                    )
+                ],
+            )
+
+    # The two early checks answer with their one error alone, even if the spec has others.
     if MIRROR_ANNOTATION in (old["metadata"].get("annotations") or {}):
         raise invalid_object("Pod", name, [forbidden("[]", "static pods cannot be resized")])
     if (old_spec.get("os") or {}).get("name") == "windows":
@@ -487,7 +547,7 @@ def validate_resize(old: Obj, new: Obj) -> None:
         for i, (a, b) in enumerate(
             zip(_containers(old_spec, field), _containers(new_spec, field), strict=True)
         ):
-            if field == "initContainers" and not is_sidecar(a):
+            if minor < 36 and field == "initContainers" and not is_sidecar(a):
                 continue
             path = f"spec.{field}[{i}].resources"
             old_res, new_res = a.get("resources") or {}, b.get("resources") or {}
@@ -496,21 +556,84 @@ def validate_resize(old: Obj, new: Obj) -> None:
                     errs.append(forbidden(f"{path}.{part}", f"resource {part} cannot be removed"))
 
     for field in ("containers", "initContainers"):
-        for a, b in zip(_containers(old_spec, field), _containers(new_spec, field), strict=True):
-            if field == "initContainers" and not is_sidecar(a):
-                if a == b:
-                    continue
-            else:
-                masked = _masked(b, a)
-                old_copy = masked.pop("__old")
-                if masked == old_copy:
-                    continue
+        for i, (a, b) in enumerate(
+            zip(_containers(old_spec, field), _containers(new_spec, field), strict=True)
+        ):
+            if minor < 36 and field == "initContainers" and not is_sidecar(a):
+                if a != b:
+                    errs.append(
+                        forbidden("spec", "resources for non-sidecar init containers are immutable")
+                    )
+                continue
+            masked = _masked(b, a)
+            old_copy = masked.pop("__old")
+            if masked == old_copy:
+                continue
             if field == "containers":
-                detail = "only cpu and memory resources are mutable"
-            elif is_sidecar(a):
-                detail = "only cpu and memory resources for sidecar containers are mutable"
-            else:
-                detail = "resources for non-sidecar init containers are immutable"
-            errs.append(forbidden("spec", detail))
+                errs.append(forbidden("spec", "only cpu and memory resources are mutable"))
+            elif minor < 36:
+                errs.append(
+                    forbidden(
+                        "spec", "only cpu and memory resources for sidecar containers are mutable"
+                    )
+                )
+            else:  # 1.36: init containers (InPlacePodVerticalScalingInitContainers) too
+                errs.append(
+                    forbidden(
+                        f"spec.initContainers[{i}]",
+                        "only cpu and memory resources for init or sidecar containers are mutable",
+                    )
+                )
     if errs:
         raise invalid_object("Pod", name, errs)
+
+
+# --- resize admission (1.36 `PodResizeValidator`) -----------------------------------------
+INIT_RESIZE_FEATURE = "InPlacePodVerticalScalingInitContainers"
+
+
+def admit_resize(old: Obj, new: Obj, node: Obj | None) -> None:
+    """What 1.36 checks against the pod's Node before it stores a resize: the Node exists,
+    declares the features the resize needs, and has the allocatable room for the pod's new
+    requests (else 403, cause NodeCapacity; 1.33-1.35 leave all this to the kubelet). A
+    resize that changes nothing, or of a pod not yet bound, is not checked."""
+    old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+    node_name = old_spec.get("nodeName")
+    if not node_name or old_spec == new_spec:
+        return
+    name = old["metadata"]["name"]
+    if node is None:
+        raise admission_forbidden("pods", name, f'node "{node_name}" not found')
+    declared = (node.get("status") or {}).get("declaredFeatures") or []
+    init_changed = any(
+        a != b
+        for a, b in zip(
+            _containers(old_spec, "initContainers"),
+            _containers(new_spec, "initContainers"),
+            strict=False,
+        )
+        if not is_sidecar(a)
+    )
+    if init_changed and INIT_RESIZE_FEATURE not in declared:
+        raise admission_forbidden(
+            "pods",
+            name,
+            f"pod update requires features {INIT_RESIZE_FEATURE} which are not available "
+            f'on node "{node_name}"',
+        )
+    from sandbox.kubelet import requests_of  # the kubelet's own sum (resourcehelper)
+
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    wanted = requests_of(new)
+    for res_name, unit in (("cpu", "m"), ("memory", "")):
+        if res_name not in allocatable:
+            continue
+        room = qty(allocatable[res_name]) * (1000 if unit == "m" else 1)
+        if wanted[res_name] > room:
+            raise admission_forbidden(
+                "pods",
+                name,
+                f"node didn't have enough allocatable resources: {res_name}, requested: "
+                f"{wanted[res_name]}, allocatable: {int(room)}",
+                causes=[{"reason": "NodeCapacity"}],
+            )

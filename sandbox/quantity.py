@@ -39,3 +39,13 @@ def canonical(value: object) -> str:
                 return f"{mantissa}e{exp}" if exp else str(mantissa)
             return f"{mantissa}{suffix}"
     raise QuantityError(f"{value!r}: cannot be represented")  # pragma: no cover
+
+
+def sum_of(values: list[str]) -> str:
+    """The canonical sum of quantities, in the first one's format (binary `Mi`/`Gi` stays
+    binary), as `resource.Quantity.Add` keeps the receiver's format."""
+    total = sum((parse_quantity(v) for v in values), Decimal(0))
+    binary = bool(values) and bool((m := _SUFFIX_RE.search(str(values[0]))) and m.group(1))
+    if binary and total == total.to_integral_value() and int(total) % 1024 == 0:
+        return canonical(f"{int(total) // 1024}Ki")
+    return canonical(str(total))

@@ -88,12 +88,12 @@ def discovery_resource_list(group: str) -> Obj:
 
 
 # --- strategies: what each write may change -------------------------------------------
-def prepare_create(r: ResourceType, obj: Obj) -> None:
+def prepare_create(r: ResourceType, obj: Obj, minor: int = pods.DEFAULT_MINOR) -> None:
     obj.setdefault("apiVersion", r.api_version)
     obj.setdefault("kind", r.kind)
     if r is PODS:
         pods.prepare_create(obj)
-        pods.validate_create(obj)
+        pods.validate_create(obj, minor)
     elif r is RAYCLUSTERS:
         obj["metadata"]["generation"] = 1
         obj.pop("status", None)
@@ -129,20 +129,22 @@ def _validate_raycluster(obj: Obj) -> None:
         raise invalid_object("RayCluster", obj["metadata"].get("name", ""), errs, "ray.io")
 
 
-def prepare_update(r: ResourceType, sub: str, old: Obj, new: Obj) -> None:
+def prepare_update(
+    r: ResourceType, sub: str, old: Obj, new: Obj, minor: int = pods.DEFAULT_MINOR
+) -> None:
     """Apply the resource's update strategy to `new` (the requested object) in place."""
     new.setdefault("apiVersion", r.api_version)
     new.setdefault("kind", r.kind)
     if r is PODS:
         if sub == "resize":
             pods.prepare_resize(old, new)
-            pods.validate_resize(old, new)
+            pods.validate_resize(old, new, minor)
         elif sub == "status":
             pods.prepare_status_update(old, new)
             pods.validate_status_update(old, new)
         else:
             pods.prepare_update(old, new)
-            pods.validate_update(old, new)
+            pods.validate_update(old, new, minor)
         return
     pods.keep_system_metadata(old, new)
     if r.subresources and "status" in r.subresources:

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import errors, openapi, tables
+from sandbox import errors, openapi, pods, tables
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.patch import APPLY_PATCH, apply_config, apply_patch, decode_apply_config
@@ -57,6 +57,13 @@ KUBE_VERSION = {
     "platform": "linux/amd64",
 }
 DEFAULT_USER = "system:admin"
+# every patch type the server decodes; another is refused before any resource's handler
+KNOWN_PATCH_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/strategic-merge-patch+json",
+    APPLY_PATCH,
+)
 WATCH_TIMEOUT_S = 1800.0
 
 
@@ -89,7 +96,18 @@ def _error(e: ApiError) -> Response:
 
 
 class Api:
-    def __init__(self, store: Store | None = None, faults: Faults | None = None) -> None:
+    def __init__(
+        self,
+        store: Store | None = None,
+        faults: Faults | None = None,
+        minor: int = pods.DEFAULT_MINOR,
+    ) -> None:
+        self.minor = minor  # the Kubernetes minor whose rules apply (sandbox/pods.py)
+        self.version = {
+            **KUBE_VERSION,
+            "minor": str(minor),
+            "gitVersion": f"v1.{minor}.0-raysize-sandbox",
+        }
         self.store = store or Store()
         self.faults = faults or Faults()
         self._denied: set[tuple[str, str]] = set()
@@ -167,7 +185,7 @@ class Api:
     def _fixed(self, parts: list[str]) -> Response | None:
         path = "/" + "/".join(parts)
         if path == "/version":
-            return _json(200, KUBE_VERSION)
+            return _json(200, self.version)
         if path in ("/healthz", "/readyz", "/livez"):
             return Response(200, b"ok", {"Content-Type": "text/plain"})
         if path == "/api":
@@ -373,7 +391,7 @@ class Api:
             ns = ""
         for key in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
             meta.pop(key, None)
-        prepare_create(r, obj)
+        prepare_create(r, obj, self.minor)
         created = self.store.create(r.name, ns, obj)
         return Response(201, dumps(created))
 
@@ -399,7 +417,10 @@ class Api:
             meta["name"] = route.name
             if r.namespaced:
                 meta["namespace"] = route.namespace
-            prepare_update(r, route.sub, current, new)
+            prepare_update(r, route.sub, current, new, self.minor)
+            if r is PODS and route.sub == "resize" and self.minor >= 36:
+                node = (current.get("spec") or {}).get("nodeName")
+                pods.admit_resize(current, new, node and self.store.find("nodes", "", node))
             meta = new["metadata"]
             meta.pop("resourceVersion", None)
             return new
@@ -417,6 +438,8 @@ class Api:
     ) -> Response:
         r = route.resource
         content_type = headers.get("content-type", "").split(";")[0].strip()
+        if content_type not in KNOWN_PATCH_TYPES:  # the handler never got it: a bare 415
+            raise errors.unsupported_media_type_bare()
         if content_type not in patch_types(r):
             raise errors.unsupported_media_type(patch_types(r))
         _validate_patch_options(content_type, query)

@@ -103,11 +103,15 @@ _NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # apimachinery's utilrand alphabet
 
 
 class Store:
-    def __init__(self) -> None:
+    def __init__(self, history: int = HISTORY) -> None:
         self.lock = threading.RLock()
         self._rv = FIRST_REVISION
         self._objects: dict[str, dict[tuple[str, str], _Entry]] = {}
-        self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=HISTORY)
+        self._history: deque[tuple[int, str, str, Obj]] = deque(maxlen=history)
+        # the newest revision that fell out of the history: a watch from before it is
+        # gone (410). Like the real server's watch cache, which holds every event since it
+        # started until its window fills, a watch from before the first event replays all.
+        self._dropped = 0
         self._watchers: list[Watcher] = []
         self._random = random.Random()
 
@@ -283,6 +287,8 @@ class Store:
     # --- watch --------------------------------------------------------------------------
     def _publish(self, resource: str, kind: str, obj: Obj) -> None:
         rv = int(obj["metadata"]["resourceVersion"])
+        if len(self._history) == self._history.maxlen:
+            self._dropped = self._history[0][0]
         self._history.append((rv, resource, kind, obj))
         for w in self._watchers:
             if w.resource != resource or w.closed:
@@ -312,9 +318,8 @@ class Store:
                     start = int(since)
                 except ValueError as exc:
                     raise gone(f"too old resource version: {since}") from exc
-                oldest = self._history[0][0] if self._history else self._rv + 1
-                if start < oldest - 1 and start < self._rv:
-                    raise gone(f"too old resource version: {start} ({oldest - 1})")
+                if start < self._dropped:
+                    raise gone(f"too old resource version: {start} ({self._dropped})")
                 for rv, res, kind, obj in self._history:
                     if (
                         rv > start

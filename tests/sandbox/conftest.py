@@ -95,6 +95,7 @@ def kubeconfig(world: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         node_cpu=8000,
         node_memory=16 * 1024**3,
         timing=KubeletTiming(actuation_delay_s=0.05, retry_initial_s=0.5, retry_interval_s=0.5),
+        kubernetes_minor=36,  # the rules of the real server beside it
     )
     sandbox: Sandbox | RealSandbox = (
         Sandbox(config_) if world == "sandbox" else RealSandbox(config_, version=KUBERNETES_VERSION)
@@ -122,8 +123,41 @@ def core(kube: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(kube)
 
 
+# A Node no kubelet runs: a pod bound to it is never started or written to by anyone but
+# the test, so its resourceVersion moves only when the test writes. It exists (1.36 refuses
+# resizes of pods whose Node is missing) and is large, so its room never limits a resize;
+# it declares no optional features.
+PARKED_NODE = "raysize-conformance-parked"
+
+
+@pytest.fixture(scope="package")
+def parked_node(kube: client.ApiClient) -> str:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": PARKED_NODE},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+            "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+        },
+    }
+    try:
+        client.CoreV1Api(kube).create_node(body)
+    except client.exceptions.ApiException as err:
+        if err.status != 409:
+            raise
+    return PARKED_NODE
+
+
+@pytest.fixture(scope="package")
+def server_minor(kube: client.ApiClient) -> int:
+    """The API server's Kubernetes minor version (36 for v1.36.x): where the rules changed,
+    a test says which version it expects what of."""
+    return int(str(client.VersionApi(kube).get_code().minor).rstrip("+"))
+
+
 @pytest.fixture
-def ns(core: client.CoreV1Api) -> Iterator[str]:
+def ns(core: client.CoreV1Api, parked_node: str) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name}})
     try:

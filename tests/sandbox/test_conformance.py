@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 from typing import Any
 
@@ -16,7 +15,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.sandbox.conftest import PAUSE_IMAGE, pod_body, wait_for
+from tests.sandbox.conftest import PARKED_NODE, PAUSE_IMAGE, pod_body, wait_for
+from workflows.resources import CPU, quantity_to_units
 
 APPLY = "application/apply-patch+yaml"
 BURSTABLE = {
@@ -33,14 +33,8 @@ def running_pod(core: client.CoreV1Api, ns: str, name: str, **kwargs: Any) -> cl
     )
 
 
-# A node no kubelet runs: a pod bound to it is never scheduled, started or written to by
-# anyone but the test, so its resourceVersion moves only when the test writes. (On a real
-# cluster the pod GC removes such pods after ~40 s, far longer than a test takes.)
-NO_SUCH_NODE = "raysize-conformance-no-such-node"
-
-
 def parked_pod(core: client.CoreV1Api, ns: str, body: dict[str, Any]) -> client.V1Pod:
-    body["spec"]["nodeName"] = NO_SUCH_NODE
+    body["spec"]["nodeName"] = PARKED_NODE
     return core.create_namespaced_pod(ns, body)
 
 
@@ -277,10 +271,14 @@ def test_containers_may_not_be_added_removed_or_renamed(core, ns):
     )
 
 
-def test_pod_level_resources_cannot_be_resized(core, ns):
+def test_pod_level_resources_must_cover_the_containers_after_a_resize(core, ns, server_minor):
+    """A pod-level limit defaults the pod-level request to what the containers ask (100m).
+    1.36 resizes such pods, but the pod-level request must still cover the containers;
+    before 1.36 they cannot be resized at all."""
     body = pod_body("p", **BURSTABLE)
     body["spec"]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
-    core.create_namespaced_pod(ns, body)
+    created = core.create_namespaced_pod(ns, body)
+    assert created.spec.resources.requests == {"cpu": "100m", "memory": "64Mi"}
     with pytest.raises(ApiException) as exc:
         resize(
             core,
@@ -288,9 +286,13 @@ def test_pod_level_resources_cannot_be_resized(core, ns):
             "p",
             {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
         )
-    assert status_of(exc)["message"] == (
-        'Pod "p" is invalid: []: Forbidden: pods with pod-level resources cannot be resized'
-    )
+    if server_minor >= 36:
+        assert status_of(exc)["message"] == (
+            'Pod "p" is invalid: spec.resources.requests[cpu]: Invalid value: "100m": must be '
+            "greater than or equal to aggregate container requests of 150m"
+        )
+    else:
+        assert "pod-level resources" in status_of(exc)["message"]
 
 
 def test_request_above_limit_is_invalid(core, ns):
@@ -340,7 +342,7 @@ def test_memory_limit_addition_passes_validation(core, ns):
     assert after.status.qos_class == "Burstable"
 
 
-def test_restart_container_policy_is_invalid_when_the_pod_never_restarts(core, ns):
+def test_restart_container_policy_is_invalid_when_the_pod_never_restarts(core, ns, server_minor):
     body = pod_body("p", **BURSTABLE)
     body["spec"]["restartPolicy"] = "Never"
     body["spec"]["containers"][0]["resizePolicy"] = [
@@ -350,15 +352,16 @@ def test_restart_container_policy_is_invalid_when_the_pod_never_restarts(core, n
         parked_pod(core, ns, body)
     status = status_of(exc)
     assert (exc.value.status, status["reason"]) == (422, "Invalid")
+    rule = "pod `restartPolicy`" if server_minor >= 36 else "`restartPolicy`"  # 1.36 rewording
     assert status["message"] == (
         'Pod "p" is invalid: spec.containers[0].resizePolicy: Invalid value: "RestartContainer": '
-        "must be 'NotRequired' when `restartPolicy` is 'Never'"
+        f"must be 'NotRequired' when {rule} is 'Never'"
     )
     assert status["details"]["causes"] == [
         {
             "reason": "FieldValueInvalid",
             "message": 'Invalid value: "RestartContainer": '
-            "must be 'NotRequired' when `restartPolicy` is 'Never'",
+            f"must be 'NotRequired' when {rule} is 'Never'",
             "field": "spec.containers[0].resizePolicy",
         }
     ]
@@ -442,7 +445,7 @@ def test_init_containers_may_not_be_added_removed_or_renamed(core, ns):
     assert [c.name for c in core.read_namespaced_pod("p", ns).spec.init_containers] == ["i0"]
 
 
-def test_sidecar_resources_resize_like_a_containers(core, ns):
+def test_sidecar_resources_resize_like_a_containers(core, ns, server_minor):
     parked_pod(core, ns, with_init_container("p", restart_policy="Always"))
     pod = resize(
         core,
@@ -464,11 +467,13 @@ def test_sidecar_resources_resize_like_a_containers(core, ns):
                 }
             ],
         )
-    assert (exc.value.status, status_of(exc)["message"]) == (
-        422,
-        'Pod "p" is invalid: spec: Forbidden: '
-        "only cpu and memory resources for sidecar containers are mutable",
+    refusal = (  # 1.36 resizes init containers too, and words it per container
+        "spec.initContainers[0]: Forbidden: only cpu and memory resources for init or sidecar "
+        "containers are mutable"
+        if server_minor >= 36
+        else "spec: Forbidden: only cpu and memory resources for sidecar containers are mutable"
     )
+    assert (exc.value.status, status_of(exc)["message"]) == (422, f'Pod "p" is invalid: {refusal}')
     with pytest.raises(ApiException) as exc:
         resize(
             core, ns, "p", [{"op": "remove", "path": "/spec/initContainers/0/resources/limits/cpu"}]
@@ -480,8 +485,10 @@ def test_sidecar_resources_resize_like_a_containers(core, ns):
     )
 
 
-def test_non_sidecar_init_container_resources_are_immutable(core, ns):
-    """Before 1.36 (InPlacePodVerticalScalingInitContainers), K8S_RESIZE.md §1 step 9."""
+def test_non_sidecar_init_container_resize_needs_the_nodes_feature(core, ns, server_minor):
+    """Before 1.36 a non-sidecar init container's resources are immutable (K8S_RESIZE.md §1
+    step 9). 1.36 validates the change and its admission asks the pod's Node: one that does
+    not declare InPlacePodVerticalScalingInitContainers refuses it with 403."""
     pod = parked_pod(core, ns, with_init_container("p"))
     with pytest.raises(ApiException) as exc:
         resize(
@@ -495,14 +502,40 @@ def test_non_sidecar_init_container_resources_are_immutable(core, ns):
             },
         )
     status = status_of(exc)
-    assert (exc.value.status, status["reason"]) == (422, "Invalid")
-    assert status["message"] == (
-        'Pod "p" is invalid: spec: Forbidden: resources for non-sidecar init containers are '
-        "immutable"
-    )
+    if server_minor >= 36:
+        assert (exc.value.status, status["reason"]) == (403, "Forbidden")
+        assert status["message"] == (
+            'pods "p" is forbidden: pod update requires features '
+            f'InPlacePodVerticalScalingInitContainers which are not available on node "{PARKED_NODE}"'
+        )
+    else:
+        assert (exc.value.status, status["reason"]) == (422, "Invalid")
+        assert status["message"] == (
+            'Pod "p" is invalid: spec: Forbidden: resources for non-sidecar init containers are '
+            "immutable"
+        )
     after = core.read_namespaced_pod("p", ns)
     assert after.spec.init_containers[0].resources.requests["cpu"] == "100m"
     assert after.metadata.generation == pod.metadata.generation
+
+
+def test_a_resize_of_a_pod_whose_node_is_gone_is_refused_from_1_36(core, ns, server_minor):
+    """1.36's resize admission reads the pod's Node: none, no resize (403). Earlier
+    versions store the resize and leave it to a kubelet that will never come."""
+    node = f"raysize-gone-{ns}"
+    body = pod_body("p", **BURSTABLE)
+    body["spec"]["nodeName"] = node
+    core.create_namespaced_pod(ns, body)
+    patch = {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}}
+    if server_minor < 36:
+        assert resize(core, ns, "p", patch).spec.containers[0].resources.requests["cpu"] == "150m"
+        return
+    with pytest.raises(ApiException) as exc:
+        resize(core, ns, "p", patch)
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"]) == (403, "Forbidden")
+    assert status["message"] == f'pods "p" is forbidden: node "{node}" not found'
+    assert core.read_namespaced_pod("p", ns).spec.containers[0].resources.requests["cpu"] == "100m"
 
 
 def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns):
@@ -612,19 +645,35 @@ def test_server_side_apply_on_the_pod_and_its_resize_subresource(core, ns):
     assert labelled.spec.containers[0].resources.requests["cpu"] == "150m"
 
 
-def test_an_unknown_patch_type_is_refused_with_the_accepted_ones(core, ns):
-    """The 415 lists what the endpoint takes, apply included. (A server with the alpha
-    CBORServingAndStorage gate on would also list application/apply-patch+cbor.)"""
+def test_an_unknown_patch_type_is_a_bare_415(core, ns):
+    """A content type no patch handler knows never reaches the resource: the server's
+    bare 415 with empty details (the sandbox used to list the accepted types here)."""
     parked_pod(core, ns, pod_body("p", **BURSTABLE))
     with pytest.raises(ApiException) as exc:
         resize(core, ns, "p", {"spec": {}}, _content_type="application/x-raysize-test+json")
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"], status["message"], status["details"]) == (
+        415,
+        "UnsupportedMediaType",
+        "415: Unsupported Media Type",
+        {},
+    )
+
+
+def test_a_known_patch_type_a_custom_resource_does_not_take_lists_the_accepted_ones(kube, ns):
+    """Strategic merge on a RayCluster: the 415 names what a custom resource takes."""
+    api = client.CustomObjectsApi(kube)
+    with pytest.raises(ApiException) as exc:
+        api.patch_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters", "rc", {"spec": {}},
+            _content_type="application/strategic-merge-patch+json",
+        )  # fmt: skip
     status = status_of(exc)
     assert (exc.value.status, status["reason"], status["message"]) == (
         415,
         "UnsupportedMediaType",
         "the body of the request was in an unknown format - accepted media types include: "
-        "application/json-patch+json, application/merge-patch+json, "
-        "application/strategic-merge-patch+json, application/apply-patch+yaml",
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
     )
 
 
@@ -916,25 +965,34 @@ def test_accepted_resize_is_actuated_and_reported(core, ns):
     )
 
 
-def test_infeasible_resize_is_pending_with_the_kubelets_message(core, ns):
+def test_infeasible_resize_is_refused_at_admission_from_1_36_else_pending(core, ns, server_minor):
+    """A resize above the node's allocatable: 1.36's admission refuses it (403, cause
+    NodeCapacity, the pod unchanged); 1.33-1.35 store it and the kubelet marks it
+    Infeasible with its own message and a Warning event."""
     pod = running_pod(core, ns, "p", requests={"cpu": "100m", "memory": "64Mi"})
     node = core.read_node(pod.spec.node_name)
     capacity = node.status.allocatable["cpu"]
-    from workflows.resources import CPU, quantity_to_units
-
     cap_m = quantity_to_units(capacity, CPU)
-    patched = resize(
-        core,
-        ns,
-        "p",
-        {
-            "spec": {
-                "containers": [
-                    {"name": "c0", "resources": {"requests": {"cpu": f"{cap_m + 1000}m"}}}
-                ]
-            }
-        },
-    )
+    patch = {
+        "spec": {
+            "containers": [{"name": "c0", "resources": {"requests": {"cpu": f"{cap_m + 1000}m"}}}]
+        }
+    }
+    if server_minor >= 36:
+        with pytest.raises(ApiException) as exc:
+            resize(core, ns, "p", patch)
+        status = status_of(exc)
+        assert (exc.value.status, status["reason"]) == (403, "Forbidden")
+        assert status["message"] == (
+            'pods "p" is forbidden: node didn\'t have enough allocatable resources: cpu, '
+            f"requested: {cap_m + 1000}, allocatable: {cap_m}"
+        )
+        assert status["details"]["causes"] == [{"reason": "NodeCapacity"}]
+        after = core.read_namespaced_pod("p", ns)
+        assert after.spec.containers[0].resources.requests["cpu"] == "100m"
+        assert after.metadata.generation == pod.metadata.generation
+        return
+    patched = resize(core, ns, "p", patch)
 
     def pending() -> client.V1PodCondition | None:
         return conditions(core.read_namespaced_pod("p", ns)).get("PodResizePending")
@@ -1048,30 +1106,20 @@ def test_watch_sees_every_change_in_order_and_resumes(core, ns):
     assert kinds[0] == "ADDED" and kinds[-1] == "DELETED"
 
 
-def test_a_watch_from_a_compacted_resource_version_is_gone(core, ns):
-    """Like the watch cache: HTTP 200, then one ERROR event carrying a 410 Expired Status;
-    the client's Watch raises it as an ApiException when retries are off."""
+def test_a_watch_from_before_the_servers_window_replays_what_it_holds(core, ns):
+    """The real server's watch cache holds every event since it started (until its window
+    fills): a watch from resourceVersion 1 replays them, it is not 410 Gone. (A watch from
+    before a full window is; tests/sandbox/test_store.py shows that on the sandbox, whose
+    window can be made small.)"""
+    parked_pod(core, ns, pod_body("w", **BURSTABLE))
+    core.patch_namespaced_pod("w", ns, {"metadata": {"labels": {"seen": "yes"}}})
     response = core.list_namespaced_pod(
-        ns, watch=True, resource_version="1", timeout_seconds=5, _preload_content=False
+        ns, watch=True, resource_version="1", timeout_seconds=2, _preload_content=False
     )
     assert response.status == 200
     events = [json.loads(line) for line in response.read().splitlines() if line]
-    assert [e["type"] for e in events] == ["ERROR"]
-    status = events[0]["object"]
-    assert (status["kind"], status["status"], status["code"], status["reason"]) == (
-        "Status",
-        "Failure",
-        410,
-        "Expired",
-    )
-    assert re.fullmatch(r"too old resource version: 1 \(\d+\)", status["message"]), status
-    with pytest.raises(ApiException) as exc:
-        for _ in watch.Watch().stream(
-            core.list_namespaced_pod, ns, resource_version="1", timeout_seconds=5
-        ):
-            pass
-    assert exc.value.status == 410
-    assert re.fullmatch(r"Expired: too old resource version: 1 \(\d+\)", exc.value.reason)
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED"], events
+    assert events[1]["object"]["metadata"]["labels"]["seen"] == "yes"
 
 
 def test_events_create_and_list_by_involved_object(core, ns):
