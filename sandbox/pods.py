@@ -625,15 +625,17 @@ def admit_resize(old: Obj, new: Obj, node: Obj | None) -> None:
 
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     wanted = requests_of(new)
-    for res_name, unit in (("cpu", "m"), ("memory", "")):
+    short = []
+    for res_name, scale in (("cpu", 1000), ("memory", 1)):
         if res_name not in allocatable:
             continue
-        room = qty(allocatable[res_name]) * (1000 if unit == "m" else 1)
+        room = int(qty(allocatable[res_name]) * scale)
         if wanted[res_name] > room:
-            raise admission_forbidden(
-                "pods",
-                name,
-                f"node didn't have enough allocatable resources: {res_name}, requested: "
-                f"{wanted[res_name]}, allocatable: {int(room)}",
-                causes=[{"reason": "NodeCapacity"}],
-            )
+            short.append(f"{res_name}, requested: {wanted[res_name]}, allocatable: {room}")
+    if short:  # every resource short, cpu first, in one message
+        raise admission_forbidden(
+            "pods",
+            name,
+            "node didn't have enough allocatable resources: " + "; ".join(short),
+            causes=[{"reason": "NodeCapacity"}],
+        )

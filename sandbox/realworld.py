@@ -247,8 +247,10 @@ class RealControlPlane:
                 f"--service-account-key-file={sa_key}",
                 f"--service-account-signing-key-file={sa_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # no controller manager creates each namespace's `default` ServiceAccount
-                "--disable-admission-plugins=ServiceAccount",
+                # no controller manager: none creates each namespace's `default`
+                # ServiceAccount, and no node lifecycle controller lifts the not-ready
+                # taint that TaintNodesByCondition puts on every new Node
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--allow-privileged=true",
                 "--profiling=false",
                 # compact etcd every 10 s (default 5 min): old resourceVersions expire in the

@@ -99,6 +99,7 @@ def prepare_create(r: ResourceType, obj: Obj, minor: int = pods.DEFAULT_MINOR) -
         obj.pop("status", None)
         _validate_raycluster(obj)
     elif r is NODES:
+        obj.setdefault("spec", {})  # the real server stores an empty spec, never none
         obj.setdefault("status", {})
     elif r is NAMESPACES:
         name = obj["metadata"].get("name", "")

@@ -12,6 +12,7 @@ import typer
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.faults import describe, parse_fault
 from sandbox.kubelet import KubeletTiming
+from sandbox.realworld import ControlPlaneError, RealSandbox
 from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
 DEFAULT_KUBECONFIG = Path.home() / ".kube" / "raysize-sandbox.yaml"
@@ -66,8 +67,24 @@ def register(app: typer.Typer) -> None:
         fault_seed: int = typer.Option(
             0, "--fault-seed", help="seed of the fault dice (the same seed, the same faults)"
         ),
+        control_plane: str = typer.Option(
+            "embedded",
+            "--control-plane",
+            help=(
+                "embedded: the built-in API server and KubeRay stand-in (no dependencies); "
+                "real: etcd + kube-apiserver v1.36 (HTTPS, RBAC) + the real KubeRay operator, "
+                "built from Go modules on first use (needs Go; ~10 min once, then cached)"
+            ),
+        ),
     ) -> None:
         """Run the sandbox in the foreground until Ctrl-C."""
+        if control_plane not in ("embedded", "real"):
+            raise _fail(f"--control-plane {control_plane!r}: expected 'embedded' or 'real'")
+        if control_plane == "real" and (fault or port):
+            raise _fail(
+                "--fault and --port need the embedded API server: drop them, or use "
+                "--control-plane embedded"
+            )
         if nodes < 1:
             raise _fail(f"--nodes {nodes}: expected at least 1")
         if max_pods < 1:
@@ -103,24 +120,37 @@ def register(app: typer.Typer) -> None:
                 retry_interval_s=retry_interval,
             ),
         )
+        sandbox: Sandbox | RealSandbox
         try:
-            sandbox = Sandbox(config)
+            sandbox = Sandbox(config) if control_plane == "embedded" else RealSandbox(config)
         except OSError as exc:
             raise _fail(f"cannot listen on port {port}: {exc.strerror}") from None
+        except ControlPlaneError as exc:
+            raise _fail(f"the real control plane: {exc}") from None
         stop = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             stop.set()
 
-        for rule in rules:
-            sandbox.faults.add(rule)
+        if isinstance(sandbox, Sandbox):
+            for rule in rules:
+                sandbox.faults.add(rule)
         previous = signal.signal(signal.SIGTERM, on_signal)
         try:
-            sandbox.start()
+            try:
+                sandbox.start()
+            except ControlPlaneError as exc:
+                raise _fail(f"the real control plane did not start: {exc}") from None
             path = sandbox.write_kubeconfig(kubeconfig)
+            kind = (
+                "embedded API server"
+                if isinstance(sandbox, Sandbox)
+                else f"kube-apiserver {sandbox.control_plane.version} + KubeRay "
+                f"{sandbox.control_plane.parts.kuberay_version}"
+            )
             typer.echo(
-                f"raysize sandbox: Kubernetes API at {sandbox.url} "
-                f"({nodes} node(s), {node_cpu} CPU / {node_memory} each"
+                f"raysize sandbox: Kubernetes API at {sandbox.url} ({kind}; "
+                f"{nodes} node(s), {node_cpu} CPU / {node_memory} each"
                 f"{', Ray processes on' if with_ray else ''})\n"
                 f"  export KUBECONFIG={path}\n"
                 f"  kubectl get nodes; kubectl get raycluster; kubectl get pods\n"

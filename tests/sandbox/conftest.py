@@ -163,6 +163,9 @@ def ns(core: client.CoreV1Api, parked_node: str) -> Iterator[str]:
     try:
         yield name
     finally:
+        # the pods first, at once: the real world has no namespace controller to delete
+        # them, and pods left running would hold their node's room for the next test
+        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
         core.delete_namespace(name)
 
 

@@ -171,7 +171,11 @@ class Node:
         nodes = [
             n
             for n in core.list_node().items
-            if not n.spec.taints and not n.spec.unschedulable and n.status.allocatable
+            if not n.spec.taints
+            and not n.spec.unschedulable
+            and n.status.allocatable
+            # a kubelet reports it Ready (not the conformance suite's parked node)
+            and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
         ]
         assert nodes, "no schedulable node"
         self.core = core
@@ -354,26 +358,35 @@ def test_accepted_resize_is_allocated_in_progress_with_old_resources_until_actua
 
 
 # --- Infeasible ----------------------------------------------------------------------------
-def test_infeasible_resize_names_memory_first_when_both_exceed_the_node(core, ns, node):
+def test_infeasible_resize_names_memory_first_when_both_exceed_the_node(
+    core, ns, node, server_minor
+):
+    """1.33-1.35: the kubelet marks it Infeasible, naming memory first. 1.36's admission
+    refuses it before the kubelet sees it, naming both, cpu first."""
     p = start(core, ns, pod("p", "100m", node=node.name))
     memory = quantity_to_units(core.read_node(node.name).status.allocatable["memory"], MEMORY)
     want_cpu, want_memory = node.capacity + 1000, memory + GI
-    patched = core.patch_namespaced_pod_resize(
-        "p",
-        ns,
-        {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "c0",
-                        "resources": {
-                            "requests": {"cpu": f"{want_cpu}m", "memory": str(want_memory)}
-                        },
-                    }
-                ]
-            }
-        },
-    )
+    body = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "c0",
+                    "resources": {"requests": {"cpu": f"{want_cpu}m", "memory": str(want_memory)}},
+                }
+            ]
+        }
+    }
+    if server_minor >= 36:
+        with pytest.raises(ApiException) as refused:
+            core.patch_namespaced_pod_resize("p", ns, body)
+        assert refused.value.status == 403
+        assert json.loads(refused.value.body)["message"] == (
+            'pods "p" is forbidden: node didn\'t have enough allocatable resources: cpu, '
+            f"requested: {want_cpu}, allocatable: {node.capacity}; memory, requested: "
+            f"{want_memory}, allocatable: {memory}"
+        )
+        return
+    patched = core.patch_namespaced_pod_resize("p", ns, body)
     cond = wait_for(lambda: condition(core, ns, "p", PENDING), timeout=30)
     assert (cond.status, cond.reason, cond.observed_generation) == (
         "True",
@@ -394,13 +407,23 @@ def test_infeasible_resize_names_memory_first_when_both_exceed_the_node(core, ns
 
 # --- Pending: reverted, updated -------------------------------------------------------------
 @pytest.mark.parametrize("reason", ["Deferred", "Infeasible"])
-def test_pending_resize_reverted_clears_the_condition_without_an_event(core, ns, node, reason):
+def test_pending_resize_reverted_clears_the_condition_without_an_event(
+    core, ns, node, reason, server_minor
+):
     start(core, ns, pod("p", "500m", node=node.name))
     if reason == "Deferred":
         node.fill(ns)
         target = "1500m"
     else:
         target = f"{node.capacity + 1000}m"
+    if reason == "Infeasible" and server_minor >= 36:
+        # 1.36's admission refuses it: no pending resize, nothing to revert
+        with pytest.raises(ApiException) as refused:
+            resize_cpu(core, ns, "p", target)
+        assert refused.value.status == 403
+        p = core.read_namespaced_pod("p", ns)
+        assert PENDING not in conditions(p) and reasons(core, ns, "p") == []
+        return
     resize_cpu(core, ns, "p", target)
     wait_for(lambda: (c := condition(core, ns, "p", PENDING)) and c.reason == reason, timeout=30)
     wait_for(lambda: reasons(core, ns, "p") == [f"Resize{reason}"])
@@ -596,21 +619,30 @@ def test_init_container_statuses_report_sidecars_running_and_init_containers_com
     assert sidecar.resources.requests == {"cpu": "200m", "memory": "64Mi"}
 
 
-def test_sidecar_requests_count_in_the_node_capacity_check(core, ns, node):
+def test_sidecar_requests_count_in_the_node_capacity_check(core, ns, node, server_minor):
     start(core, ns, with_sidecar("p", "100m", "1000m", node=node.name))
-    # the container alone would fit the node; with its sidecar the pod does not
+    # the container alone would fit the node; with its sidecar the pod does not: 1.36's
+    # admission says so (403), 1.33-1.35's kubelet marks it Infeasible
     target = node.capacity - 1000 + 1
-    patched = resize_cpu(core, ns, "p", f"{target}m")
-    cond = wait_for(lambda: condition(core, ns, "p", PENDING), timeout=30)
-    assert (cond.reason, cond.message) == (
-        "Infeasible",
-        f"Node didn't have enough capacity: cpu, requested: {node.capacity + 1}, "
-        f"capacity: {node.capacity}",
-    )
-    assert cond.observed_generation == patched.metadata.generation
+    if server_minor >= 36:
+        with pytest.raises(ApiException) as refused:
+            resize_cpu(core, ns, "p", f"{target}m")
+        assert json.loads(refused.value.body)["message"] == (
+            'pods "p" is forbidden: node didn\'t have enough allocatable resources: cpu, '
+            f"requested: {node.capacity + 1}, allocatable: {node.capacity}"
+        )
+    else:
+        patched = resize_cpu(core, ns, "p", f"{target}m")
+        cond = wait_for(lambda: condition(core, ns, "p", PENDING), timeout=30)
+        assert (cond.reason, cond.message) == (
+            "Infeasible",
+            f"Node didn't have enough capacity: cpu, requested: {node.capacity + 1}, "
+            f"capacity: {node.capacity}",
+        )
+        assert cond.observed_generation == patched.metadata.generation
+        resize_cpu(core, ns, "p", "100m")
+        wait_for(lambda: condition(core, ns, "p", PENDING) is None, timeout=30)
     # ...and other pods' sidecars count in what the node uses
-    resize_cpu(core, ns, "p", "100m")
-    wait_for(lambda: condition(core, ns, "p", PENDING) is None, timeout=30)
     start(core, ns, pod("q", "500m", node=node.name))
     node.fill(ns)
     used = node.used() - 500  # by the other pods: p's 1100m, its sidecar included

@@ -16,6 +16,7 @@ from activities.k8s_errors import (
     Conflict,
     Forbidden,
     Invalid,
+    NoRoom,
     PodGone,
     Unavailable,
 )
@@ -31,7 +32,7 @@ from workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from workflows.ippr import IpprStatus
+from workflows.ippr import IpprStatus, parse_kubelet_message
 from workflows.model import PodPhase, ResizeState
 from workflows.resources import GIB
 
@@ -348,3 +349,57 @@ def test_resize_patch_without_limits_sets_requests():
         {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "2500m"},
         {"op": "add", "path": "/spec/containers/0/resources/requests/memory", "value": "1Gi"},
     ]
+
+
+def test_a_resize_above_the_nodes_room_is_infeasible_in_both_worlds(kube, ns):
+    """The same over-sized resize on both worlds (the embedded server run as 1.36, and the
+    real v1.36 kube-apiserver): 1.36 refuses it at admission with a 403 that is about the
+    node's room, not RBAC. apply_resize reports it as Infeasible with numbers the saga
+    parses, so it asks again at what fits or rolls back and scales out; the pod and its
+    ray.io/ippr-status are left as they were."""
+    core = client.CoreV1Api(kube)
+    body = {
+        "metadata": {"name": "ray-worker"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "ray",
+                    "image": "rayproject/ray:2.60.0",
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi"},
+                        "limits": {"cpu": "1", "memory": "1Gi"},
+                    },
+                }
+            ]
+        },
+    }
+    core.create_namespaced_pod(ns, body)
+    wait_for(lambda: core.read_namespaced_pod("ray-worker", ns).status.phase == "Running")
+    kube_ = Kube(kube, timeout_s=5.0)
+    with pytest.raises(NoRoom) as refused:
+        kube_.patch_resize(ns, "ray-worker", 9000, GIB)
+    assert not refused.value.retryable
+    assert "missing RBAC rule" not in refused.value.message
+    result = run(
+        K8sActivities(kube_).apply_resize,
+        ApplyResizeInput(
+            namespace=ns,
+            pod="ray-worker",
+            cpu=9000,
+            memory=GIB,
+            status=IpprStatus(raylet_id="abc", resizing_at=1),
+            window_s=5,
+        ),
+    )
+    progress = result.progress
+    assert (progress.state, progress.reason) == (ProgressState.INFEASIBLE, "Infeasible")
+    assert progress.message == (
+        'refused at admission: pods "ray-worker" is forbidden: node didn\'t have enough '
+        "allocatable resources: cpu, requested: 9000, allocatable: 8000"
+    )
+    report = parse_kubelet_message(progress.reason, progress.message)
+    assert report is not None and (report.resource, report.max_request) == ("cpu", 8000)
+    pod = kube_.get_pod(ns, "ray-worker")
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "1"
+    assert result.generation == pod["metadata"]["generation"] == 1
+    assert "ray.io/ippr-status" not in (pod["metadata"].get("annotations") or {})

@@ -172,7 +172,7 @@ def test_up_serves_kubectl_the_nodes_asked_for_and_ctrl_c_stops_it(tmp_path):
         assert up.banner[0].startswith(
             f"raysize sandbox: Kubernetes API at http://127.0.0.1:{up.port} "
         )
-        assert "(2 node(s), 3 CPU / 4Gi each)" in up.banner[0]
+        assert "(embedded API server; 2 node(s), 3 CPU / 4Gi each)" in up.banner[0]
         table = kubectl(up, "get", "nodes").splitlines()
         assert table[0].split()[:2] == ["NAME", "STATUS"]
         assert [row.split()[:2] for row in table[1:]] == [
