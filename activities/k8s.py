@@ -229,6 +229,17 @@ def progress_of(pod: Obj, cpu: int, memory: int, generation: int) -> ResizeProgr
     return ResizeProgress(state=ProgressState.IN_PROGRESS, **base)
 
 
+def gcs_address(rc: Obj) -> str:
+    """host:port of the RayCluster's GCS from its status, "" until KubeRay reports both.
+    The port is the head service's port named `gcs` (KubeRay 1.6) or `gcs-server` (older
+    KubeRay); the host is the head service's IP, else the head pod's."""
+    status = rc.get("status") or {}
+    head, endpoints = status.get("head") or {}, status.get("endpoints") or {}
+    port = endpoints.get("gcs") or endpoints.get("gcs-server") or ""
+    host = head.get("serviceIP") or head.get("podIP") or ""
+    return f"{host}:{port}" if host and port else ""
+
+
 def resize_patch(pod: Obj, cpu: int, memory: int) -> list[Obj]:
     """JSON patch setting the Ray container to (cpu, memory), keeping limit − request.
 
@@ -355,10 +366,6 @@ class Kube:
             for v, p in zip(views, pods, strict=False)
             if v.resize is not None and v.resize.state.in_flight
         )
-        status = rc.get("status") or {}
-        head = status.get("head") or {}
-        port = (status.get("endpoints") or {}).get("gcs-server", "")
-        host = head.get("serviceIP") or head.get("podIP") or ""
         return KubeCluster(
             namespace=namespace,
             name=name,
@@ -370,7 +377,7 @@ class Kube:
             resource_version=str(rc["metadata"].get("resourceVersion", "")),
             pods_version=pods_version,
             resizing=resizing,
-            gcs_address=f"{host}:{port}" if host and port else "",
+            gcs_address=gcs_address(rc),
         )
 
     def find_pod(self, namespace: str, pod: str) -> Obj | None:

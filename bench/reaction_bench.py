@@ -40,6 +40,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.k8s import gcs_address
 from activities.ray_gcs import RayGcsClient
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
@@ -199,16 +200,10 @@ async def run(trials: int, tmp: Path, timeline: bool = False) -> None:
         )
         gcs = ""
         while not gcs:
-            status = (
-                custom.get_namespaced_custom_object(
-                    "ray.io", "v1", "default", "rayclusters", "react"
-                ).get("status")
-                or {}
+            rc = custom.get_namespaced_custom_object(
+                "ray.io", "v1", "default", "rayclusters", "react"
             )
-            if (status.get("head") or {}).get("serviceIP") and (status.get("endpoints") or {}).get(
-                "gcs-server"
-            ):
-                gcs = f"{status['head']['serviceIP']}:{status['endpoints']['gcs-server']}"
+            gcs = gcs_address(rc)
             await asyncio.sleep(0.2)
         ray = RayGcsClient(gcs, timeout=5)
 

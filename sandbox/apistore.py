@@ -128,6 +128,12 @@ class ApiStore:
                 return None
             raise
 
+    def services_and_pods(self, namespace: str) -> tuple[list[Obj], list[Obj]]:
+        """The Services and Pods of a namespace (for the pods' cluster DNS)."""
+        services = self.http.call("GET", _path("services", namespace))
+        pods = self.http.call("GET", _path("pods", namespace))
+        return list(services.get("items") or []), list(pods.get("items") or [])
+
     # --- writes --------------------------------------------------------------------------
     def create(self, resource: str, namespace: str, obj: Obj) -> Obj:
         made: Obj = self.http.call("POST", _path(resource, namespace), obj)

@@ -76,9 +76,12 @@ class PodStore(Protocol):
 
 
 class PodRuntime(Protocol):
-    """What runs a pod's containers (nothing, or real Ray processes)."""
+    """What runs a pod's containers (nothing, real Ray processes, or the pod's own
+    containers in its own network namespace)."""
 
-    def start(self, pod: Obj) -> None: ...
+    def start(self, pod: Obj) -> str | None:
+        """Start the pod's containers; the pod's IP if the runtime gave it one."""
+        ...
 
     def stop_all(self, pods: list[Obj]) -> None:
         """Stop these pods' containers together (one pod, or the kubelet shutting down)."""
@@ -86,7 +89,7 @@ class PodRuntime(Protocol):
 
 
 class NoRuntime:
-    def start(self, pod: Obj) -> None:
+    def start(self, pod: Obj) -> str | None:
         return None
 
     def stop_all(self, pods: list[Obj]) -> None:
@@ -468,8 +471,7 @@ class Kubelet:
         if state.started:
             return
         state.started = True
-        ip = self._pod_ip(node, next(self._ips))
-        self.runtime.start(pod)
+        ip = self.runtime.start(pod) or self._pod_ip(node, next(self._ips))
         now = now_rfc3339()
 
         def run(p: Obj) -> Obj:

@@ -5,7 +5,7 @@ worker group `replicas` pods from its template (`<cluster>-<group>-worker-xxxxx`
 KubeRay's labels. Pods named in `scaleStrategy.workersToDelete` are deleted and the list
 is cleared; surplus pods are deleted only when in-tree autoscaling is off (with it on,
 KubeRay leaves scale-in to the autoscaler's `workersToDelete`). The status carries
-`state`, `head.podIP`, `head.serviceIP` and `endpoints` (`gcs-server` → the head's GCS
+`state`, `head.podIP`, `head.serviceIP` and `endpoints` (`gcs` → the head's GCS
 port, the real one with `--with-ray`).
 """
 
@@ -28,7 +28,7 @@ HEAD_GROUP = "headgroup"
 DEFAULT_ENDPOINTS = {
     "client": "10001",
     "dashboard": "8265",
-    "gcs-server": "6379",
+    "gcs": "6379",  # KubeRay 1.6 names the head's ports client, dashboard, gcs, metrics
     "metrics": "8080",
 }
 
@@ -296,7 +296,7 @@ class RayOperator:
         endpoints = dict(DEFAULT_ENDPOINTS)
         port = self._gcs_port(ns, name)
         if port is not None:
-            endpoints["gcs-server"] = str(port)
+            endpoints["gcs"] = str(port)
         new["endpoints"] = endpoints
         if head is not None and head_running:
             new["head"] = {

@@ -98,12 +98,13 @@ class RayRuntime:
         with self._lock:
             return dict(self._procs)
 
-    def start(self, pod: Obj) -> None:
+    def start(self, pod: Obj) -> str | None:
+        """Start the pod's Ray process; the pod shares the host's address (None)."""
         meta = pod["metadata"]
         labels = meta.get("labels") or {}
         cluster = labels.get("ray.io/cluster")
         if not cluster:
-            return  # not a Ray pod: nothing to run
+            return None  # not a Ray pod: nothing to run
         namespace = meta.get("namespace", "")
         is_head = labels.get("ray.io/node-type") == "head"
         group = labels.get("ray.io/group", "headgroup" if is_head else "")
@@ -144,7 +145,7 @@ class RayRuntime:
                         cluster,
                         meta["name"],
                     )
-                    return
+                    return None
                 args.append(f"--address=127.0.0.1:{port_or_none}")
         if not is_head:
             # A Raylet that starts before its GCS answers can hang in `ray start`; KubeRay's
@@ -178,6 +179,7 @@ class RayRuntime:
             "Ray head" if is_head else "Raylet",
             proc.pid,
         )
+        return None
 
     def stop_all(self, pods: list[Obj]) -> None:
         """Stop these pods' Ray processes: all signalled first, one shared grace period."""

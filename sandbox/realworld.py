@@ -37,7 +37,8 @@ from typing import Any
 from sandbox.apistore import ApiStore
 from sandbox.cluster import SandboxConfig
 from sandbox.kubelet import Kubelet
-from sandbox.rayprocs import RayRuntime, free_port, stop_process_groups, wait_for_port
+from sandbox.podnet import ContainerRuntime, PodNetwork
+from sandbox.rayprocs import free_port, stop_process_groups, wait_for_port
 
 log = logging.getLogger(__name__)
 
@@ -424,7 +425,8 @@ def _yaml_to_json(path: Path) -> dict[str, Any]:
 class RealSandbox:
     """The real world for the tests and `raysize sandbox up --control-plane real`: the real
     control plane plus the kubelet simulator as an API client (it binds pods to its nodes,
-    runs them and actuates resizes), optionally with real Ray processes behind the pods."""
+    runs them and actuates resizes). With `with_ray`, each pod's own containers run in the
+    pod's own network namespace (sandbox/podnet.py): KubeRay's `ray start` is what runs."""
 
     def __init__(
         self,
@@ -435,7 +437,10 @@ class RealSandbox:
     ) -> None:
         self.config = config or SandboxConfig()
         self.control_plane = RealControlPlane(version, operator=operator)
-        self.ray: RayRuntime | None = RayRuntime() if self.config.with_ray else None
+        # with Ray: each pod in its own network namespace, running its own containers
+        # (KubeRay's `ray start …`), as a container runtime and a CNI plugin would
+        self.network: PodNetwork | None = None
+        self.runtime: ContainerRuntime | None = None
         self.kubelet: Kubelet | None = None
 
     @property
@@ -448,12 +453,12 @@ class RealSandbox:
             path = self.control_plane.write_kubeconfig(
                 self.control_plane.workdir / "kubelet.kubeconfig"
             )
+            store = ApiStore(path)
+            if self.config.with_ray:
+                self.network = PodNetwork().start()
+                self.runtime = ContainerRuntime(self.network, store.services_and_pods)
             self.kubelet = Kubelet(
-                ApiStore(path),
-                self.config.node_list(),
-                self.config.timing,
-                runtime=self.ray,
-                pod_ip=(lambda node, i: "127.0.0.1") if self.config.with_ray else None,
+                store, self.config.node_list(), self.config.timing, runtime=self.runtime
             ).start()
         except BaseException:
             self.close()
@@ -467,10 +472,14 @@ class RealSandbox:
                 self.kubelet.stop()
         finally:
             try:
-                if self.ray is not None:
-                    self.ray.close()
+                if self.runtime is not None:
+                    self.runtime.close()
             finally:
-                self.control_plane.close()
+                try:
+                    if self.network is not None:
+                        self.network.close()
+                finally:
+                    self.control_plane.close()
 
     def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
         return self.control_plane.write_kubeconfig(path)

@@ -38,6 +38,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from activities.k8s import gcs_address
 from activities.ray_gcs import RayGcsClient
 from activities.ray_state import ClusterState
 from sandbox.cluster import Sandbox, SandboxConfig
@@ -151,11 +152,7 @@ class Watcher:
         rc: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
             "ray.io", "v1", NAMESPACE, "rayclusters", CLUSTER
         )
-        status = rc.get("status") or {}
-        head, ports = status.get("head") or {}, status.get("endpoints") or {}
-        if head.get("serviceIP") and ports.get("gcs-server"):
-            return f"{head['serviceIP']}:{ports['gcs-server']}"
-        return ""
+        return gcs_address(rc)
 
     async def poll_pods(self) -> None:
         rows = {r.name: r for r in map(pod_row, await asyncio.to_thread(self._pods))}

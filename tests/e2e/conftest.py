@@ -23,6 +23,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from activities.k8s import gcs_address
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
 from tests.e2e.gcs_proxy import GcsProxy
@@ -151,11 +152,7 @@ class Stack:
         )
 
     def gcs(self, name: str) -> str:
-        status = self.raycluster(name).get("status") or {}
-        head, ports = status.get("head") or {}, status.get("endpoints") or {}
-        if not head.get("serviceIP") or not ports.get("gcs-server"):
-            return ""
-        return f"{head['serviceIP']}:{ports['gcs-server']}"
+        return gcs_address(self.raycluster(name))
 
     def workers(self, name: str) -> list[client.V1Pod]:
         return [

@@ -125,6 +125,14 @@ def resize_done(core: client.CoreV1Api, ns: str, name: str, cpu: str, c: str = "
     } & set(conditions(p))
 
 
+def completed_reasons(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
+    """The pod's event reasons once the last is ResizeCompleted: the kubelet posts that
+    Event just after the status write that ends the resize, so a test that saw the status
+    waits for it."""
+    wait_for(lambda: reasons(core, ns, name)[-1:] == ["ResizeCompleted"])
+    return reasons(core, ns, name)
+
+
 def events(core: client.CoreV1Api, ns: str, name: str) -> list[client.CoreV1Event]:
     """The pod's events, oldest first (client-go names them `<pod>.<UnixNano in hex>`)."""
     items = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
@@ -290,7 +298,11 @@ def test_deferred_resize_has_the_kubelets_message_and_completes_when_another_pod
     free_m = millis(filler.spec.containers[0].resources.requests["cpu"]) - 1000
     resize_cpu(core, ns, "filler", f"{free_m}m")  # a shrink: makes room for p
     wait_for(lambda: resize_done(core, ns, "p", "1500m"), timeout=60)
-    assert reasons(core, ns, "p") == ["ResizeDeferred", "ResizeStarted", "ResizeCompleted"]
+    assert completed_reasons(core, ns, "p") == [
+        "ResizeDeferred",
+        "ResizeStarted",
+        "ResizeCompleted",
+    ]
 
 
 def test_deferred_resize_completes_when_another_pod_is_deleted(core, ns, node):
@@ -300,7 +312,11 @@ def test_deferred_resize_completes_when_another_pod_is_deleted(core, ns, node):
     wait_for(lambda: deferred(core, ns, "p"), timeout=30)
     core.delete_namespaced_pod("filler", ns, grace_period_seconds=0)
     wait_for(lambda: resize_done(core, ns, "p", "1500m"), timeout=60)
-    assert reasons(core, ns, "p") == ["ResizeDeferred", "ResizeStarted", "ResizeCompleted"]
+    assert completed_reasons(core, ns, "p") == [
+        "ResizeDeferred",
+        "ResizeStarted",
+        "ResizeCompleted",
+    ]
 
 
 # --- accepted: allocated first, actuated later ------------------------------------------------
@@ -540,7 +556,11 @@ def test_deferred_resize_is_retried_by_the_ticker_without_any_trigger(core, ns, 
         "Pod was active on the node longer than the specified deadline",
     )
     wait_for(lambda: resize_done(core, ns, "p", "1500m"), timeout=TICKER_WAIT_S)
-    assert reasons(core, ns, "p") == ["ResizeDeferred", "ResizeStarted", "ResizeCompleted"]
+    assert completed_reasons(core, ns, "p") == [
+        "ResizeDeferred",
+        "ResizeStarted",
+        "ResizeCompleted",
+    ]
 
 
 def two_deferred(
@@ -739,7 +759,7 @@ def test_a_new_resize_that_fits_replaces_the_one_in_progress_without_pending(slo
     assert status_of(p).allocated_resources["cpu"] == "3"
     assert status_of(p).resources.requests["cpu"] == "1"
     wait_for(lambda: resize_done(core, ns, "p", "3"), timeout=10)
-    assert reasons(core, ns, "p") == ["ResizeStarted", "ResizeStarted", "ResizeCompleted"]
+    assert completed_reasons(core, ns, "p") == ["ResizeStarted", "ResizeStarted", "ResizeCompleted"]
 
 
 def test_retry_order_a_resize_that_frees_room_goes_first(slow):

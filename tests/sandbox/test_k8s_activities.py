@@ -10,7 +10,7 @@ from kubernetes import client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.k8s import K8sActivities, Kube, resize_patch
+from activities.k8s import K8sActivities, Kube, gcs_address, resize_patch
 from activities.k8s_errors import (
     ClusterGone,
     Conflict,
@@ -403,3 +403,14 @@ def test_a_resize_above_the_nodes_room_is_infeasible_in_both_worlds(kube, ns):
     assert pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] == "1"
     assert result.generation == pod["metadata"]["generation"] == 1
     assert "ray.io/ippr-status" not in (pod["metadata"].get("annotations") or {})
+
+
+def test_the_gcs_address_is_read_from_the_status_kuberay_writes():
+    """KubeRay 1.6 names the head's GCS port `gcs`, older KubeRay `gcs-server`; the head
+    service's IP comes first, the head pod's when the service has none yet."""
+    v16 = {"head": {"podIP": "10.1.0.2", "serviceIP": "10.1.0.2"}, "endpoints": {"gcs": "6379"}}
+    assert gcs_address({"status": v16}) == "10.1.0.2:6379"
+    older = {"head": {"podIP": "10.1.0.3"}, "endpoints": {"gcs-server": "6380"}}
+    assert gcs_address({"status": older}) == "10.1.0.3:6380"
+    assert gcs_address({"status": {"head": {"podIP": "10.1.0.3"}}}) == ""
+    assert gcs_address({}) == ""

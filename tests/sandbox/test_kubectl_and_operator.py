@@ -161,7 +161,7 @@ def test_operator_creates_pods_with_kuberay_names_labels_and_sizes(sb_client):
     )
     assert status["availableWorkerReplicas"] == 2
     assert status["head"]["podIP"] == head[0].status.pod_ip
-    assert status["endpoints"]["gcs-server"] == "6379"
+    assert status["endpoints"]["gcs"] == "6379"
 
     victim = pods[0].metadata.name
     co.patch_namespaced_custom_object(

@@ -40,8 +40,8 @@ def test_scaling_to_two_starts_two_raylets_and_deleting_one_stops_it(make_sandbo
         ),
         timeout=30,
     )
-    address = f"{status['head']['serviceIP']}:{status['endpoints']['gcs-server']}"
-    assert status["endpoints"]["gcs-server"] != "6379"  # the real, free GCS port
+    address = f"{status['head']['serviceIP']}:{status['endpoints']['gcs']}"
+    assert status["endpoints"]["gcs"] != "6379"  # the real, free GCS port
     workers = wait_for(
         lambda: (
             len(

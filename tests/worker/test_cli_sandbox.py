@@ -102,14 +102,17 @@ class Up:
 
 
 @contextlib.contextmanager
-def sandbox_up(tmp_path: Path, *args: str, start_timeout: float = 30) -> Iterator[Up]:
+def sandbox_up(
+    tmp_path: Path, *args: str, start_timeout: float = 30, real: bool = False
+) -> Iterator[Up]:
     port = free_port()
     kubeconfig = tmp_path / "kube" / "config"
     stderr = (tmp_path / "stderr").open("w")
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "worker.cli", "sandbox", "up"),
-            *("--port", str(port), "--kubeconfig", str(kubeconfig), *args),
+            *(("--control-plane", "real") if real else ("--port", str(port))),
+            *("--kubeconfig", str(kubeconfig), *args),
         ],
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -267,6 +270,15 @@ def test_ctrl_c_stops_the_ray_processes_too(tmp_path):
         (["--fault", "verb=get"], "error: --fault 'verb=get': the rule does nothing"),
         (["--fault", "patch"], "error: --fault 'patch': 'patch' is not key=value; expected"),
         (["--fault", "colour=red"], "error: --fault 'colour=red': unknown key 'colour'"),
+        (
+            ["--control-plane", "kind"],
+            "error: --control-plane 'kind': expected 'embedded' or 'real'",
+        ),
+        (
+            ["--control-plane", "real", "--fault", "status=500"],
+            "error: --fault and --port need the embedded API server: drop them, or use "
+            "--control-plane embedded",
+        ),
     ],
 )
 def test_bad_flags_are_one_line_errors_with_exit_2(tmp_path, args, message):
@@ -301,3 +313,37 @@ def test_fault_rules_parse_every_key():
     )
     assert (rule.latency_s, rule.watch_disconnect_after_s, rule.times) == (0.1, 2.0, 3)
     assert parse_fault("latency=0.5").matches("delete", "rayclusters")  # verb, resource: any
+
+
+def test_up_with_the_real_control_plane_runs_kuberays_pods_and_resizes_them(tmp_path):
+    """`--control-plane real`: kube-apiserver + the real KubeRay operator make the example
+    cluster's pods, the kubelet simulator runs them and actuates a resize, and
+    `kubectl describe pod` shows the kubelet's resize events. Ctrl-C stops it all."""
+    with sandbox_up(tmp_path, "--node-cpu", "8", start_timeout=180, real=True) as up:
+        assert (
+            "(kube-apiserver v1.36.3 + KubeRay v1.6.1; 1 node(s), 8 CPU / 32Gi each)"
+            in (up.banner[0])
+        )
+        assert up.banner[0].startswith("raysize sandbox: Kubernetes API at https://127.0.0.1:")
+        kubectl(up, "apply", "-f", str(ROOT / "deploy" / "examples" / "raycluster-ippr.yaml"))
+
+        def worker() -> str | None:
+            rows = kubectl(up, "get", "pods", "-l", "ray.io/group=cpu", "--no-headers")
+            running = [r.split()[0] for r in rows.splitlines() if "Running" in r]
+            return running[0] if running else None
+
+        name = wait_for(worker, timeout=90)
+        kubectl(
+            up, "patch", "pod", name, "--subresource=resize", "--type=strategic", "-p",
+            '{"spec":{"containers":[{"name":"ray-worker","resources":'
+            '{"requests":{"cpu":"2"},"limits":{"cpu":"2"}}}]}}',
+        )  # fmt: skip
+        described = wait_for(
+            lambda: (
+                (out := kubectl(up, "describe", "pod", name)) and "ResizeCompleted" in out and out
+            ),
+            timeout=60,
+        )
+        assert "kubelet" in described
+        code, _ = up.ctrl_c(within=60)
+        assert code == 0

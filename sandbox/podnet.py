@@ -1,0 +1,319 @@
+"""Pods as a container runtime would run them, for the real test world: each pod gets its
+own network namespace on a bridge (its own IP, so two Ray heads both listen on 6379), and
+its containers' own `command`, `args` and `env` run there as host processes.
+
+What KubeRay generates is what runs: `ulimit -n 65536; ray start --head --num-cpus=0 …`
+with the pod's `rayStartParams`, under `bash -c`, with the env KubeRay sets (field refs
+such as `metadata.name` and `status.podIP` resolved as the kubelet does). `ray` is the
+one installed beside this Python (the image is not pulled). Cluster DNS is a hosts file per
+pod (`ip netns exec` mounts /etc/netns/<netns>/hosts over /etc/hosts), refreshed every
+second from the Services and Pods of the pod's namespace: a headless Service's name
+resolves to the IPs of the pods it selects, any other to its ClusterIP (gRPC is told to
+use the system resolver, `GRPC_DNS_RESOLVER=native`, so Ray's C++ reads that file too).
+
+    net = PodNetwork().start()                 # a bridge with the host's address on it
+    runtime = ContainerRuntime(net, lookup)    # lookup(namespace) → Services and Pods
+    ip = runtime.start(pod)                    # netns, veth, hosts file, processes
+    runtime.stop_all([pod]); runtime.close(); net.close()
+
+Needs root and iproute2 (`ip`), as a CNI plugin does. Every process runs in its own
+process group and is stopped by it; every namespace, link and file made is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.rayprocs import stop_process_groups
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+NETNS_ETC = Path("/etc/netns")
+HOSTS_REFRESH_S = 1.0
+CLUSTER_DOMAIN = "cluster.local"
+
+
+class PodNetworkError(RuntimeError):
+    """The host cannot give pods their own network (not root, no iproute2, ...)."""
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PodNetworkError(f"ip {' '.join(args)}: {done.stderr.strip() or done.returncode}")
+
+
+class PodNetwork:
+    """A bridge `rsz<id>` holding 10.<n>.0.1/16 on the host; one netns + veth per pod."""
+
+    def __init__(self) -> None:
+        self.id = secrets.token_hex(3)
+        self.bridge = f"rsz{self.id}"
+        self.subnet = ipaddress.ip_network(self._free_subnet())
+        self.gateway = str(self.subnet.network_address + 1)
+        self._next = 2
+        self._lock = threading.Lock()
+        self._pods: dict[str, tuple[str, str]] = {}  # pod uid → (netns, ip)
+
+    @staticmethod
+    def _free_subnet() -> str:
+        """A 10.x.0.0/16 no route on this host uses yet."""
+        if shutil.which("ip") is None:
+            raise PodNetworkError("iproute2's `ip` is not on PATH (pods need their own network)")
+        routes = subprocess.run(["ip", "-4", "route"], capture_output=True, text=True).stdout
+        used = {int(m) for m in re.findall(r"\b10\.(\d+)\.", routes)}
+        for _ in range(50):
+            second = 100 + secrets.randbelow(150)
+            if second not in used:
+                return f"10.{second}.0.0/16"
+        raise PodNetworkError("no free 10.x.0.0/16 for the pod network")
+
+    def start(self) -> PodNetwork:
+        if os.geteuid() != 0:
+            raise PodNetworkError("pods get their own network namespace: run as root")
+        _ip("link", "add", self.bridge, "type", "bridge")
+        try:
+            _ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def add(self, uid: str) -> tuple[str, str]:
+        """(netns, ip) of a new pod: its namespace, a veth to the bridge, a default route."""
+        with self._lock:
+            ip = str(self.subnet.network_address + self._next)
+            self._next += 1
+            tag = secrets.token_hex(3)
+            netns = f"rsz{self.id}-{tag}"
+            self._pods[uid] = (netns, ip)
+        host_end, pod_end = f"rszh{tag}", f"rszp{tag}"
+        _ip("netns", "add", netns)
+        _ip("link", "add", host_end, "type", "veth", "peer", "name", pod_end)
+        _ip("link", "set", host_end, "master", self.bridge)
+        _ip("link", "set", host_end, "up")
+        _ip("link", "set", pod_end, "netns", netns)
+        run = ("netns", "exec", netns, "ip")
+        _ip(*run, "link", "set", pod_end, "name", "eth0")
+        _ip(*run, "addr", "add", f"{ip}/{self.subnet.prefixlen}", "dev", "eth0")
+        _ip(*run, "link", "set", "eth0", "up")
+        _ip(*run, "link", "set", "lo", "up")
+        _ip(*run, "route", "add", "default", "via", self.gateway)
+        (NETNS_ETC / netns).mkdir(parents=True, exist_ok=True)
+        return netns, ip
+
+    def remove(self, uid: str) -> None:
+        with self._lock:
+            found = self._pods.pop(uid, None)
+        if found is None:
+            return
+        netns, _ = found
+        with contextlib.suppress(PodNetworkError):
+            _ip("netns", "del", netns)  # takes the veth pair with it
+        shutil.rmtree(NETNS_ETC / netns, ignore_errors=True)
+
+    def close(self) -> None:
+        for uid in list(self._pods):
+            self.remove(uid)
+        with contextlib.suppress(PodNetworkError):
+            _ip("link", "del", self.bridge)
+
+
+@dataclass
+class _Pod:
+    uid: str
+    name: str
+    namespace: str
+    netns: str
+    ip: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    thread: threading.Thread | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+# lookup(namespace) → (services, pods) of that namespace, as the API serves them
+Lookup = Callable[[str], tuple[list[Obj], list[Obj]]]
+
+
+class ContainerRuntime:
+    """A `PodRuntime` that runs each pod's containers in the pod's network namespace."""
+
+    def __init__(self, network: PodNetwork, lookup: Lookup, bin_dir: str | None = None) -> None:
+        self.network = network
+        self.lookup = lookup
+        self.bin_dir = bin_dir or str(Path(sys.executable).parent)
+        self.root = Path(tempfile.mkdtemp(prefix="rsz-"))  # short: Ray's socket paths
+        self._pods: dict[str, _Pod] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._hosts = threading.Thread(target=self._refresh_hosts, daemon=True)
+        self._hosts.start()
+
+    # --- PodRuntime ----------------------------------------------------------------------
+    def start(self, pod: Obj) -> str | None:
+        meta = pod["metadata"]
+        netns, ip = self.network.add(meta["uid"])
+        p = _Pod(meta["uid"], meta["name"], meta.get("namespace", ""), netns, ip)
+        with self._lock:
+            self._pods[p.uid] = p
+        self._write_hosts(p)
+        p.thread = threading.Thread(
+            target=self._run, args=(p, pod), name=f"pod-{p.name}", daemon=True
+        )
+        p.thread.start()
+        return ip
+
+    def stop_all(self, pods: list[Obj]) -> None:
+        with self._lock:
+            stopping = [
+                self._pods.pop(uid)
+                for uid in (pod["metadata"]["uid"] for pod in pods)
+                if uid in self._pods
+            ]
+        for p in stopping:
+            p.stopping.set()
+        stop_process_groups([proc for p in stopping for proc in p.procs])
+        for p in stopping:
+            if p.thread is not None:
+                p.thread.join(timeout=10)
+            self.network.remove(p.uid)
+
+    def close(self) -> None:
+        with self._lock:
+            uids = list(self._pods)
+        self.stop_all([{"metadata": {"uid": uid}} for uid in uids])
+        self._stop.set()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # --- containers ----------------------------------------------------------------------
+    def _run(self, p: _Pod, pod: Obj) -> None:
+        """Init containers one after the other, each to its end; then the containers."""
+        spec = pod.get("spec") or {}
+        for c in spec.get("initContainers") or []:
+            if p.stopping.is_set():
+                return
+            proc = self._exec(p, pod, c)
+            if proc is None:
+                continue
+            if c.get("restartPolicy") == "Always":
+                continue  # a sidecar keeps running beside the containers
+            code = proc.wait()
+            if code != 0:
+                log.warning("pod %s: init container %s exited %d", p.name, c["name"], code)
+                return
+        for c in spec.get("containers") or []:
+            if p.stopping.is_set():
+                return
+            self._exec(p, pod, c)
+
+    def _exec(self, p: _Pod, pod: Obj, c: Obj) -> subprocess.Popen[bytes] | None:
+        argv = [*(c.get("command") or []), *(c.get("args") or [])]
+        if not argv:
+            return None  # the image's entrypoint: nothing of ours to run
+        env = {
+            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(self.root),
+            "HOSTNAME": p.name,
+            # Ray's temp dir per pod, as each pod has its own /tmp
+            "RAY_TMPDIR": str(self.root / p.uid[:8]),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # cluster DNS is the hosts file: gRPC (Ray's C++) must resolve through the
+            # system's resolver, not its own DNS client, to read it
+            "GRPC_DNS_RESOLVER": "native",
+        }
+        for var in c.get("env") or []:
+            env[var["name"]] = _env_value(var, pod, p.ip)
+        Path(env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+        log_path = self.root / f"{p.name}.{c['name']}.log"
+        with log_path.open("ab") as out:
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", p.netns, *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                cwd=self.root,
+            )
+        with self._lock:
+            p.procs.append(proc)
+        log.info("pod %s: container %s started (pid %d) in %s", p.name, c["name"], proc.pid, p.ip)
+        return proc
+
+    # --- cluster DNS -----------------------------------------------------------------------
+    def _write_hosts(self, p: _Pod) -> None:
+        lines = ["127.0.0.1 localhost", f"{p.ip} {p.name}"]
+        try:
+            services, pods = self.lookup(p.namespace)
+        except Exception as exc:  # the API is away: keep the last file
+            log.debug("hosts for %s: %s", p.name, exc)
+            return
+        for svc in services:
+            name = svc["metadata"]["name"]
+            names = f"{name} {name}.{p.namespace} {name}.{p.namespace}.svc.{CLUSTER_DOMAIN}"
+            spec = svc.get("spec") or {}
+            cluster_ip = spec.get("clusterIP")
+            if cluster_ip and cluster_ip != "None":
+                lines.append(f"{cluster_ip} {names}")
+                continue
+            selector = spec.get("selector") or {}
+            for other in pods:
+                labels = other["metadata"].get("labels") or {}
+                ip = (other.get("status") or {}).get("podIP")
+                if selector and ip and all(labels.get(k) == v for k, v in selector.items()):
+                    lines.append(f"{ip} {names}")
+        path = NETNS_ETC / p.netns / "hosts"
+        text = "\n".join(lines) + "\n"
+        # in place: `ip netns exec` bind-mounted this very file over /etc/hosts
+        with contextlib.suppress(OSError), path.open("a+") as f:
+            f.seek(0)
+            if f.read() != text:
+                f.seek(0)
+                f.truncate()
+                f.write(text)
+
+    def _refresh_hosts(self) -> None:
+        while not self._stop.wait(HOSTS_REFRESH_S):
+            with self._lock:
+                pods = list(self._pods.values())
+            for p in pods:
+                self._write_hosts(p)
+
+
+_LABEL_REF = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
+
+
+def _env_value(var: Obj, pod: Obj, ip: str) -> str:
+    """An env var's value: literal, or what the kubelet resolves a fieldRef to."""
+    if "value" in var:
+        return str(var["value"])
+    ref = ((var.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if m := _LABEL_REF.fullmatch(ref):
+        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+    fields: dict[str, Any] = {
+        "metadata.name": meta["name"],
+        "metadata.namespace": meta.get("namespace", ""),
+        "metadata.uid": meta.get("uid", ""),
+        "spec.nodeName": spec.get("nodeName", ""),
+        "spec.serviceAccountName": spec.get("serviceAccountName", ""),
+        "status.podIP": ip,
+        "status.hostIP": "",
+    }
+    return str(fields.get(ref, ""))
