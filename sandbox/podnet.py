@@ -201,6 +201,29 @@ class ContainerRuntime:
         self._stop.set()
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def exec(
+        self, namespace: str, pod: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Run a command in a running pod's network namespace, as `kubectl exec` would: in
+        its own process group (the caller stops it by that group); output piped."""
+        with self._lock:
+            found = [p for p in self._pods.values() if (p.namespace, p.name) == (namespace, pod)]
+        if not found:
+            raise LookupError(f"pod {namespace}/{pod} does not run here")
+        return subprocess.Popen(
+            ["ip", "netns", "exec", found[0].netns, *argv],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={
+                "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                **(env or {}),
+            },
+            start_new_session=True,
+            cwd=self.root,
+        )
+
     # --- containers ----------------------------------------------------------------------
     def _run(self, p: _Pod, pod: Obj) -> None:
         """Init containers one after the other, each to its end; then the containers."""

@@ -109,7 +109,11 @@ def ippr_cluster(
         },
         "spec": {
             "autoscalerOptions": options,
-            "headGroupSpec": {"rayStartParams": {}, "template": template("0", "1Gi")},
+            # no tasks on the head: KubeRay passes num-cpus through, not a "0" CPU limit
+            "headGroupSpec": {
+                "rayStartParams": {"num-cpus": "0"},
+                "template": template("0", "1Gi"),
+            },
             "workerGroupSpecs": [
                 {
                     "groupName": "small",
