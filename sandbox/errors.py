@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 _REASON_OF_TYPE = {
@@ -30,6 +31,7 @@ class FieldError:
     detail: str = ""
     value: Any = None
     has_value: bool = False
+    reason: str = ""  # the cause's reason where the type alone does not say it
 
     def body(self) -> str:
         parts = [self.type]
@@ -44,7 +46,7 @@ class FieldError:
 
     def cause(self) -> dict[str, str]:
         return {
-            "reason": _REASON_OF_TYPE.get(self.type, "FieldValueInvalid"),
+            "reason": self.reason or _REASON_OF_TYPE.get(self.type, "FieldValueInvalid"),
             "message": self.body(),
             "field": self.path,
         }
@@ -169,13 +171,14 @@ def invalid_object(kind: str, name: str, errors: list[FieldError], group: str = 
     )
 
 
-def unprocessable(message: str) -> ApiError:
-    """A patch that cannot be applied (`NewGenericServerResponse(422, ...)`)."""
+def unprocessable(message: str, *, cause: bool = True) -> ApiError:
+    """A patch that cannot be applied (`NewGenericServerResponse(422, ...)`); a failed
+    JSON-patch `test` carries no cause on the real server (`cause=False`)."""
     return ApiError(
         422,
         "Invalid",
         "the server rejected our request due to an error in our request",
-        {"causes": [{"reason": "UnexpectedServerResponse", "message": message}]},
+        {"causes": [{"reason": "UnexpectedServerResponse", "message": message}]} if cause else {},
     )
 
 
@@ -199,6 +202,47 @@ def unsupported_media_type(accepted: tuple[str, ...]) -> ApiError:
         "UnsupportedMediaType",
         "the body of the request was in an unknown format - accepted media types include: "
         + ", ".join(accepted),
+    )
+
+
+def go_repr(value: Any) -> str:
+    """A decoded JSON value as Go's `%v` prints it (maps with sorted keys, numbers as
+    float64), which is how the server quotes a patch it could not apply."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{go_repr(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(go_repr(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, int | float):
+        return _go_float(float(value))
+    return str(value)
+
+
+def _go_float(x: float) -> str:
+    """Go's shortest `%v` of a float64: plain digits for exponents -4..5, else %e form
+    with at least two exponent digits (268435456 → 2.68435456e+08)."""
+    if x == 0:
+        return "0"
+    sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    exp10 = len(text) - 1 + int(exponent)
+    if -4 <= exp10 < 6:
+        return ("-" if sign else "") + format(Decimal(repr(x)).normalize(), "f")
+    mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'+' if exp10 >= 0 else '-'}{abs(exp10):02d}"
+
+
+def invalid_patch(patch: Any, detail: str) -> ApiError:
+    """A patch whose result does not decode: 422 on field "patch", quoting the patch."""
+    error = FieldError("patch", "Invalid value", detail, go_repr(patch), True)
+    return ApiError(
+        422,
+        "Invalid",
+        f' "" is invalid: {error}',
+        {"causes": [error.cause()]},
     )
 
 

@@ -269,7 +269,7 @@ def json_patch(target: dict[str, Any], ops: list[Any]) -> dict[str, Any]:
         value = copy.deepcopy(raw.get("value"))
         if op == "test":
             if _get(doc, tokens, path, op) != value:
-                raise unprocessable(f"testing value {path} failed: test failed")
+                raise unprocessable(f"testing value {path} failed: test failed", cause=False)
             continue
         if op in ("move", "copy"):
             source = raw.get("from")

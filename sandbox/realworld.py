@@ -17,7 +17,6 @@ starting fails halfway.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
@@ -36,6 +35,7 @@ from typing import Any
 
 from sandbox.apistore import ApiStore
 from sandbox.cluster import SandboxConfig
+from sandbox.kubeconfig import write_kubeconfig
 from sandbox.kubelet import Kubelet
 from sandbox.podnet import ContainerRuntime, PodNetwork
 from sandbox.rayprocs import free_port, stop_process_groups, wait_for_port
@@ -111,41 +111,6 @@ def _read_env(path: Path) -> dict[str, str] | None:
         if sep:
             out[key.strip()] = value.strip()
     return out
-
-
-def kubeconfig_dict(
-    server: str, ca_pem: bytes, token: str, *, namespace: str = "default", name: str = "raysize"
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": name,
-                "cluster": {
-                    "server": server,
-                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
-                },
-            }
-        ],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [
-            {"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}
-        ],
-        "current-context": name,
-        "preferences": {},
-    }
-
-
-def write_private(path: str | os.PathLike[str], text: str) -> Path:
-    """Write a file readable only by its owner, atomically."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(target.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o600)
-    tmp.replace(target)
-    return target
 
 
 class RealControlPlane:
@@ -348,8 +313,9 @@ class RealControlPlane:
     # --- access --------------------------------------------------------------------------
     def write_kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default") -> Path:
         """An admin kubeconfig (group system:masters: RBAC lets it do anything)."""
-        cfg = kubeconfig_dict(self.url, self.ca_pem, self.admin_token, namespace=namespace)
-        return write_private(path, json.dumps(cfg, indent=2) + "\n")
+        return write_kubeconfig(
+            path, self.url, namespace, token=self.admin_token, ca_pem=self.ca_pem
+        )
 
     def service_account_token(self, namespace: str, name: str, seconds: int = 86400) -> str:
         """A token of ServiceAccount namespace/name (created if missing), via TokenRequest."""
@@ -377,8 +343,9 @@ class RealControlPlane:
         self, path: str | os.PathLike[str], namespace: str, name: str
     ) -> Path:
         token = self.service_account_token(namespace, name)
-        cfg = kubeconfig_dict(self.url, self.ca_pem, token, namespace=namespace, name=name)
-        return write_private(path, json.dumps(cfg, indent=2) + "\n")
+        return write_kubeconfig(
+            path, self.url, namespace, token=token, ca_pem=self.ca_pem, name=name
+        )
 
     # --- stopping ------------------------------------------------------------------------
     def close(self) -> None:

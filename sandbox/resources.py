@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandbox import generic, pods
-from sandbox.errors import FieldError, invalid_object, required
+from sandbox.errors import FieldError, invalid, invalid_object, required
 from sandbox.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
 from sandbox.store import ResourceType
 
@@ -107,11 +107,37 @@ def prepare_create(r: ResourceType, obj: Obj, minor: int = pods.DEFAULT_MINOR) -
         obj["status"] = {"phase": "Active"}
     elif r in generic.KINDS:
         generic.prepare_create(r, obj)
-    elif r is EVENTS and not obj.get("involvedObject"):
+    elif r is EVENTS:
+        _validate_event(obj)
+
+
+def _json_type(value: object) -> str:
+    """The JSON type of a decoded value, as the schema validator names it."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else "null"
+
+
+def _validate_event(obj: Obj) -> None:
+    """`ValidateEventCreate` (core/v1 Events): the involved object's namespace is the
+    Event's own; an object without one (a Node) may only have Events in `default`."""
+    name = obj["metadata"].get("name", "")
+    involved = obj.get("involvedObject")
+    if not involved:
+        raise invalid_object("Event", name, [required("involvedObject", "")])
+    own = obj["metadata"].get("namespace", "")
+    theirs = str(involved.get("namespace") or "")
+    if (theirs and theirs != own) or (not theirs and own not in ("", "default")):
         raise invalid_object(
             "Event",
-            obj["metadata"].get("name", ""),
-            [required("involvedObject", "")],
+            name,
+            [invalid("involvedObject.namespace", theirs, "does not match event.namespace")],
         )
 
 
@@ -126,6 +152,32 @@ def _validate_raycluster(obj: Obj) -> None:
         for i, g in enumerate(spec.get("workerGroupSpecs") or []):
             if not g.get("groupName"):
                 errs.append(required(f"spec.workerGroupSpecs[{i}].groupName", ""))
+            for key in ("replicas", "minReplicas", "maxReplicas"):
+                value = g.get(key)
+                if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                    path = f"spec.workerGroupSpecs[{i}].{key}"
+                    kind = _json_type(value)
+                    errs.append(
+                        FieldError(
+                            path,
+                            "Invalid value",
+                            f'{path} in body must be of type integer: "{kind}"',
+                            kind,
+                            True,
+                            reason="FieldValueTypeInvalid",
+                        )
+                    )
+        if errs:  # the CRD's CEL rules are not run on an object of the wrong shape
+            errs.append(
+                FieldError(
+                    "<nil>",
+                    "Invalid value",
+                    "some validation rules were not checked because the object was invalid; "
+                    "correct the existing errors to complete validation",
+                    None,
+                    True,
+                )
+            )
     if errs:
         raise invalid_object("RayCluster", obj["metadata"].get("name", ""), errs, "ray.io")
 

@@ -41,7 +41,7 @@ from sandbox.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from sandbox.store import Obj, ResourceType, Store, clone, dumps, rfc3339_in
+from sandbox.store import INITIAL_END, Obj, ResourceType, Store, clone, dumps, rfc3339_in
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,9 @@ KUBE_VERSION = {
     "platform": "linux/amd64",
 }
 DEFAULT_USER = "system:admin"
+QUANTITY_RULE = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
 # every patch type the server decodes; another is refused before any resource's handler
 KNOWN_PATCH_TYPES = (
     "application/json-patch+json",
@@ -332,9 +335,15 @@ class Api:
             name = route.name
             base = accept
             accept = lambda o: o["metadata"]["name"] == name and base(o)  # noqa: E731
+        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+        initial = query.get("sendInitialEvents") in ("true", "1")
         try:
             watcher = self.store.watch(
-                r.name, route.namespace or None, accept, query.get("resourceVersion")
+                r.name,
+                route.namespace or None,
+                accept,
+                query.get("resourceVersion"),
+                mark_initial_end=initial and bookmarks,
             )
         except ApiError as e:
             # A watch from a compacted revision answers 200 and one ERROR event (410).
@@ -350,11 +359,21 @@ class Api:
         deadline = time.monotonic() + timeout
         store, stopping = self.store, self.stopping
 
+        def bookmark(rv: str, annotations: dict[str, str] | None = None) -> bytes:
+            meta: Obj = {"resourceVersion": rv}
+            if annotations:
+                meta["annotations"] = annotations
+            obj = {"kind": r.kind, "apiVersion": r.api_version, "metadata": meta}
+            return dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+
         def events() -> Iterator[bytes]:
             try:
                 while not stopping.is_set():
                     left = deadline - time.monotonic()
                     if left <= 0:
+                        if bookmarks and disconnect_after_s is None:
+                            # like the watch cache: where the watch ends, say how far it got
+                            yield bookmark(store.resource_version)
                         return
                     try:
                         item = watcher.events.get(timeout=min(left, 0.5))
@@ -363,6 +382,10 @@ class Api:
                     if item is None:
                         return
                     kind, obj = item
+                    if kind == INITIAL_END:
+                        rv = obj["metadata"]["resourceVersion"]
+                        yield bookmark(rv, {"k8s.io/initial-events-end": "true"})
+                        continue
                     if not accept(obj):
                         continue
                     yield b'{"type":"' + kind.encode() + b'","object":' + dumps(obj) + b"}\n"
@@ -387,6 +410,7 @@ class Api:
                 )
             if self.store.find("namespaces", "", ns) is None:
                 raise errors.not_found("namespaces", ns)
+            meta["namespace"] = ns
         else:
             ns = ""
         for key in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
@@ -395,7 +419,9 @@ class Api:
         created = self.store.create(r.name, ns, obj)
         return Response(201, dumps(created))
 
-    def _write(self, route: Route, change: Callable[[Obj], Obj]) -> Response:
+    def _write(self, route: Route, change: Callable[[Obj], Obj], dry_run: bool = False) -> Response:
+        """Read-modify-write through the resource's strategy. A dry run (`dryRun=All`)
+        goes through everything, admission included, and stores nothing."""
         r = route.resource
         if not route.name:
             raise errors.method_not_allowed("update", r.name)
@@ -425,6 +451,12 @@ class Api:
             meta.pop("resourceVersion", None)
             return new
 
+        if dry_run:
+            with self.store.lock:
+                current = self.store.get(r.name, route.namespace, route.name)
+                would_be = mutate(clone(current))
+                would_be["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return Response(200, dumps(would_be))
         updated = self.store.update(r.name, route.namespace, route.name, mutate)
         return Response(200, dumps(updated))
 
@@ -451,7 +483,13 @@ class Api:
             patched = apply_patch(content_type, clone(current), patch)
             return patched
 
-        return self._write(route, change)
+        try:
+            return self._write(route, change, dry_run=query.get("dryRun") == "All")
+        except ApiError as err:
+            if err.code == 400 and "quantities must match" in err.message:
+                # a patch that does not decode is the patch's fault: 422 on field "patch"
+                raise errors.invalid_patch(patch, QUANTITY_RULE) from None
+            raise
 
     def _apply(self, route: Route, body: bytes) -> Response:
         """Server-side apply (first apply of a manager; no managedFields, no conflicts)."""

@@ -24,6 +24,7 @@ Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)
 
 HISTORY = 20_000  # watch events kept for `watch?resourceVersion=N`
+INITIAL_END = "INITIAL_END"  # a watcher's marker: the synthetic ADDs are all delivered
 # The revision a new store starts at. Older ones count as compacted, as on any cluster
 # that has run a while, so a watch from e.g. resourceVersion "1" is answered with 410 Gone.
 FIRST_REVISION = 100
@@ -305,14 +306,18 @@ class Store:
         namespace: str | None,
         accept: Callable[[Obj], bool],
         since: str | None,
+        mark_initial_end: bool = False,
     ) -> Watcher:
-        """Watch from `since` (exclusive); `None`/"0"/"" means "from now" after synthetic ADDs."""
+        """Watch from `since` (exclusive); `None`/"0"/"" means "from now" after synthetic ADDs
+        (followed by an INITIAL_END marker carrying the revision, if `mark_initial_end`)."""
         w = Watcher(resource, namespace, accept)
         with self.lock:
             if since in (None, "", "0"):
                 for (ns, _), e in sorted(self._objects.get(resource, {}).items()):
                     if (namespace is None or ns == namespace) and accept(e.obj):
                         w.events.put(("ADDED", e.obj))
+                if mark_initial_end:
+                    w.events.put((INITIAL_END, {"metadata": {"resourceVersion": str(self._rv)}}))
             else:
                 try:
                     start = int(since)

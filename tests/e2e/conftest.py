@@ -26,6 +26,8 @@ from temporalio.testing import WorkflowEnvironment
 from activities.k8s import gcs_address
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
+from sandbox.realworld import RealSandbox
+from tests.deploy.conftest import DEPLOY, run_kubectl
 from tests.e2e.gcs_proxy import GcsProxy
 from tests.orchestration.temporal_env import venv_binary
 from worker.run import run_worker
@@ -131,7 +133,7 @@ def ippr_cluster(
 
 @dataclass
 class Stack:
-    sandbox: Sandbox
+    sandbox: Sandbox | RealSandbox
     api: client.ApiClient
     temporal: Client
     kubeconfig: Path
@@ -171,6 +173,25 @@ class Stack:
         """The GCS address of a RayCluster, once the operator has published it."""
         return await eventually(lambda: self.gcs(name), 60)  # type: ignore[no-any-return]
 
+    def driver(
+        self, name: str, gcs: str, cpus: float | str, timeout_s: float = 120, hold_s: float = 0
+    ) -> subprocess.Popen[str]:
+        """A Ray driver that runs tasks of these CPU sizes on RayCluster `name`: on the host
+        in the embedded world (its Ray nodes share the host's address), in the head pod's
+        network namespace in the real one (what `kubectl exec` into the head would run)."""
+        if isinstance(self.sandbox, Sandbox):
+            return start_driver(gcs, cpus, timeout_s, hold_s)
+        assert self.sandbox.runtime is not None, "the real world runs Ray with with_ray=True"
+        heads = self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=head"
+        ).items
+        return self.sandbox.runtime.exec(
+            self.namespace,
+            heads[0].metadata.name,
+            ["python", "-c", DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s)],
+            env={"RAY_USAGE_STATS_ENABLED": "0", "GRPC_DNS_RESOLVER": "native"},
+        )
+
     async def running_workers(self, name: str) -> list[client.V1Pod]:
         """The worker pods of a RayCluster, once at least one is Running."""
         return await eventually(  # type: ignore[no-any-return]
@@ -209,19 +230,31 @@ async def running_stack(
     nodes: list[NodeSpec],
     timing: KubeletTiming,
     gcs_address: str | None = None,
+    world: str = "embedded",
 ) -> AsyncIterator[Stack]:
-    """A sandbox with real Ray and an in-process raysize worker, both stopped at exit."""
-    sandbox = Sandbox(SandboxConfig(node_specs=nodes, with_ray=True, timing=timing)).start()
+    """A world with real Ray and an in-process raysize worker, both stopped at exit. In
+    the real world (kube-apiserver v1.36, KubeRay, Ray in each pod's network namespace),
+    deploy/ is applied and the worker runs with the raysize ServiceAccount's token."""
+    cfg = SandboxConfig(node_specs=nodes, with_ray=True, timing=timing)
+    sandbox = Sandbox(cfg) if world == "embedded" else RealSandbox(cfg)
+    await asyncio.to_thread(sandbox.start)
     stop = asyncio.Event()
     worker: asyncio.Task[None] | None = None
     try:
         kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
         api = config.new_client_from_config(config_file=str(kubeconfig))
+        as_worker = kubeconfig
+        if isinstance(sandbox, RealSandbox):
+            applied = run_kubectl("apply", "-k", str(DEPLOY), kubeconfig=kubeconfig)
+            assert applied.returncode == 0, applied.stderr
+            as_worker = sandbox.control_plane.service_account_kubeconfig(
+                tmp_path / "worker-kubeconfig", "raysize", "raysize"
+            )
         queue = f"raysize-{uuid.uuid4().hex[:8]}"
         settings = Settings(
             temporal_address=dev_server.client.service_client.config.target_host,
             task_queue=queue,
-            kubeconfig=kubeconfig,
+            kubeconfig=as_worker,
             namespaces="default",
             tick_s=2.0,
             discovery_interval_s=1.0,
@@ -247,6 +280,21 @@ async def stack(
     kubelet_timing: KubeletTiming,
 ) -> AsyncIterator[Stack]:
     async with running_stack(dev_server, tmp_path, nodes, kubelet_timing) as s:
+        yield s
+
+
+@pytest_asyncio.fixture(params=["embedded", "real"])
+async def any_stack(
+    request: pytest.FixtureRequest,
+    dev_server: WorkflowEnvironment,
+    tmp_path: Path,
+    nodes: list[NodeSpec],
+    kubelet_timing: KubeletTiming,
+) -> AsyncIterator[Stack]:
+    """`stack` in each world: the embedded sandbox, then the real control plane."""
+    async with running_stack(
+        dev_server, tmp_path, nodes, kubelet_timing, world=str(request.param)
+    ) as s:
         yield s
 
 

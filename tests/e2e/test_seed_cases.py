@@ -1,4 +1,6 @@
-"""The seed pull request's four example cases, end to end with real Ray and Temporal."""
+"""The seed pull request's four example cases, end to end with real Ray and Temporal, in
+both worlds: the embedded sandbox, and kube-apiserver v1.36 + KubeRay with the worker's
+ServiceAccount token (RBAC enforced) and Ray started by KubeRay in the pods' namespaces."""
 
 from __future__ import annotations
 
@@ -10,15 +12,17 @@ from sandbox.kubelet import NodeSpec
 from workflows.contracts import ResizeOutcome, ResizeState
 from workflows.resize_workflow import PodResizeWorkflow
 
-from .conftest import GIB, Stack, ippr_cluster, start_driver, stop_driver
+from .conftest import GIB, Stack, ippr_cluster, stop_driver
 
 
 def cpu_of(pod: object) -> str:
     return pod.spec.containers[0].resources.limits["cpu"]  # type: ignore[attr-defined]
 
 
-async def run_driver(stack: Stack, gcs: str, cpus: str, hold_s: float = 0) -> list[str]:
-    driver = start_driver(gcs, cpus, timeout_s=150, hold_s=hold_s)
+async def run_driver(
+    stack: Stack, cluster: str, gcs: str, cpus: str, hold_s: float = 0
+) -> list[str]:
+    driver = stack.driver(cluster, gcs, cpus, timeout_s=150, hold_s=hold_s)
     try:
         out, err = await asyncio.to_thread(driver.communicate, timeout=170)
     finally:
@@ -32,11 +36,12 @@ async def resize_of(stack: Stack, pod: str) -> ResizeState:
     return await handle.result()
 
 
-async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(stack: Stack) -> None:
+async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(any_stack: Stack) -> None:
+    stack = any_stack
     stack.create(ippr_cluster("case1"))
     gcs = await stack.gcs_address("case1")
     pods = await stack.running_workers("case1")
-    out = await run_driver(stack, gcs, "2")
+    out = await run_driver(stack, "case1", gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
     pod = stack.workers("case1")[0]
     assert pod.metadata.name == pods[0].metadata.name  # resized in place, not replaced
@@ -50,12 +55,13 @@ async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(stack: Sta
 
 
 async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
-    stack: Stack,
+    any_stack: Stack,
 ) -> None:
+    stack = any_stack
     stack.create(ippr_cluster("case2"))
     gcs = await stack.gcs_address("case2")
     first = await stack.running_workers("case2")
-    out = await run_driver(stack, gcs, "2,4", hold_s=3)
+    out = await run_driver(stack, "case2", gcs, "2,4", hold_s=3)
     assert sorted(line.split(" on ")[0] for line in out) == ["ran with 2 CPU", "ran with 4 CPU"]
     pods = {p.metadata.name: cpu_of(p) for p in stack.workers("case2")}
     assert len(pods) == 2  # one grown in place, one launched (and grown)
@@ -69,10 +75,11 @@ async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
         assert (await resize_of(stack, name)).outcome == ResizeOutcome.SUCCEEDED
 
 
-async def test_case_3_scaling_out_with_ippr_capacity_considerations(stack: Stack) -> None:
+async def test_case_3_scaling_out_with_ippr_capacity_considerations(any_stack: Stack) -> None:
+    stack = any_stack
     stack.create(ippr_cluster("case3", replicas=0))
     gcs = await stack.gcs_address("case3")
-    out = await run_driver(stack, gcs, "2")
+    out = await run_driver(stack, "case3", gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
     pods = stack.workers("case3")
     assert [cpu_of(p) for p in pods] == ["2"]  # one 1-CPU pod launched, then grown
@@ -84,13 +91,14 @@ async def test_case_3_scaling_out_with_ippr_capacity_considerations(stack: Stack
     "nodes",
     [[NodeSpec("stuck", 1500, 8 * GIB, stalls_actuation=True), NodeSpec("ok", 8000, 32 * GIB)]],
 )
-async def test_case_4_ippr_timeout_rolls_back_and_scales_out(stack: Stack) -> None:
+async def test_case_4_ippr_timeout_rolls_back_and_scales_out(any_stack: Stack) -> None:
+    stack = any_stack
     # the first worker lands on a node whose runtime never applies a resize
     stack.create(ippr_cluster("case4", timeout_s=5))
     gcs = await stack.gcs_address("case4")
     first = await stack.running_workers("case4")
     stuck = first[0].metadata.name
-    out = await run_driver(stack, gcs, "2")
+    out = await run_driver(stack, "case4", gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
     timed_out = await resize_of(stack, stuck)
     assert timed_out.outcome == ResizeOutcome.ROLLED_BACK

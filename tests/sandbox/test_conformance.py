@@ -1039,6 +1039,16 @@ def test_json_patch_test_operation_guards_a_write(core, ns):
             ],
         )
     assert exc.value.status == 422
+    assert status_of(exc) == {  # no cause: the real server names none
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server rejected our request due to an error in our request",
+        "reason": "Invalid",
+        "details": {},
+        "code": 422,
+    }
     assert core.read_namespaced_pod("p", ns).metadata.labels["app"] == "conformance"
 
 
@@ -1205,3 +1215,151 @@ def test_raycluster_crud_status_subresource_and_generation(kube, ns):
     with pytest.raises(ApiException) as exc:
         co.get_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
     assert json.loads(exc.value.body)["message"] == 'rayclusters.ray.io "rc" not found'
+
+
+# --- where the sandbox used to differ from the real server (both worlds now agree) ---------
+def small_raycluster(name: str = "rc") -> dict[str, Any]:
+    """A RayCluster created without `scaleStrategy`, as most are."""
+    template = {"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.60.0"}]}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name},
+        "spec": {
+            "headGroupSpec": {"rayStartParams": {}, "template": template},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "g",
+                    "replicas": 0,
+                    "minReplicas": 0,
+                    "maxReplicas": 2,
+                    "rayStartParams": {},
+                    "template": template,
+                }
+            ],
+        },
+    }
+
+
+def test_a_json_patch_replace_of_a_missing_member_is_applied(kube, ns):
+    """json-patch v4 leniency, which Ray's own KubeRay provider relies on to scale in."""
+    co = client.CustomObjectsApi(kube)
+    co.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", small_raycluster())
+    patched = co.patch_namespaced_custom_object(
+        "ray.io", "v1", ns, "rayclusters", "rc",
+        [{"op": "replace", "path": "/spec/workerGroupSpecs/0/scaleStrategy",
+          "value": {"workersToDelete": ["w1"]}}],
+        _content_type="application/json-patch+json",
+    )  # fmt: skip
+    assert patched["spec"]["workerGroupSpecs"][0]["scaleStrategy"] == {"workersToDelete": ["w1"]}
+
+
+def test_the_raycluster_schema_is_enforced(kube, ns):
+    """The CRD's schema refuses a mistyped field (the sandbox used to store it)."""
+    co = client.CustomObjectsApi(kube)
+    body = small_raycluster()
+    body["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    with pytest.raises(ApiException) as exc:
+        co.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", body)
+    status = status_of(exc)
+    assert (exc.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"].startswith(
+        'RayCluster.ray.io "rc" is invalid: [spec.workerGroupSpecs[0].replicas: Invalid value: '
+        '"string": spec.workerGroupSpecs[0].replicas in body must be of type integer: "string"'
+    )
+    assert status["details"]["causes"][0] == {
+        "reason": "FieldValueTypeInvalid",
+        "message": 'Invalid value: "string": spec.workerGroupSpecs[0].replicas in body must be '
+        'of type integer: "string"',
+        "field": "spec.workerGroupSpecs[0].replicas",
+    }
+
+
+def test_a_quantity_sent_as_a_json_number_is_stored_canonical(core, ns):
+    parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    pod = resize(
+        core, ns, "p",
+        {"spec": {"containers": [{"name": "c0", "resources": {
+            "requests": {"cpu": 0.15}, "limits": {"cpu": 0.5, "memory": 268435456}}}]}},
+    )  # fmt: skip
+    resources = pod.spec.containers[0].resources
+    assert (resources.requests["cpu"], resources.limits) == (
+        "150m",
+        {"cpu": "500m", "memory": "268435456"},
+    )
+
+
+def test_a_dry_run_resize_is_answered_and_changes_nothing(core, ns):
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    answer = resize(
+        core, ns, "p",
+        {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
+        dry_run="All",
+    )  # fmt: skip
+    assert answer.spec.containers[0].resources.requests["cpu"] == "150m"
+    after = core.read_namespaced_pod("p", ns)
+    assert after.spec.containers[0].resources.requests["cpu"] == "100m"
+    assert after.metadata.resource_version == pod.metadata.resource_version
+
+
+def test_a_bad_quantity_in_a_resize_patch_is_invalid_on_the_patch(core, ns):
+    parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core, ns, "p",
+            {"spec": {"containers": [{"name": "c0", "resources": {"limits": {"cpu": "lots"}}}]}},
+        )  # fmt: skip
+    status = status_of(exc)
+    quoted = "map[spec:map[containers:[map[name:c0 resources:map[limits:map[cpu:lots]]]]]]"
+    rule = (
+        "quantities must match the regular expression "
+        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )
+    assert (exc.value.status, status["reason"], status["message"]) == (
+        422,
+        "Invalid",
+        f' "" is invalid: patch: Invalid value: "{quoted}": {rule}',
+    )
+    assert status["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "message": f'Invalid value: "{quoted}": {rule}',
+         "field": "patch"}
+    ]  # fmt: skip
+
+
+def test_an_event_about_an_object_of_another_namespace_is_refused(core, ns):
+    core.create_namespaced_pod(ns, pod_body("p", **BURSTABLE))
+    event = {
+        "metadata": {"name": "e1"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "other"},
+        "reason": "Test",
+        "message": "m",
+        "type": "Normal",
+    }
+    with pytest.raises(ApiException) as exc:
+        core.create_namespaced_event(ns, event)
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        422,
+        'Event "e1" is invalid: involvedObject.namespace: Invalid value: "other": does not '
+        "match event.namespace",
+    )
+    event["involvedObject"]["namespace"] = ns
+    assert core.create_namespaced_event(ns, event).involved_object.namespace == ns
+
+
+def test_a_watch_with_bookmarks_says_how_far_it_got(core, ns):
+    """With allowWatchBookmarks the server sends BOOKMARKs (the sandbox sent none): the
+    revision a client may resume from without a relist."""
+    start = core.list_namespaced_pod(ns).metadata.resource_version
+    core.create_namespaced_pod(ns, pod_body("w", **BURSTABLE))
+    response = core.list_namespaced_pod(
+        ns, watch=True, resource_version=start, allow_watch_bookmarks=True,
+        timeout_seconds=5, _preload_content=False,
+    )  # fmt: skip
+    events = [json.loads(line) for line in response.read().splitlines() if line]
+    kinds = [e["type"] for e in events]
+    assert kinds[0] == "ADDED" and "BOOKMARK" in kinds, kinds
+    mark = next(e["object"] for e in events if e["type"] == "BOOKMARK")
+    assert (mark["kind"], mark["apiVersion"]) == ("Pod", "v1")
+    assert int(mark["metadata"]["resourceVersion"]) >= int(
+        events[0]["object"]["metadata"]["resourceVersion"]
+    )
