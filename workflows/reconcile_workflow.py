@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
-from temporalio.workflow import ParentClosePolicy
+from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from workflows import telemetry
@@ -103,6 +103,11 @@ def describe_plan(p: Plan) -> list[str]:
     for t in p.terminate:
         lines.append(f"remove {t.pod}: {t.reason}")
     return lines
+
+
+# workflow.patched() ids: a change to what a workflow does is taken only by runs that reach
+# it after the change; runs in flight replay their history as they recorded it
+ABANDON_WAIT_PATCH = "reconcile-wait-abandon"
 
 
 @workflow.defn(name="ReconcileWorkflow")
@@ -366,6 +371,16 @@ class ReconcileWorkflow:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self.woken, timeout=inp.tick_s)
             return
+        # A signal that ends the wait (pause, resume, wake) abandons the watch instead of
+        # asking the server to cancel it: a watch that completed at that very moment made
+        # the cancel request fail the workflow task (ACTIVITY_UNKNOWN), and the loop stalled
+        # until the task timed out. The abandoned watch ends by itself within the tick.
+        # Runs recorded before this change asked for the cancel: they replay as they were.
+        cancellation = (
+            ActivityCancellationType.ABANDON
+            if workflow.patched(ABANDON_WAIT_PATCH)
+            else ActivityCancellationType.TRY_CANCEL
+        )
         watch = workflow.start_activity(
             Act.WAIT_FOR_CHANGE,
             WaitInput(
@@ -379,6 +394,7 @@ class ReconcileWorkflow:
             start_to_close_timeout=timedelta(seconds=inp.tick_s + 30),
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(maximum_attempts=1),
+            cancellation_type=cancellation,
         )
         await until_done_or(watch, lambda: self.woken)
         if watch.done() and watch.exception() is not None:
