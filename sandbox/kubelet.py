@@ -742,13 +742,19 @@ class Kubelet:
         log.debug("retried deferred resizes (%s): %d still deferred", trigger, len(self._deferred))
 
     def _retry_ticker(self) -> None:
-        self._retry_deferred("ticker")
-        self._after(self.timing.retry_interval_s, self._retry_ticker)
+        # re-armed whatever happens: through an API server a call can fail (a conflict, a
+        # timeout), and a ticker that stopped would leave deferred resizes deferred for good
+        try:
+            self._retry_deferred("ticker")
+        finally:
+            self._after(self.timing.retry_interval_s, self._retry_ticker)
 
     def _sync_ticker(self) -> None:
-        for key in list(self._pods):
-            self._maybe_actuate(key)
-        self._after(self.timing.sync_interval_s, self._sync_ticker)
+        try:
+            for key in list(self._pods):
+                self._safely(functools.partial(self._maybe_actuate, key))
+        finally:
+            self._after(self.timing.sync_interval_s, self._sync_ticker)
 
     # --- resize: actuation ------------------------------------------------------------------
     def _maybe_actuate(self, key: tuple[str, str]) -> None:

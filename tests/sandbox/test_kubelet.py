@@ -198,3 +198,35 @@ def test_static_pod_resize_is_infeasible_without_an_event(small):
     assert core.list_namespaced_event("default").items == []
     assert actual_cpu(core, "static") == "1"
     assert sb.kubelet.errors == []
+
+
+def test_a_failed_retry_pass_does_not_stop_the_ticker(make_sandbox, tmp_path):
+    """Through an API server a retry pass can fail (a timeout, a 500): the ticker goes on,
+    so a deferred resize is still picked up when room appears without any trigger."""
+    sb = make_sandbox(
+        node_cpu=4000,
+        node_memory=16 * GI,
+        timing=KubeletTiming(actuation_delay_s=0.0, retry_initial_s=0.3, retry_interval_s=0.3),
+    )
+    core = client.CoreV1Api(client_for(sb, tmp_path))
+    core.create_namespaced_pod("default", cpu_pod("a", "1"))
+    running(core, "a")
+    filler = cpu_pod("filler", "3")
+    filler["spec"]["activeDeadlineSeconds"] = 2
+    core.create_namespaced_pod("default", filler)
+    running(core, "filler")
+    set_cpu(core, "a", "2")
+    assert wait_for(lambda: cond(core, "a", "PodResizePending")).reason == "Deferred"
+    real_pass, failed = sb.kubelet._retry_deferred, []
+
+    def flaky_pass(trigger: str) -> None:
+        if trigger == "ticker" and not failed:
+            failed.append(trigger)
+            raise ApiException(status=500, reason="the API server timed out")
+        real_pass(trigger)
+
+    sb.kubelet.call(lambda: setattr(sb.kubelet, "_retry_deferred", flaky_pass))
+    wait_for(lambda: failed)
+    # the filler's deadline frees the room; only the ticker retries the resize
+    wait_for(lambda: actual_cpu(core, "a") == "2", timeout=15)
+    assert cond(core, "a", "PodResizePending") is None
