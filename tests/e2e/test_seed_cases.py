@@ -28,7 +28,8 @@ async def run_driver(
     finally:
         stop_driver(driver)
     assert driver.returncode == 0, err[-2000:]
-    return out.splitlines()
+    # the tasks' lines (Ray may print its own, e.g. the raylet's infeasible-task warning)
+    return [line for line in out.splitlines() if line.startswith("ran with")]
 
 
 async def resize_of(stack: Stack, pod: str) -> ResizeState:
