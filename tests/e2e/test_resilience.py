@@ -24,7 +24,7 @@ async def test_infeasible_resize_is_asked_again_at_the_nodes_capacity(stack: Sta
     stack.create(ippr_cluster("tight"))
     gcs = await stack.gcs_address("tight")
     pod = (await stack.running_workers("tight"))[0].metadata.name
-    out = await run_driver(stack, gcs, "2.5")
+    out = await run_driver(stack, "tight", gcs, "2.5")
     assert out[0].startswith("ran with 2.5 CPU")
     state = await resize_of(stack, pod)
     assert state.outcome == ResizeOutcome.SUCCEEDED
@@ -49,7 +49,7 @@ async def test_ten_percent_api_faults_lose_nothing(stack: Stack) -> None:
     ]
     stack.sandbox.faults.add(FaultRule(error_rate=0.1, codes=(409, 429, 500)))
     try:
-        out = await run_driver(stack, gcs, "2")
+        out = await run_driver(stack, "flaky", gcs, "2")
     finally:
         stack.sandbox.faults.clear()
     assert out[0].startswith("ran with 2 CPU")
@@ -72,7 +72,7 @@ async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(stack: Stack) 
     stack.create(ippr_cluster("idle", idle_timeout_s=3))
     gcs = await stack.gcs_address("idle")
     pod = (await stack.running_workers("idle"))[0].metadata.name
-    out = await run_driver(stack, gcs, "2")
+    out = await run_driver(stack, "idle", gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
 
     async def shrunk() -> bool:
