@@ -173,6 +173,12 @@ class Stack:
         """The GCS address of a RayCluster, once the operator has published it."""
         return await eventually(lambda: self.gcs(name), 60)  # type: ignore[no-any-return]
 
+    def unique(self, name: str) -> str:
+        """A cluster name of this world's own: both worlds share one Temporal server, and a
+        reconcile workflow (`reconcile/<ns>/<name>`) left running by one world's test would
+        make the other's discovery think that cluster is managed already."""
+        return name if isinstance(self.sandbox, Sandbox) else f"{name}-real"
+
     def driver(
         self, name: str, gcs: str, cpus: float | str, timeout_s: float = 120, hold_s: float = 0
     ) -> subprocess.Popen[str]:

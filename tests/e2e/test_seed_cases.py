@@ -39,12 +39,13 @@ async def resize_of(stack: Stack, pod: str) -> ResizeState:
 
 async def test_case_1_a_pending_two_cpu_task_runs_after_its_pod_grows(any_stack: Stack) -> None:
     stack = any_stack
-    stack.create(ippr_cluster("case1"))
-    gcs = await stack.gcs_address("case1")
-    pods = await stack.running_workers("case1")
-    out = await run_driver(stack, "case1", gcs, "2")
+    case1 = stack.unique("case1")
+    stack.create(ippr_cluster(case1))
+    gcs = await stack.gcs_address(case1)
+    pods = await stack.running_workers(case1)
+    out = await run_driver(stack, case1, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
-    pod = stack.workers("case1")[0]
+    pod = stack.workers(case1)[0]
     assert pod.metadata.name == pods[0].metadata.name  # resized in place, not replaced
     assert cpu_of(pod) == "2"  # right-sized: what the task needs, not the maximum
     handle = stack.temporal.get_workflow_handle_for(
@@ -59,12 +60,13 @@ async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
     any_stack: Stack,
 ) -> None:
     stack = any_stack
-    stack.create(ippr_cluster("case2"))
-    gcs = await stack.gcs_address("case2")
-    first = await stack.running_workers("case2")
-    out = await run_driver(stack, "case2", gcs, "2,4", hold_s=3)
+    case2 = stack.unique("case2")
+    stack.create(ippr_cluster(case2))
+    gcs = await stack.gcs_address(case2)
+    first = await stack.running_workers(case2)
+    out = await run_driver(stack, case2, gcs, "2,4", hold_s=3)
     assert sorted(line.split(" on ")[0] for line in out) == ["ran with 2 CPU", "ran with 4 CPU"]
-    pods = {p.metadata.name: cpu_of(p) for p in stack.workers("case2")}
+    pods = {p.metadata.name: cpu_of(p) for p in stack.workers(case2)}
     assert len(pods) == 2  # one grown in place, one launched (and grown)
     assert first[0].metadata.name in pods  # the pod it had was grown, not replaced
     # Each pod grows to what its task needs, but Ray, not raysize, decides which pod runs
@@ -78,14 +80,15 @@ async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
 
 async def test_case_3_scaling_out_with_ippr_capacity_considerations(any_stack: Stack) -> None:
     stack = any_stack
-    stack.create(ippr_cluster("case3", replicas=0))
-    gcs = await stack.gcs_address("case3")
-    out = await run_driver(stack, "case3", gcs, "2")
+    case3 = stack.unique("case3")
+    stack.create(ippr_cluster(case3, replicas=0))
+    gcs = await stack.gcs_address(case3)
+    out = await run_driver(stack, case3, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
-    pods = stack.workers("case3")
+    pods = stack.workers(case3)
     assert [cpu_of(p) for p in pods] == ["2"]  # one 1-CPU pod launched, then grown
     assert (await resize_of(stack, pods[0].metadata.name)).outcome == ResizeOutcome.SUCCEEDED
-    assert stack.raycluster("case3")["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+    assert stack.raycluster(case3)["spec"]["workerGroupSpecs"][0]["replicas"] == 1
 
 
 @pytest.mark.parametrize(
@@ -95,16 +98,17 @@ async def test_case_3_scaling_out_with_ippr_capacity_considerations(any_stack: S
 async def test_case_4_ippr_timeout_rolls_back_and_scales_out(any_stack: Stack) -> None:
     stack = any_stack
     # the first worker lands on a node whose runtime never applies a resize
-    stack.create(ippr_cluster("case4", timeout_s=5))
-    gcs = await stack.gcs_address("case4")
-    first = await stack.running_workers("case4")
+    case4 = stack.unique("case4")
+    stack.create(ippr_cluster(case4, timeout_s=5))
+    gcs = await stack.gcs_address(case4)
+    first = await stack.running_workers(case4)
     stuck = first[0].metadata.name
-    out = await run_driver(stack, "case4", gcs, "2")
+    out = await run_driver(stack, case4, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
     timed_out = await resize_of(stack, stuck)
     assert timed_out.outcome == ResizeOutcome.ROLLED_BACK
     assert timed_out.detail.startswith("Pod resize timed out after 5s")
-    pods = {p.metadata.name: p for p in stack.workers("case4")}
+    pods = {p.metadata.name: p for p in stack.workers(case4)}
     assert cpu_of(pods[stuck]) == "1"  # rolled back
     status = pods[stuck].metadata.annotations["ray.io/ippr-status"]
     assert '"last-failed-reason": "Pod resize timed out after 5s"' in status
