@@ -47,25 +47,31 @@ def _path(resource: str, namespace: str, name: str = "") -> str:
 
 
 class KubeHttp:
-    """Bearer-token JSON calls to the API server of a kubeconfig's current context."""
+    """Bearer-token JSON calls to one API server (HTTPS checked against `ca_pem`)."""
 
-    def __init__(self, kubeconfig: str | Path) -> None:
+    def __init__(self, server: str, token: str = "", ca_pem: bytes | None = None) -> None:
+        self.server = server.rstrip("/")
+        self.token = token
+        self.context: ssl.SSLContext | None = None
+        if self.server.startswith("https://"):
+            self.context = ssl.create_default_context(
+                cadata=ca_pem.decode() if ca_pem is not None else None
+            )
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | Path) -> KubeHttp:
+        """The API server of a kubeconfig's current context, with its token and CA."""
         cfg = yaml.safe_load(Path(kubeconfig).read_text())
         ctx_name = cfg.get("current-context")
         ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
         user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
-        self.server = cluster["server"].rstrip("/")
-        self.token = user.get("token", "")
-        self.context: ssl.SSLContext | None = None
-        if self.server.startswith("https://"):
-            if "certificate-authority-data" in cluster:
-                ca = base64.b64decode(cluster["certificate-authority-data"]).decode()
-                self.context = ssl.create_default_context(cadata=ca)
-            elif "certificate-authority" in cluster:
-                self.context = ssl.create_default_context(cafile=cluster["certificate-authority"])
-            else:
-                self.context = ssl.create_default_context()
+        ca: bytes | None = None
+        if "certificate-authority-data" in cluster:
+            ca = base64.b64decode(cluster["certificate-authority-data"])
+        elif "certificate-authority" in cluster:
+            ca = Path(cluster["certificate-authority"]).read_bytes()
+        return cls(cluster["server"], user.get("token", ""), ca)
 
     def open(
         self,
@@ -112,7 +118,7 @@ class ApiStore:
     """`Store`'s kubelet-facing calls over HTTP (see the module docstring)."""
 
     def __init__(self, kubeconfig: str | Path) -> None:
-        self.http = KubeHttp(kubeconfig)
+        self.http = KubeHttp.from_kubeconfig(kubeconfig)
         self._watchers: dict[int, threading.Event] = {}
 
     # --- reads ---------------------------------------------------------------------------

@@ -17,24 +17,21 @@ starting fails halfway.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 import shutil
-import ssl
 import subprocess
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sandbox.apistore import ApiStore
+from sandbox.apistore import ApiStore, KubeHttp
 from sandbox.cluster import SandboxConfig
+from sandbox.errors import ApiError
 from sandbox.kubeconfig import write_kubeconfig
 from sandbox.kubelet import Kubelet
 from sandbox.podnet import ContainerRuntime, PodNetwork
@@ -237,9 +234,10 @@ class RealControlPlane:
             if crt.exists():
                 self.ca_pem = crt.read_bytes()
                 try:
-                    if self._get("/readyz") == "ok":
-                        return
-                except (OSError, urllib.error.URLError) as err:
+                    with self.http.open("GET", "/readyz", timeout=5) as resp:
+                        if resp.read() == b"ok":
+                            return
+                except (OSError, ApiError) as err:
                     last = str(err)
             time.sleep(0.2)
         raise ControlPlaneError(
@@ -247,25 +245,14 @@ class RealControlPlane:
             f"{self.log_tail('kube-apiserver')}"
         )
 
-    def _get(self, path: str) -> str:
-        ctx = ssl.create_default_context(cadata=self.ca_pem.decode())
-        req = urllib.request.Request(
-            self.url + path, headers={"Authorization": f"Bearer {self.admin_token}"}
-        )
-        with urllib.request.urlopen(req, context=ctx, timeout=5) as resp:
-            return str(resp.read().decode())
+    @property
+    def http(self) -> KubeHttp:
+        """Admin calls to the API (group system:masters); errors are `ApiError`s."""
+        return KubeHttp(self.url, self.admin_token, self.ca_pem)
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "") -> Any:
-        """One admin call to the API (JSON in and out); raises urllib's HTTPError."""
-        ctx = ssl.create_default_context(cadata=self.ca_pem.decode())
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Authorization": f"Bearer {self.admin_token}", "Accept": "application/json"}
-        if data is not None:
-            headers["Content-Type"] = content_type or "application/json"
-        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
-        with urllib.request.urlopen(req, context=ctx, timeout=30) as resp:
-            raw = resp.read()
-        return json.loads(raw) if raw else None
+        """One admin call to the API, JSON in and out; raises `ApiError`."""
+        return self.http.call(method, path, body, content_type=content_type or "application/json")
 
     def _install_crds(self) -> None:
         """KubeRay's CRDs, with server-side apply: RayCluster's is too large for the
@@ -325,8 +312,8 @@ class RealControlPlane:
                 f"/api/v1/namespaces/{namespace}/serviceaccounts",
                 {"metadata": {"name": name}},
             )
-        except urllib.error.HTTPError as err:
-            if err.code != 409:
+        except ApiError as err:
+            if err.code != 409:  # already there
                 raise
         reply = self.request(
             "POST",
