@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import errors, openapi, pods, tables
+from sandbox import errors, events, openapi, pods, tables
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.patch import APPLY_PATCH, apply_config, apply_patch, decode_apply_config
@@ -26,6 +26,7 @@ from sandbox.rbac import Authorizer, Request
 from sandbox.resources import (
     ALL,
     BY_GROUP,
+    EVENTS,
     GROUP_VERSIONS,
     NAMESPACES,
     PODS,
@@ -174,6 +175,9 @@ class Api:
             )
         except ApiError as e:
             return _error(e)
+        except Exception as exc:  # a bug here: answer 500, as the server's panic handler
+            log.exception("%s %s failed", method, target)  # does, not a dropped connection
+            return _error(errors.internal_error(f"{type(exc).__name__}: {exc}"))
 
     def _authorize(self, verb: str, route: Route) -> None:
         authz = self.authorizer
@@ -274,12 +278,13 @@ class Api:
         if verb == "get":
             obj = self.store.get(r.name, route.namespace, route.name)
             if _wants_table(headers):
-                return _json(200, tables.table(r, [obj], self.store.resource_version))
+                rv = obj["metadata"].get("resourceVersion", "")
+                return _json(200, tables.table(r, [obj], rv, include=_include_object(query)))
             return Response(200, dumps(obj))
         if verb == "list":
             return self._list(route, query, headers)
         if verb == "watch":
-            return self._watch(route, query, disconnect_after_s)
+            return self._watch(route, query, headers, disconnect_after_s)
         if verb == "create":
             return self._create(route, _decode(body))
         if verb == "update":
@@ -318,7 +323,8 @@ class Api:
             entries = entries[:limit]
             cont = str(start + limit)
         if _wants_table(headers):
-            return _json(200, tables.table(r, [e.obj for e in entries], rv, cont))
+            include = _include_object(query)
+            return _json(200, tables.table(r, [e.obj for e in entries], rv, cont, include=include))
         meta = {"resourceVersion": rv}
         if cont:
             meta["continue"] = cont
@@ -327,7 +333,11 @@ class Api:
         return Response(200, body)
 
     def _watch(
-        self, route: Route, query: dict[str, str], disconnect_after_s: float | None
+        self,
+        route: Route,
+        query: dict[str, str],
+        headers: dict[str, str],
+        disconnect_after_s: float | None,
     ) -> Response:
         r = route.resource
         accept = self._filter(route, query)
@@ -358,15 +368,35 @@ class Api:
             timeout = min(timeout, disconnect_after_s)
         deadline = time.monotonic() + timeout
         store, stopping = self.store, self.stopping
+        # As Tables (kubectl get -w): every event's object is a one-row Table, and only
+        # the first carries the column definitions (the server's watch drops them after
+        # it; kubectl keeps the first ones). ERROR events stay Status objects.
+        as_table = _wants_table(headers)
+        include = _include_object(query)
+        sent_headers = False
+
+        def event(kind: str, obj: Obj) -> bytes:
+            nonlocal sent_headers
+            if not as_table:
+                return b'{"type":"' + kind.encode() + b'","object":' + dumps(obj) + b"}\n"
+            rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            try:
+                converted = tables.table(r, [obj], rv, headers=not sent_headers, include=include)
+            except Exception:  # the server's watch sends the object as it is, and says so
+                log.exception("failed to transform %s %s to a Table", r.kind, rv)
+                return dumps({"type": kind, "object": obj}) + b"\n"
+            sent_headers = True
+            return dumps({"type": kind, "object": converted}) + b"\n"
 
         def bookmark(rv: str, annotations: dict[str, str] | None = None) -> bytes:
             meta: Obj = {"resourceVersion": rv}
             if annotations:
                 meta["annotations"] = annotations
-            obj = {"kind": r.kind, "apiVersion": r.api_version, "metadata": meta}
-            return dumps({"type": "BOOKMARK", "object": obj}) + b"\n"
+            return event(
+                "BOOKMARK", {"kind": r.kind, "apiVersion": r.api_version, "metadata": meta}
+            )
 
-        def events() -> Iterator[bytes]:
+        def lines() -> Iterator[bytes]:
             try:
                 while not stopping.is_set():
                     left = deadline - time.monotonic()
@@ -388,11 +418,11 @@ class Api:
                         continue
                     if not accept(obj):
                         continue
-                    yield b'{"type":"' + kind.encode() + b'","object":' + dumps(obj) + b"}\n"
+                    yield event(kind, obj)
             finally:
                 store.unwatch(watcher)
 
-        return Response(200, b"", {"Content-Type": "application/json"}, events())
+        return Response(200, b"", {"Content-Type": "application/json"}, lines())
 
     def _create(self, route: Route, obj: Any) -> Response:
         r = route.resource
@@ -400,6 +430,8 @@ class Api:
             raise errors.method_not_allowed("create", r.name)
         if not isinstance(obj, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
+        if r is EVENTS:
+            _decode_event(obj)
         meta = obj.setdefault("metadata", {})
         if r.namespaced:
             ns = meta.get("namespace") or route.namespace
@@ -463,6 +495,8 @@ class Api:
     def _update(self, route: Route, body: Any) -> Response:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request is not a JSON object")
+        if route.resource is EVENTS:
+            _decode_event(body)
         return self._write(route, lambda _current: body)
 
     def _patch(
@@ -481,6 +515,11 @@ class Api:
 
         def change(current: Obj) -> Obj:
             patched = apply_patch(content_type, clone(current), patch)
+            if r is EVENTS and isinstance(patched, dict):
+                try:
+                    events.decode_event_times(patched)
+                except events.DecodeError as exc:
+                    raise _undecodable_patch(content_type, patch, patched, str(exc)) from None
             return patched
 
         try:
@@ -503,6 +542,8 @@ class Api:
         ):
             # Apply creates a missing object (not through a subresource: that is a 404).
             obj = apply_config({}, config, r.api_version, associative=associative)
+            if r is EVENTS:
+                _decode_applied_event(route.name, obj)
             meta = obj.setdefault("metadata", {})
             if meta.setdefault("name", route.name) != route.name:
                 raise errors.bad_request(
@@ -510,12 +551,14 @@ class Api:
                     f"({meta.get('name')}) does not match the name on the URL ({route.name})"
                 )
             return self._create(Route(r, route.namespace, "", ""), obj)
-        return self._write(
-            route,
-            lambda current: apply_config(
-                clone(current), config, r.api_version, associative=associative
-            ),
-        )
+
+        def change(current: Obj) -> Obj:
+            applied = apply_config(clone(current), config, r.api_version, associative=associative)
+            if r is EVENTS:
+                _decode_applied_event(route.name, applied)
+            return applied
+
+        return self._write(route, change)
 
     def _delete(self, route: Route, query: dict[str, str], body: bytes) -> Response:
         r = route.resource
@@ -607,6 +650,39 @@ def _decode(body: bytes) -> Any:
         raise errors.bad_request(f"error decoding body: {exc}") from exc
 
 
+def _decode_event(obj: Obj) -> None:
+    """A created or replaced Event's times, as the server's decoding reads them: stored
+    canonically, or the request fails with Go's error (400)."""
+    try:
+        events.decode_event_times(obj)
+    except events.DecodeError as exc:
+        raise errors.bad_request(events.handled_as(str(exc))) from None
+
+
+def _decode_applied_event(name: str, obj: Obj) -> None:
+    """Server-side apply converts its result to the typed Event: a time that does not
+    parse is a 500 there (the apply handler's conversion error), not a 400."""
+    try:
+        events.decode_event_times(obj)
+    except events.DecodeError as exc:
+        raise ApiError(500, "", events.apply_conversion_error(name, str(exc))) from None
+
+
+def _undecodable_patch(content_type: str, patch: Any, patched: Obj, detail: str) -> ApiError:
+    """A patch whose result does not decode: 422 on field "patch". A strategic merge
+    patch is quoted as Go prints the patch; a JSON or merge patch by the patched
+    document's JSON (its top-level keys sorted, as the server's patcher leaves them)."""
+    if content_type == "application/strategic-merge-patch+json":
+        return errors.invalid_patch(patch, detail)
+    quoted = (
+        "{"
+        + ",".join(f"{json.dumps(k)}:{dumps(patched[k]).decode()}" for k in sorted(patched))
+        + "}"
+    )
+    error = errors.FieldError("patch", "Invalid value", detail, quoted, True)
+    return ApiError(422, "Invalid", f' "" is invalid: {error}', {"causes": [error.cause()]})
+
+
 def _check_delete_preconditions(r: ResourceType, current: Obj, preconditions: Obj) -> None:
     """`rest.BeforeDelete`: the UID, then the resourceVersion, must match the stored object.
     The conflict names the kind (`Pod`), not the resource, as the real server's does."""
@@ -652,6 +728,12 @@ def _verb(method: str, route: Route, query: dict[str, str]) -> str:
     if method == "DELETE":
         return "delete" if route.name else "deletecollection"
     raise errors.method_not_allowed(method, route.resource.name)
+
+
+def _include_object(query: dict[str, str]) -> str:
+    """`includeObject` of a Table request (`Metadata` unless it names another)."""
+    value = query.get("includeObject") or "Metadata"
+    return value if value in tables.INCLUDE_OBJECT else "Metadata"
 
 
 def _wants_table(headers: dict[str, str]) -> bool:

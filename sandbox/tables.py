@@ -1,33 +1,28 @@
-"""Server-side printing (`meta.k8s.io/v1` Table), which `kubectl get` asks for."""
+"""Server-side printing (`meta.k8s.io/v1` Table), which `kubectl get` asks for.
+
+A list or get answers one Table; a watch answers one Table per event (one row each), and
+only the first carries `columnDefinitions` (null after it, as the real server sends them:
+kubectl keeps the first event's columns for the rest). Each row's `object` follows the
+request's `includeObject`: the object's metadata (`Metadata`, the default), the whole
+object (`Object`) or nothing (`None`).
+"""
 
 from __future__ import annotations
 
-import calendar
-import time
 from collections.abc import Callable
 from typing import Any
 
+from sandbox.kubetime import translate_since
 from sandbox.store import Obj, ResourceType
 
 Column = tuple[str, str, int, Callable[[Obj], Any]]  # name, type, priority, cell
+INCLUDE_OBJECT = ("None", "Metadata", "Object")
 
 
 def age(obj: Obj, key: str = "creationTimestamp") -> str:
-    stamp = obj.get("metadata", {}).get(key) if key == "creationTimestamp" else obj.get(key)
-    if not stamp:
-        return "<unknown>"
-    seconds = max(0, int(time.time() - calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ"))))
-    if seconds < 120:
-        return f"{seconds}s"
-    minutes = seconds // 60
-    if minutes < 10:
-        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = minutes // 60
-    if hours < 48:
-        return f"{hours}h"
-    return f"{hours // 24}d"
+    """`translateTimestampSince`: how long ago, `<unknown>` for no time."""
+    stamp = (obj.get("metadata") or {}).get(key) if key == "creationTimestamp" else obj.get(key)
+    return translate_since(stamp)
 
 
 def _pod_ready(pod: Obj) -> str:
@@ -71,10 +66,41 @@ def _node_status(node: Obj) -> str:
 
 def _event_object(ev: Obj) -> str:
     io = ev.get("involvedObject") or {}
-    return f"{str(io.get('kind', '')).lower()}/{io.get('name', '')}"
+    kind = str(io.get("kind") or "").lower()
+    return f"{kind}/{io['name']}" if io.get("name") else kind
 
 
-_NAME: Column = ("Name", "string", 0, lambda o: o["metadata"]["name"])
+# printEvent (pkg/printers/internalversion): an Event written with only `eventTime` (the
+# events.k8s.io way) is first seen then; one with a `series` was last seen at its last
+# observation, and counts its occurrences there.
+def _event_first_seen(ev: Obj) -> str:
+    return age(ev, "firstTimestamp") if ev.get("firstTimestamp") else age(ev, "eventTime")
+
+
+def _event_last_seen(ev: Obj) -> str:
+    series = ev.get("series")
+    if isinstance(series, dict):
+        return age(series, "lastObservedTime")
+    return age(ev, "lastTimestamp") if ev.get("lastTimestamp") else _event_first_seen(ev)
+
+
+def _event_count(ev: Obj) -> int:
+    series = ev.get("series")
+    if isinstance(series, dict):
+        count = series.get("count")
+        return count if isinstance(count, int) else 0
+    count = ev.get("count")
+    return count if isinstance(count, int) and count else 1  # a singleton has no count
+
+
+def _event_source(ev: Obj) -> str:
+    source = ev.get("source") or {}
+    component = source.get("component") or ev.get("reportingComponent") or ""
+    instance = source.get("host") or ev.get("reportingInstance") or ""
+    return f"{component}, {instance}" if instance else str(component)
+
+
+_NAME: Column = ("Name", "string", 0, lambda o: (o.get("metadata") or {}).get("name", ""))
 _AGE: Column = ("Age", "string", 0, age)
 COLUMNS: dict[str, list[Column]] = {
     "pods": [
@@ -94,11 +120,16 @@ COLUMNS: dict[str, list[Column]] = {
         ("Version", "string", 0, _path("status", "nodeInfo", "kubeletVersion")),
     ],
     "events": [
-        ("Last Seen", "string", 0, lambda o: age(o, "lastTimestamp")),
+        ("Last Seen", "string", 0, _event_last_seen),
         ("Type", "string", 0, _path("type")),
         ("Reason", "string", 0, _path("reason")),
         ("Object", "string", 0, _event_object),
-        ("Message", "string", 0, _path("message")),
+        ("Subobject", "string", 1, _path("involvedObject", "fieldPath")),
+        ("Source", "string", 1, _event_source),
+        ("Message", "string", 0, lambda o: str(o.get("message") or "").strip()),
+        ("First Seen", "string", 1, _event_first_seen),
+        ("Count", "string", 1, _event_count),
+        ("Name", "string", 1, _NAME[3]),
     ],
     # KubeRay's CRD additionalPrinterColumns.
     "rayclusters": [
@@ -120,33 +151,52 @@ COLUMNS: dict[str, list[Column]] = {
 }
 
 
-def table(r: ResourceType, items: list[Obj], rv: str, cont: str = "") -> Obj:
+def _row_object(obj: Obj, include: str) -> Obj | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return obj
+    return {
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": obj.get("metadata") or {},
+    }
+
+
+def table(
+    r: ResourceType,
+    items: list[Obj],
+    rv: str,
+    cont: str = "",
+    *,
+    headers: bool = True,
+    include: str = "Metadata",
+) -> Obj:
+    """The Table of `items`. `headers=False` leaves `columnDefinitions` null (a watch's
+    events after its first); `include` is the request's `includeObject`."""
     columns = COLUMNS.get(r.name, [_NAME, _AGE])
     meta: Obj = {"resourceVersion": rv}
     if cont:
         meta["continue"] = cont
+    definitions = [
+        {
+            "name": name,
+            "type": kind,
+            "format": "name" if name == "Name" else "",
+            "description": name,
+            "priority": priority,
+        }
+        for name, kind, priority, _ in columns
+    ]
     return {
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": meta,
-        "columnDefinitions": [
-            {
-                "name": name,
-                "type": kind,
-                "format": "name" if name == "Name" else "",
-                "description": name,
-                "priority": priority,
-            }
-            for name, kind, priority, _ in columns
-        ],
+        "columnDefinitions": definitions if headers else None,
         "rows": [
             {
                 "cells": [cell(obj) for _, _, _, cell in columns],
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": obj["metadata"],
-                },
+                "object": _row_object(obj, include),
             }
             for obj in items
         ],
