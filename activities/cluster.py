@@ -38,6 +38,7 @@ from workflows.contracts import (
     ObserveInput,
     RayletResizeInput,
     RayletResizeResult,
+    ReconcileInput,
     WaitInput,
 )
 from workflows.model import (
@@ -51,9 +52,8 @@ from workflows.model import (
     PodView,
     ResizeState,
 )
-from workflows.reconcile_workflow import (
-    ReconcileInput,
-    ReconcileWorkflow,
+from workflows.naming import (
+    RECONCILE_WORKFLOW,
     reconcile_search_attributes,
     reconcile_workflow_id,
 )
@@ -183,12 +183,14 @@ def fingerprint(state: ClusterState) -> int:
 
 async def start_reconciler(
     client: Client, inp: ReconcileInput, task_queue: str
-) -> WorkflowHandle[ReconcileWorkflow, str]:
+) -> WorkflowHandle[Any, str]:
     """Start the reconcile workflow of a RayCluster, with its search attributes; one that
     is already running is kept (and returned)."""
+    # by its type name: activities never import a workflow module
     return await client.start_workflow(
-        ReconcileWorkflow.run,
+        RECONCILE_WORKFLOW,
         inp,
+        result_type=str,
         id=reconcile_workflow_id(inp.namespace, inp.cluster),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -290,6 +292,7 @@ class ClusterActivities:
             return Observation(
                 config_errors=kube.groups.errors,
                 ippr_enabled=kube.groups.ippr_enabled,
+                in_tree_autoscaling=kube.in_tree_autoscaling,
                 resource_version=kube.resource_version,
                 gcs_address=address,
                 pods_version=kube.pods_version,
@@ -302,6 +305,7 @@ class ClusterActivities:
         return Observation(
             snapshot=snapshot,
             ippr_enabled=kube.groups.ippr_enabled,
+            in_tree_autoscaling=kube.in_tree_autoscaling,
             replicas=kube.replicas,
             workers_to_delete=kube.workers_to_delete,
             resource_version=kube.resource_version,

@@ -30,6 +30,7 @@ from activities.k8s_errors import (
 )
 from activities.pod_watch import PodWatch
 from workflows.contracts import (
+    HEARTBEAT_TIMEOUT,
     Act,
     ApplyResizeInput,
     ApplyResizeResult,
@@ -55,7 +56,6 @@ from workflows.model import (
     PodView,
     ResizeState,
 )
-from workflows.resize_workflow import HEARTBEAT_TIMEOUT
 from workflows.resources import CPU, MEMORY, Resources, quantity_to_units, units_to_quantity
 
 RAY_GROUP, RAY_API, RAY_PLURAL = "ray.io", "v1", "rayclusters"
@@ -114,6 +114,11 @@ class KubeCluster(BaseModel):
     pods_version: str
     resizing: tuple[str, ...]
     gcs_address: str
+
+    @property
+    def in_tree_autoscaling(self) -> bool:
+        """Ray's own autoscaler runs beside the head (`spec.enableInTreeAutoscaling`)."""
+        return (self.raycluster.get("spec") or {}).get("enableInTreeAutoscaling") is True
 
     def snapshot(self, settings: PlannerSettings | None = None) -> ClusterSnapshot:
         return ClusterSnapshot(

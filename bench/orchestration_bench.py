@@ -32,11 +32,8 @@ from bench.sandbox_bench import raw
 from sandbox.gcs_standin import GcsStandIn
 from sandbox.rayprocs import free_port
 from workflows.contracts import ResizeOutcome, ResizeRequest
-from workflows.resize_workflow import (
-    SEARCH_ATTRIBUTES,
-    PodResizeWorkflow,
-    resize_search_attributes,
-)
+from workflows.naming import SEARCH_ATTRIBUTES, resize_search_attributes
+from workflows.resize_workflow import PodResizeWorkflow
 
 GIB = 1024**3
 

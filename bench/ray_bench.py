@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.gcs:
         bench_cluster(args.gcs, args.token, args.node, args.calls, targets)
     else:
-        from tests.ray.harness import LocalRayCluster
+        from sandbox.localray import LocalRayCluster
 
         root = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
         cluster = LocalRayCluster(root=root)

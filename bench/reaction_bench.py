@@ -47,7 +47,7 @@ from sandbox.kubelet import KubeletTiming, NodeSpec
 from worker.run import run_worker
 from worker.settings import Settings
 from workflows.contracts import Act
-from workflows.resize_workflow import SEARCH_ATTRIBUTES
+from workflows.naming import SEARCH_ATTRIBUTES
 
 GIB = 1024**3
 DRIVER = textwrap.dedent(

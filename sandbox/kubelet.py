@@ -46,6 +46,9 @@ MEMORY_USAGE_ANNOTATION = "sandbox.raysize.io/memory-usage"
 PENDING = "PodResizePending"
 IN_PROGRESS = "PodResizeInProgress"
 KUBELET_VERSION = "v1.35.0-raysize-sandbox"
+# the kubelet's crash-loop back-off: the first restart at once, then 10 s doubling to 5 min
+BACKOFF_INITIAL_S = 10.0
+BACKOFF_MAX_S = 300.0
 
 
 class PodStore(Protocol):
@@ -75,6 +78,11 @@ class PodStore(Protocol):
     def unwatch(self, w: Watcher) -> None: ...
 
 
+# report(namespace, pod, pod uid, container, exit code): a container's process ended by
+# itself (not stopped by the kubelet); a signal's death is 128 + its number, as in a shell
+ExitReport = Callable[[str, str, str, str, int], None]
+
+
 class PodRuntime(Protocol):
     """What runs a pod's containers (nothing, real Ray processes, or the pod's own
     containers in its own network namespace)."""
@@ -87,12 +95,26 @@ class PodRuntime(Protocol):
         """Stop these pods' containers together (one pod, or the kubelet shutting down)."""
         ...
 
+    def on_exit(self, report: ExitReport) -> None:
+        """Tell `report` of every container process that ends by itself."""
+        ...
+
+    def restart(self, pod: Obj, container: str) -> None:
+        """Run one container of a started pod again (its restartPolicy says so)."""
+        ...
+
 
 class NoRuntime:
     def start(self, pod: Obj) -> str | None:
         return None
 
     def stop_all(self, pods: list[Obj]) -> None:
+        return None
+
+    def on_exit(self, report: ExitReport) -> None:
+        return None
+
+    def restart(self, pod: Obj, container: str) -> None:
         return None
 
 
@@ -216,6 +238,7 @@ class _PodState:
     actuate_at: float | None = None
     last_error: str = ""
     seen: tuple[Any, ...] | None = None  # spec, labels, annotations at the last update
+    restarts: dict[str, int] = field(default_factory=dict)  # container → restarts so far
     total: Amounts = field(default_factory=dict)  # the pod's allocated requests (as tracked)
     slots: int = 0  # pods it counts for on its node (as tracked)
 
@@ -264,6 +287,11 @@ class Kubelet:
         self._watcher: Watcher | None = None
         self._calls: queue.Queue[Callable[[], None]] = queue.Queue()
         self.errors: list[str] = []
+        self.runtime.on_exit(
+            lambda ns, name, uid, container, code: self.call(
+                lambda: self._container_exited((ns, name), uid, container, code)
+            )
+        )
 
     def _cluster_ip(self, node: NodeSpec, i: int) -> str:
         return f"10.244.{list(self.nodes).index(node.name)}.{i}"
@@ -559,6 +587,107 @@ class Kubelet:
 
         self._write_status(key, failed)
         self._schedule_pending()  # the scheduler sees the room; the kubelet's retry does not
+
+    # --- container exits (the pod's restartPolicy) ------------------------------------------
+    def _container_exited(self, key: tuple[str, str], uid: str, name: str, code: int) -> None:
+        """A container's process ended by itself: restart it (restartPolicy Always, or
+        OnFailure and it failed; at once the first time, then with the crash-loop
+        back-off), or report it terminated; a pod whose containers have all ended is
+        Succeeded (every one exited 0) or Failed, and frees its resources."""
+        state = self._pods.get(key)
+        pod = self.store.find("pods", *key)
+        if state is None or state.finished or pod is None or pod["metadata"]["uid"] != uid:
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            return  # being deleted: the kubelet stops it anyway
+        policy = pod["spec"].get("restartPolicy") or "Always"
+        restart = policy == "Always" or (policy == "OnFailure" and code != 0)
+        reason = "Completed" if code == 0 else "Error"
+        count = state.restarts.get(name, 0)
+        delay = 0.0 if count == 0 else min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2 ** (count - 1))
+        now = now_rfc3339()
+        log.info("pod %s/%s: container %s exited %d (%s)", *key, name, code, policy)
+
+        def exited(p: Obj) -> Obj:
+            status = p["status"]
+            for cs in status.get("containerStatuses") or []:
+                if cs["name"] != name:
+                    continue
+                running = (cs.get("state") or {}).get("running") or {}
+                _set_terminated(cs, code, reason, running.get("startedAt", now), now)
+                if restart:
+                    cs["lastState"] = cs.pop("state")
+                    cs["state"] = {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": f"back-off {delay:.0f}s restarting failed "
+                            f"container={name} pod={key[1]}_{key[0]}({uid})",
+                        }
+                    }
+            statuses = status.get("containerStatuses") or []
+            ended = [cs for cs in statuses if "terminated" in (cs.get("state") or {})]
+            if not restart and len(ended) == len(statuses):
+                ok = all(cs["state"]["terminated"]["exitCode"] == 0 for cs in ended)
+                status["phase"] = "Succeeded" if ok else "Failed"
+                for ctype in ("ContainersReady", "Ready"):
+                    _set_condition(p, ctype, "False", "PodCompleted" if ok else "PodFailed")
+                return p
+            unready = [cs["name"] for cs in statuses if not cs.get("ready")]
+            for ctype in ("ContainersReady", "Ready"):
+                _set_condition(
+                    p,
+                    ctype,
+                    "False",
+                    "ContainersNotReady",
+                    f"containers with unready status: [{' '.join(unready)}]",
+                )
+            return p
+
+        self._write_status(key, exited)
+        if restart:
+            if delay:
+                self._event(
+                    pod,
+                    "Warning",
+                    "BackOff",
+                    f"Back-off restarting failed container {name} in pod {key[1]}_{key[0]}({uid})",
+                )
+            self._after(delay, lambda: self._restart_container(key, uid, name))
+            return
+        fresh = self.store.find("pods", *key)
+        if fresh is not None and fresh["status"].get("phase") in ("Succeeded", "Failed"):
+            self._stop_runtime(fresh)
+            state.finished = True
+            self._track(key, state)
+            self._unqueue(key)
+            self._schedule_pending()
+
+    def _restart_container(self, key: tuple[str, str], uid: str, name: str) -> None:
+        state = self._pods.get(key)
+        pod = self.store.find("pods", *key)
+        if state is None or state.finished or pod is None or pod["metadata"]["uid"] != uid:
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        state.restarts[name] = state.restarts.get(name, 0) + 1
+        self.runtime.restart(pod, name)
+        now = now_rfc3339()
+
+        def started(p: Obj) -> Obj:
+            statuses = p["status"].get("containerStatuses") or []
+            for cs in statuses:
+                if cs["name"] == name:
+                    cs["restartCount"] = int(cs.get("restartCount", 0)) + 1
+                    cs["containerID"] = "containerd://" + secrets.token_hex(32)
+                    cs["state"] = {"running": {"startedAt": now}}
+                    cs["ready"] = cs["started"] = True
+            if all(cs.get("ready") for cs in statuses):
+                for ctype in ("ContainersReady", "Ready"):
+                    _set_condition(p, ctype, "True")
+            return p
+
+        self._write_status(key, started)
+        self._event(pod, "Normal", "Started", f"Started container {name}")
 
     def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
         self._forget(key, pod)

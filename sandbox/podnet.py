@@ -29,6 +29,8 @@ import os
 import re
 import secrets
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,9 +38,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sandbox.rayprocs import stop_process_groups
+from sandbox.rayprocs import exit_code, stop_process_groups
+
+if TYPE_CHECKING:
+    from sandbox.kubelet import ExitReport
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,7 @@ Obj = dict[str, Any]
 NETNS_ETC = Path("/etc/netns")
 HOSTS_REFRESH_S = 1.0
 CLUSTER_DOMAIN = "cluster.local"
+SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 class PodNetworkError(RuntimeError):
@@ -135,6 +141,66 @@ class PodNetwork:
             _ip("link", "del", self.bridge)
 
 
+class ServiceProxy:
+    """What kube-proxy does for the `kubernetes` Service: pods connect to an address on
+    the bridge, the connection is relayed to the API server on the host's loopback (the
+    API server itself listens on 127.0.0.1 only). One thread per direction per
+    connection: the pods' API clients are few."""
+
+    def __init__(self, listen_ip: str, target: tuple[str, int]) -> None:
+        self.target = target
+        self._server = socket.create_server((listen_ip, 0))
+        self.ip, self.port = self._server.getsockname()[:2]
+        self._closed = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, name="service-proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(self.target, timeout=10)
+            except OSError as exc:
+                log.warning("service proxy: %s:%d unreachable: %s", *self.target, exc)
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._conns.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                for sock in (src, dst):
+                    if sock in self._conns:
+                        self._conns.discard(sock)
+                        sock.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._server.close()
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for sock in conns:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+
 @dataclass
 class _Pod:
     uid: str
@@ -142,21 +208,48 @@ class _Pod:
     namespace: str
     netns: str
     ip: str
+    spec: Obj
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # by container
     thread: threading.Thread | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
+    secrets_dir: Path | None = None
 
 
 # lookup(namespace) → (services, pods) of that namespace, as the API serves them
 Lookup = Callable[[str], tuple[list[Obj], list[Obj]]]
+# token(namespace, service account, pod) → a token of that account bound to the pod
+TokenSource = Callable[[str, str, Obj], str]
+
+
+@dataclass(frozen=True)
+class ApiAccess:
+    """How a pod's processes reach the API server, as the kubelet tells them: the
+    `KUBERNETES_SERVICE_*` env, a hosts-file name the serving certificate covers, and for
+    a pod with a `serviceAccountName` its token and the cluster's CA in
+    /var/run/secrets/kubernetes.io/serviceaccount (what the projected volume holds)."""
+
+    host: str  # a name in the serving certificate, e.g. kubernetes.default.svc
+    ip: str  # where pods reach it (the bridge's address: see ServiceProxy)
+    port: int
+    ca_pem: bytes
+    token: TokenSource
 
 
 class ContainerRuntime:
     """A `PodRuntime` that runs each pod's containers in the pod's network namespace."""
 
-    def __init__(self, network: PodNetwork, lookup: Lookup, bin_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        network: PodNetwork,
+        lookup: Lookup,
+        bin_dir: str | None = None,
+        api: ApiAccess | None = None,
+    ) -> None:
         self.network = network
         self.lookup = lookup
+        self.api = api
+        self._report: ExitReport | None = None
         self.bin_dir = bin_dir or str(Path(sys.executable).parent)
         self.root = Path(tempfile.mkdtemp(prefix="rsz-"))  # short: Ray's socket paths
         self._pods: dict[str, _Pod] = {}
@@ -169,10 +262,11 @@ class ContainerRuntime:
     def start(self, pod: Obj) -> str | None:
         meta = pod["metadata"]
         netns, ip = self.network.add(meta["uid"])
-        p = _Pod(meta["uid"], meta["name"], meta.get("namespace", ""), netns, ip)
+        p = _Pod(meta["uid"], meta["name"], meta.get("namespace", ""), netns, ip, pod)
         with self._lock:
             self._pods[p.uid] = p
         self._write_hosts(p)
+        self._project_service_account(p, pod)
         p.thread = threading.Thread(
             target=self._run, args=(p, pod), name=f"pod-{p.name}", daemon=True
         )
@@ -194,6 +288,37 @@ class ContainerRuntime:
                 p.thread.join(timeout=10)
             self.network.remove(p.uid)
 
+    def on_exit(self, report: ExitReport) -> None:
+        self._report = report
+
+    def restart(self, pod: Obj, container: str) -> None:
+        with self._lock:
+            p = self._pods.get(pod["metadata"]["uid"])
+        spec = next(
+            (c for c in (pod.get("spec") or {}).get("containers") or [] if c["name"] == container),
+            None,
+        )
+        if p is None or spec is None or p.stopping.is_set():
+            return
+        self._exec(p, pod, spec)
+
+    def kill(self, namespace: str, pod: str, container: str, sig: int = signal.SIGKILL) -> None:
+        """Kill one container's process group, as the node's OOM killer or a crash would
+        (for tests): the kubelet sees it exit and acts on the pod's restartPolicy."""
+        p = self._find(namespace, pod)
+        with self._lock:
+            proc = p.running.get(container)
+        if proc is None:
+            raise LookupError(f"container {container} of pod {namespace}/{pod} is not running")
+        os.killpg(proc.pid, sig)
+
+    def _find(self, namespace: str, pod: str) -> _Pod:
+        with self._lock:
+            found = [p for p in self._pods.values() if (p.namespace, p.name) == (namespace, pod)]
+        if not found:
+            raise LookupError(f"pod {namespace}/{pod} does not run here")
+        return found[0]
+
     def close(self) -> None:
         with self._lock:
             uids = list(self._pods)
@@ -202,24 +327,34 @@ class ContainerRuntime:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def exec(
-        self, namespace: str, pod: str, argv: list[str], env: dict[str, str] | None = None
+        self,
+        namespace: str,
+        pod: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        container: str | None = None,
     ) -> subprocess.Popen[str]:
-        """Run a command in a running pod's network namespace, as `kubectl exec` would: in
-        its own process group (the caller stops it by that group); output piped."""
-        with self._lock:
-            found = [p for p in self._pods.values() if (p.namespace, p.name) == (namespace, pod)]
-        if not found:
-            raise LookupError(f"pod {namespace}/{pod} does not run here")
+        """Run a command in a running pod, as `kubectl exec` would: in its network
+        namespace, and with `container` given in that container's env and with its
+        service-account token mounted; in its own process group (the caller stops it by
+        that group); output piped."""
+        found = self._find(namespace, pod)
+        base = {"PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        if container is not None:
+            spec = next(
+                (c for c in found.spec["spec"]["containers"] if c["name"] == container), None
+            )
+            if spec is None:
+                raise LookupError(f"pod {namespace}/{pod} has no container {container}")
+            base = self._env(found, found.spec, spec)
+            argv = self._with_token(found, argv)
         return subprocess.Popen(
-            ["ip", "netns", "exec", found[0].netns, *argv],
+            ["ip", "netns", "exec", found.netns, *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={
-                "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                **(env or {}),
-            },
+            env={**base, **(env or {})},
             start_new_session=True,
             cwd=self.root,
         )
@@ -249,20 +384,8 @@ class ContainerRuntime:
         argv = [*(c.get("command") or []), *(c.get("args") or [])]
         if not argv:
             return None  # the image's entrypoint: nothing of ours to run
-        env = {
-            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-            "HOME": str(self.root),
-            "HOSTNAME": p.name,
-            # Ray's temp dir per pod, as each pod has its own /tmp
-            "RAY_TMPDIR": str(self.root / p.uid[:8]),
-            "RAY_USAGE_STATS_ENABLED": "0",
-            # cluster DNS is the hosts file: gRPC (Ray's C++) must resolve through the
-            # system's resolver, not its own DNS client, to read it
-            "GRPC_DNS_RESOLVER": "native",
-        }
-        for var in c.get("env") or []:
-            env[var["name"]] = _env_value(var, pod, p.ip)
-        Path(env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+        env = self._env(p, pod, c)
+        argv = self._with_token(p, [expand(a, env) for a in argv])
         log_path = self.root / f"{p.name}.{c['name']}.log"
         with log_path.open("ab") as out:
             proc = subprocess.Popen(
@@ -276,12 +399,80 @@ class ContainerRuntime:
             )
         with self._lock:
             p.procs.append(proc)
+            p.running[c["name"]] = proc
         log.info("pod %s: container %s started (pid %d) in %s", p.name, c["name"], proc.pid, p.ip)
+        threading.Thread(target=self._watch, args=(p, c["name"], proc), daemon=True).start()
         return proc
+
+    def _env(self, p: _Pod, pod: Obj, c: Obj) -> dict[str, str]:
+        """A container's environment, as the kubelet makes it."""
+        env: dict[str, str] = {
+            "PATH": f"{self.bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "HOME": str(self.root),
+            "HOSTNAME": p.name,
+            # Ray's temp dir per pod, as each pod has its own /tmp
+            "RAY_TMPDIR": str(self.root / p.uid[:8]),
+            "RAY_USAGE_STATS_ENABLED": "0",
+            # cluster DNS is the hosts file: gRPC (Ray's C++) must resolve through the
+            # system's resolver, not its own DNS client, to read it
+            "GRPC_DNS_RESOLVER": "native",
+        }
+        if self.api is not None:  # the `kubernetes` Service's variables, as the kubelet sets
+            port = str(self.api.port)
+            env.update(
+                KUBERNETES_SERVICE_HOST=self.api.host,
+                KUBERNETES_SERVICE_PORT=port,
+                KUBERNETES_SERVICE_PORT_HTTPS=port,
+            )
+        for var in c.get("env") or []:
+            # a later variable may use an earlier one: $(NAME), as the kubelet expands it
+            env[var["name"]] = expand(_env_value(var, pod, p.ip), env)
+        Path(env["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+        return env
+
+    @staticmethod
+    def _with_token(p: _Pod, argv: list[str]) -> list[str]:
+        """argv, run with the pod's token volume bound over the well-known path in the
+        process's own mount namespace (`ip netns exec` made one; nothing leaks out)."""
+        if p.secrets_dir is None:
+            return argv
+        script = f'mkdir -p {SA_PATH} && mount --bind "$0" {SA_PATH} && exec "$@"'
+        return ["sh", "-c", script, str(p.secrets_dir), *argv]
+
+    def _watch(self, p: _Pod, container: str, proc: subprocess.Popen[bytes]) -> None:
+        """Tell the kubelet when a container's process ends by itself (not stopped)."""
+        code = proc.wait()
+        with self._lock:
+            mine = p.running.get(container) is proc and not p.stopping.is_set()
+            if mine:
+                del p.running[container]
+        if mine and self._report is not None:
+            log.info("pod %s: container %s exited %d", p.name, container, exit_code(code))
+            self._report(p.namespace, p.name, p.uid, container, exit_code(code))
+
+    # --- the service account token (what the projected volume holds) ----------------------
+    def _project_service_account(self, p: _Pod, pod: Obj) -> None:
+        spec = pod.get("spec") or {}
+        account = spec.get("serviceAccountName") or ""
+        if self.api is None or not account or spec.get("automountServiceAccountToken") is False:
+            return
+        try:
+            token = self.api.token(p.namespace, account, pod)
+        except Exception as exc:  # no such account: the pod runs, its API calls fail 401
+            log.warning("pod %s: no token for service account %s: %s", p.name, account, exc)
+            return
+        path = self.root / p.uid[:8] / "serviceaccount"
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "token").write_text(token)
+        (path / "ca.crt").write_bytes(self.api.ca_pem)
+        (path / "namespace").write_text(p.namespace)
+        p.secrets_dir = path
 
     # --- cluster DNS -----------------------------------------------------------------------
     def _write_hosts(self, p: _Pod) -> None:
         lines = ["127.0.0.1 localhost", f"{p.ip} {p.name}"]
+        if self.api is not None:
+            lines.append(f"{self.api.ip} {self.api.host}")
         try:
             services, pods = self.lookup(p.namespace)
         except Exception as exc:  # the API is away: keep the last file
@@ -317,6 +508,21 @@ class ContainerRuntime:
                 pods = list(self._pods.values())
             for p in pods:
                 self._write_hosts(p)
+
+
+_VAR_REF = re.compile(r"\$(\$|\(([A-Za-z_][A-Za-z0-9_.-]*)\))")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """The kubelet's `$(NAME)` expansion in command, args and env values: a defined
+    variable is replaced, an undefined reference stays as written, `$$` is one `$`."""
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) == "$":
+            return "$"
+        return env.get(m.group(2), m.group(0))
+
+    return _VAR_REF.sub(one, text)
 
 
 _LABEL_REF = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")

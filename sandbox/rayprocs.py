@@ -23,11 +23,20 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workflows.resources import CPU, MEMORY, quantity_to_units
 
+if TYPE_CHECKING:
+    from sandbox.kubelet import ExitReport
+
 log = logging.getLogger(__name__)
+
+
+def exit_code(returncode: int) -> int:
+    """A process's end as a container runtime reports it: killed by signal N is 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
 
 Obj = dict[str, Any]
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
@@ -69,6 +78,9 @@ class RayProcess:
     group: str
     proc: subprocess.Popen[bytes]
     log_path: Path
+    namespace: str = ""
+    uid: str = ""
+    container: str = ""
 
 
 class RayRuntime:
@@ -81,6 +93,36 @@ class RayRuntime:
         self._procs: dict[str, RayProcess] = {}  # pod uid → process
         self._gcs: dict[tuple[str, str], int] = {}  # (namespace, cluster) → GCS port
         self._nodes = 0
+        self._report: ExitReport | None = None
+
+    def on_exit(self, report: ExitReport) -> None:
+        self._report = report
+
+    def restart(self, pod: Obj, container: str) -> None:
+        """Run the pod's Ray process again (a new Raylet: Ray gives it a new node id)."""
+        with self._lock:
+            self._procs.pop(pod["metadata"]["uid"], None)
+        self.start(pod)
+
+    def kill(self, namespace: str, pod: str, sig: int = signal.SIGKILL) -> None:
+        """Kill a pod's Ray process group, as the node's OOM killer or a crash would (for
+        tests): the kubelet sees the container exit and acts on the pod's restartPolicy."""
+        with self._lock:
+            found = [
+                rp for rp in self._procs.values() if (rp.namespace, rp.pod) == (namespace, pod)
+            ]
+        if not found:
+            raise LookupError(f"pod {namespace}/{pod} runs no Ray process here")
+        os.killpg(found[0].proc.pid, sig)
+
+    def _watch(self, rp: RayProcess) -> None:
+        code = rp.proc.wait()
+        with self._lock:
+            mine = self._procs.get(rp.uid) is rp  # still ours: it ended by itself
+            if mine:
+                del self._procs[rp.uid]
+        if mine and self._report is not None:
+            self._report(rp.namespace, rp.pod, rp.uid, rp.container, exit_code(code))
 
     def _node_dir(self) -> Path:
         """A short private temp dir per Ray node: Raylets on one host must not share one."""
@@ -161,7 +203,7 @@ class RayRuntime:
             }
         )
         log_path = self.root / f"{meta['name']}.log"
-        with log_path.open("wb") as out:
+        with log_path.open("ab") as out:
             proc = subprocess.Popen(
                 args,
                 stdin=subprocess.DEVNULL,
@@ -171,8 +213,19 @@ class RayRuntime:
                 start_new_session=True,
                 cwd=self.root,
             )
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        rp = RayProcess(
+            meta["name"],
+            group,
+            proc,
+            log_path,
+            namespace,
+            meta["uid"],
+            containers[0].get("name", "ray"),
+        )
         with self._lock:
-            self._procs[meta["uid"]] = RayProcess(meta["name"], group, proc, log_path)
+            self._procs[meta["uid"]] = rp
+        threading.Thread(target=self._watch, args=(rp,), daemon=True).start()
         log.info(
             "pod %s: started %s (pid %d)",
             meta["name"],

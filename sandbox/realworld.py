@@ -34,10 +34,12 @@ from sandbox.cluster import SandboxConfig
 from sandbox.errors import ApiError
 from sandbox.kubeconfig import write_kubeconfig
 from sandbox.kubelet import Kubelet
-from sandbox.podnet import ContainerRuntime, PodNetwork
+from sandbox.podnet import ApiAccess, ContainerRuntime, PodNetwork, ServiceProxy
 from sandbox.rayprocs import free_port, stop_process_groups, wait_for_port
 
 log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
 
 DEFAULT_KUBERNETES_VERSION = "v1.36.3"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -326,6 +328,29 @@ class RealControlPlane:
         )
         return str(reply["status"]["token"])
 
+    def pod_token(self, namespace: str, account: str, pod: Obj) -> str:
+        """A token of ServiceAccount namespace/account bound to the pod (it dies with the
+        pod), as the kubelet requests for a pod's projected token volume."""
+        meta = pod["metadata"]
+        reply = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": 86400,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                    },
+                },
+            },
+        )
+        return str(reply["status"]["token"])
+
     def service_account_kubeconfig(
         self, path: str | os.PathLike[str], namespace: str, name: str
     ) -> Path:
@@ -395,6 +420,7 @@ class RealSandbox:
         # (KubeRay's `ray start …`), as a container runtime and a CNI plugin would
         self.network: PodNetwork | None = None
         self.runtime: ContainerRuntime | None = None
+        self.proxy: ServiceProxy | None = None
         self.kubelet: Kubelet | None = None
 
     @property
@@ -410,7 +436,16 @@ class RealSandbox:
             store = ApiStore(path)
             if self.config.with_ray:
                 self.network = PodNetwork().start()
-                self.runtime = ContainerRuntime(self.network, store.services_and_pods)
+                cp = self.control_plane
+                self.proxy = ServiceProxy(self.network.gateway, ("127.0.0.1", cp.port))
+                api = ApiAccess(
+                    host="kubernetes.default.svc",  # in the API server's own certificate
+                    ip=self.proxy.ip,
+                    port=self.proxy.port,
+                    ca_pem=cp.ca_pem,
+                    token=cp.pod_token,
+                )
+                self.runtime = ContainerRuntime(self.network, store.services_and_pods, api=api)
             self.kubelet = Kubelet(
                 store, self.config.node_list(), self.config.timing, runtime=self.runtime
             ).start()
@@ -430,6 +465,8 @@ class RealSandbox:
                     self.runtime.close()
             finally:
                 try:
+                    if self.proxy is not None:
+                        self.proxy.close()
                     if self.network is not None:
                         self.network.close()
                 finally:

@@ -22,21 +22,12 @@ def _root() -> None:
 
 
 def _mount() -> None:
-    from worker import cli_plan
+    """Operations first (they are what `raysize --help` shows first), then the tools. The
+    tools load their stand-ins (sandbox, demo, Ray) only when they run."""
+    from worker import cli_demo, cli_ops, cli_plan, cli_ray, cli_sandbox
 
-    cli_plan.register(app)
-    from worker import cli_ray
-
-    cli_ray.register(app)
-    from worker import cli_sandbox
-
-    cli_sandbox.register(app)
-    from worker import cli_ops
-
-    cli_ops.register(app)
-    from worker import cli_demo
-
-    cli_demo.register(app)
+    for family in (cli_ops, cli_plan, cli_sandbox, cli_demo, cli_ray):
+        family.register(app)
 
 
 _mount()

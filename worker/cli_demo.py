@@ -6,9 +6,18 @@ from typing import Annotated
 
 import typer
 
-from worker.demo_scenarios import SCENARIOS
+from worker.cli_common import DEV_PANEL
 
-_SCENARIO_HELP = "; ".join(f"{s.name}: {s.title}" for s in SCENARIOS.values())
+# the stories by name, for --help without loading the demo (and the sandbox it builds on):
+# tests/demo checks these against worker/demo_scenarios.py's SCENARIOS
+STORIES = {
+    "grow": "a 1-CPU worker grows in place for 2-CPU tasks, then for a placement group",
+    "timeout": "the first worker's node never actuates a resize: timeout, rollback, scale-out",
+    "deferred": "the node is too full for the right size: the kubelet defers, raysize asks "
+    "again at the size it suggests",
+    "idle": "a worker grows for a task, then shrinks back to its template size when idle",
+}
+_SCENARIO_HELP = "; ".join(f"{name}: {title}" for name, title in STORIES.items())
 
 
 DEMO_HELP = "\n\n".join(
@@ -44,7 +53,7 @@ def _port(value: int, flag: str) -> int:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("demo", help=DEMO_HELP)
+    @app.command("demo", help=DEMO_HELP, rich_help_panel=DEV_PANEL)
     def demo_cmd(
         scenario: Annotated[
             str,
@@ -91,14 +100,15 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run raysize end to end on this machine, no cluster needed (see --help)."""
-        if scenario not in SCENARIOS:
-            raise _fail(f"--scenario {scenario!r}: expected one of {', '.join(SCENARIOS)}")
+        if scenario not in STORIES:
+            raise _fail(f"--scenario {scenario!r}: expected one of {', '.join(STORIES)}")
         _port(temporal_port, "--temporal-port")
         _port(ui_port, "--ui-port")
         if not timeout > 0:
             raise _fail(f"--timeout {timeout:g}: expected a positive number of seconds")
 
         from worker.demo import DemoConfig, run_demo
+        from worker.demo_scenarios import SCENARIOS
         from worker.demo_view import JsonSink, LiveSink, Sink
 
         sink: Sink = JsonSink() if headless else LiveSink()

@@ -15,14 +15,13 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from worker.cli_common import OPS_PANEL
 from worker.settings import Settings, check_log_level
 from worker.temporal import SetupError, connect
 from workflows.contracts import ReconcileStatus, ResizeState
-from workflows.reconcile_workflow import (
-    ReconcileWorkflow,
-    reconcile_workflow_id,
-)
-from workflows.resize_workflow import PodResizeWorkflow, resize_workflow_id
+from workflows.naming import reconcile_workflow_id, resize_workflow_id
+from workflows.reconcile_workflow import ReconcileWorkflow
+from workflows.resize_workflow import PodResizeWorkflow
 from workflows.resources import CPU, units_to_float
 
 T = TypeVar("T")
@@ -72,7 +71,7 @@ IO_THREADS = 64
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("worker")
+    @app.command("worker", rich_help_panel=OPS_PANEL)
     def worker_cmd(
         log_level: Annotated[
             str | None,
@@ -105,7 +104,7 @@ def register(app: typer.Typer) -> None:
         except SetupError as exc:
             raise _fail(str(exc)) from None
 
-    @app.command("start")
+    @app.command("start", rich_help_panel=OPS_PANEL)
     def start_cmd(
         cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
     ) -> None:
@@ -121,7 +120,7 @@ def register(app: typer.Typer) -> None:
 
         typer.echo(f"managing {cluster}: workflow {_run(go)}")
 
-    @app.command("stop")
+    @app.command("stop", rich_help_panel=OPS_PANEL)
     def stop_cmd(cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")]) -> None:
         """Stop managing a RayCluster until `raysize start` (running resizes finish on
         their own; discovery leaves a stopped cluster alone)."""
@@ -133,7 +132,7 @@ def register(app: typer.Typer) -> None:
         _run(go)
         typer.echo(f"stopped managing {cluster}")
 
-    @app.command("status")
+    @app.command("status", rich_help_panel=OPS_PANEL)
     def status_cmd(
         cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -172,10 +171,13 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(doc, indent=2))
             return
         s = status
-        typer.echo(
-            f"{cluster}: {'PAUSED' if s.paused else 'active'}, {s.ticks} ticks, "
-            f"{s.resizes_started} resizes started"
-        )
+        state = "PAUSED" if s.paused else "standing by" if s.stood_down else "active"
+        typer.echo(f"{cluster}: {state}, {s.ticks} ticks, {s.resizes_started} resizes started")
+        if s.stood_down:
+            typer.echo(
+                "  Ray's in-tree autoscaler owns this cluster (spec.enableInTreeAutoscaling: "
+                "true): raysize takes no action until it is set to false"
+            )
         for err in s.config_errors:
             typer.echo(f"  config error: {err}")
         if s.last_error:
@@ -201,7 +203,7 @@ def register(app: typer.Typer) -> None:
 
         typer.echo(f"{name}d {_run(go)}")
 
-    @app.command("pause")
+    @app.command("pause", rich_help_panel=OPS_PANEL)
     def pause_cmd(
         cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
         pod: Annotated[str | None, typer.Option(help="Pause this pod's resize instead.")] = None,
@@ -209,7 +211,7 @@ def register(app: typer.Typer) -> None:
         """Hold a cluster's reconcile (or one pod's resize) before its next action."""
         _signal(cluster, pod, "pause")
 
-    @app.command("resume")
+    @app.command("resume", rich_help_panel=OPS_PANEL)
     def resume_cmd(
         cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
         pod: Annotated[str | None, typer.Option(help="Resume this pod's resize instead.")] = None,
@@ -217,10 +219,21 @@ def register(app: typer.Typer) -> None:
         """Let a paused reconcile (or resize) go on."""
         _signal(cluster, pod, "resume")
 
-    @app.command("cancel")
-    def cancel_cmd(pod: Annotated[str, typer.Argument(help="<namespace>/<pod>")]) -> None:
+    @app.command("cancel", rich_help_panel=OPS_PANEL)
+    def cancel_cmd(
+        cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
+        pod: Annotated[
+            str | None, typer.Option(help="The pod whose resize to cancel (required).")
+        ] = None,
+    ) -> None:
         """Cancel a pod's resize: it is rolled back to where it started."""
-        ns, name = _split(pod, "pod")
+        ns, _ = _split(cluster, "raycluster")
+        if not pod:
+            raise _fail(
+                "cancel needs the pod: raysize cancel <namespace>/<raycluster> --pod <pod> "
+                "(the same target as pause and resume)"
+            )
+        name = pod
 
         async def go(client: Client) -> str:
             wf_id = resize_workflow_id(ns, name)

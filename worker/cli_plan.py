@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from worker.cli_common import DEV_PANEL
 from workflows.model import Plan, ResizePolicy, UpscalingMode
 from workflows.planner import plan
 from workflows.resources import CPU, MEMORY, Resources, units_to_float
@@ -64,7 +65,7 @@ def _explain(p: Plan, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("plan")
+    @app.command("plan", rich_help_panel=DEV_PANEL)
     def plan_cmd(
         scenario: Annotated[
             Path, typer.Option("--scenario", "-s", help="Scenario JSON (bench/SCENARIO.md v1).")

@@ -27,6 +27,7 @@ from activities.ray_gcs import (
     resize_request,
 )
 from activities.ray_state import ClusterState, LabelSelector, RayNode
+from worker.cli_common import DEV_PANEL
 from workflows.resources import (
     CPU,
     MEMORY,
@@ -222,7 +223,7 @@ def resolve_node(state: ClusterState, *, node: str | None, pod: str | None) -> R
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(ray_app)
+    app.add_typer(ray_app, rich_help_panel=DEV_PANEL)
 
 
 @ray_app.command("status")
@@ -266,6 +267,13 @@ def resize_cmd(
         typer.Option("--pod", help="Pod name (the Raylet's instance id).", show_default=False),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    outside_raysize: Annotated[
+        bool,
+        typer.Option(
+            "--outside-raysize",
+            help="Required: you know this changes only the Raylet, behind raysize's back.",
+        ),
+    ] = False,
     token: TokenOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     tls_ca: CaOption = None,
@@ -273,7 +281,18 @@ def resize_cmd(
     tls_key: KeyOption = None,
     tls_server_name: ServerNameOption = None,
 ) -> None:
-    """Set a Raylet's logical CPU and memory; prints the totals the Raylet applied."""
+    """Set a Raylet's logical CPU and memory; prints the totals the Raylet applied.
+
+    A debugging tool. It changes only Ray's view: the pod keeps its size, no resize saga
+    records it, and a running saga or raysize's next reconcile may set the Raylet back. To
+    resize a pod, let raysize do it (or pause its cluster first: raysize pause NS/CLUSTER).
+    Refused without --outside-raysize."""
+    if not outside_raysize:
+        _fail(
+            "ray resize changes the Raylet behind raysize's back (the pod keeps its size, "
+            "no saga records it): add --outside-raysize if that is what you want",
+            2,
+        )
     if (node is None) == (pod is None):
         _fail("give exactly one of --node and --pod", 2)
     try:

@@ -9,10 +9,7 @@ from types import FrameType
 
 import typer
 
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.faults import describe, parse_fault
-from sandbox.kubelet import KubeletTiming
-from sandbox.realworld import ControlPlaneError, RealSandbox
+from worker.cli_common import DEV_PANEL
 from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
 DEFAULT_KUBECONFIG = Path.home() / ".kube" / "raysize-sandbox.yaml"
@@ -28,7 +25,7 @@ def register(app: typer.Typer) -> None:
         help="A local stand-in for a Kubernetes cluster with KubeRay, for demos and tests.",
         no_args_is_help=True,
     )
-    app.add_typer(sandbox_app, name="sandbox")
+    app.add_typer(sandbox_app, name="sandbox", rich_help_panel=DEV_PANEL)
 
     @sandbox_app.command("up")
     def up(
@@ -78,6 +75,12 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Run the sandbox in the foreground until Ctrl-C."""
+        # a development tool: `raysize worker` never loads the sandbox
+        from sandbox.cluster import Sandbox, SandboxConfig
+        from sandbox.faults import describe, parse_fault
+        from sandbox.kubelet import KubeletTiming
+        from sandbox.realworld import ControlPlaneError, RealSandbox
+
         if control_plane not in ("embedded", "real"):
             raise _fail(f"--control-plane {control_plane!r}: expected 'embedded' or 'real'")
         if control_plane == "real" and (fault or port):

@@ -76,12 +76,8 @@ from worker.demo_view import (
     summary,
 )
 from workflows.contracts import ResizeState
-from workflows.resize_workflow import (
-    POD_NAME,
-    RESIZE_OUTCOME,
-    RESIZE_PHASE,
-    PodResizeWorkflow,
-)
+from workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE
+from workflows.resize_workflow import PodResizeWorkflow
 from workflows.resources import CPU, GIB, MEMORY, Resources
 
 log = logging.getLogger("raysize.demo")

@@ -27,7 +27,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from sandbox.cluster import Sandbox
 from worker.demo_scenarios import DRIVER, NAMESPACE, Scenario
-from workflows.resize_workflow import SEARCH_ATTRIBUTES
+from workflows.naming import SEARCH_ATTRIBUTES
 
 INSTALL_HINT = "install with: pip install -e '.[demo]'"
 STOP_GRACE_S = 10.0

@@ -22,8 +22,9 @@ from worker.health import heartbeat
 from worker.settings import Settings
 from worker.telemetry import Telemetry, setup_telemetry
 from worker.temporal import SetupError, connect, ensure_search_attributes
+from workflows.contracts import ReconcileInput
 from workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
-from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
+from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
 log = logging.getLogger("raysize.worker")

@@ -13,7 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from worker.settings import Settings
 from worker.telemetry import Telemetry, default_interceptors
-from workflows.resize_workflow import SEARCH_ATTRIBUTES
+from workflows.naming import SEARCH_ATTRIBUTES
 
 
 class SetupError(RuntimeError):

@@ -6,12 +6,13 @@ activity code. Amounts are exact integers: millicores and bytes.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from workflows.ippr import ConfigError, IpprStatus
-from workflows.model import ClusterSnapshot, Plan
+from workflows.model import ClusterSnapshot, Plan, PlannerSettings
 
 
 class _M(BaseModel):
@@ -45,6 +46,8 @@ class Err:
 
 
 POLL_INTERVAL_S = 5.0  # re-read a resizing pod after this much silence from its watch
+# the saga's heartbeat timeout for its long activities; they beat well inside it
+HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 
 
 # --- resize saga ---------------------------------------------------------------------------
@@ -208,6 +211,9 @@ class Observation(_M):
     snapshot: ClusterSnapshot | None = None
     config_errors: tuple[ConfigError, ...] = ()
     ippr_enabled: bool = False
+    in_tree_autoscaling: bool = Field(
+        default=False, description="spec.enableInTreeAutoscaling: Ray's autoscaler acts"
+    )
     replicas: dict[str, int] = Field(default_factory=dict)
     workers_to_delete: tuple[str, ...] = ()
     resource_version: str = ""
@@ -263,3 +269,36 @@ class ReconcileStatus(_M):
     decisions: tuple[Decision, ...] = ()
     resizes_started: int = 0
     last_error: str = ""
+    stood_down: bool = Field(
+        default=False, description="Ray's in-tree autoscaler owns the cluster: no action"
+    )
+
+
+class ReconcileCarry(BaseModel):
+    """Everything that outlives one run: exactly what continue-as-new carries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ticks: int = 0
+    paused: bool = False
+    decisions: tuple[Decision, ...] = ()
+    config_errors: tuple[str, ...] = ()
+    resizes_started: int = 0
+    demand_seen_at: float | None = None  # epoch s: since when Ray has reported pending demand
+    # Ray's in-tree autoscaler owns the cluster (spec.enableInTreeAutoscaling: true)
+    stood_down: bool = False
+
+
+class ReconcileInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    cluster: str
+    gcs_address: str | None = None
+    tick_s: float = 5.0
+    max_concurrent_resizes: int = 100
+    resize_poll_interval_s: float = POLL_INTERVAL_S
+    resize_poll_window_s: float = 30.0
+    settings: PlannerSettings = Field(default_factory=PlannerSettings)
+    max_ticks_per_run: int = 200  # continue-as-new at the latest after this many ticks
+    carry: ReconcileCarry = Field(default_factory=ReconcileCarry)

@@ -14,72 +14,37 @@ import asyncio
 import contextlib
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from workflows import telemetry
     from workflows.contracts import (
-        POLL_INTERVAL_S,
         Act,
         Decision,
         Err,
         EventInput,
         Observation,
         ObserveInput,
+        ReconcileInput,
         ReconcileStatus,
         ResizeRequest,
         ScaleInput,
         WaitInput,
     )
     from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
-    from workflows.planner import plan
-    from workflows.resize_workflow import (
-        RAY_CLUSTER,
-        RAY_NAMESPACE,
-        PodResizeWorkflow,
+    from workflows.naming import (  # re-exported: the names callers know them by
         resize_search_attributes,
         resize_workflow_id,
     )
+    from workflows.planner import plan
+    from workflows.resize_workflow import PodResizeWorkflow
     from workflows.resources import CPU, MEMORY, Resources, units_to_float
     from workflows.waiting import raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
-
-
-def reconcile_workflow_id(namespace: str, cluster: str) -> str:
-    return f"reconcile/{namespace}/{cluster}"
-
-
-class ReconcileCarry(BaseModel):
-    """Everything that outlives one run: exactly what continue-as-new carries."""
-
-    model_config = ConfigDict(frozen=True)
-
-    ticks: int = 0
-    paused: bool = False
-    decisions: tuple[Decision, ...] = ()
-    config_errors: tuple[str, ...] = ()
-    resizes_started: int = 0
-    demand_seen_at: float | None = None  # epoch s: since when Ray has reported pending demand
-
-
-class ReconcileInput(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    namespace: str
-    cluster: str
-    gcs_address: str | None = None
-    tick_s: float = 5.0
-    max_concurrent_resizes: int = 100
-    resize_poll_interval_s: float = POLL_INTERVAL_S
-    resize_poll_window_s: float = 30.0
-    settings: PlannerSettings = Field(default_factory=PlannerSettings)
-    max_ticks_per_run: int = 200  # continue-as-new at the latest after this many ticks
-    carry: ReconcileCarry = Field(default_factory=ReconcileCarry)
 
 
 def scale_request(obs: Observation, p: Plan) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
@@ -151,6 +116,7 @@ class ReconcileWorkflow:
             decisions=tuple(self.decisions),
             resizes_started=self.carry.resizes_started,
             last_error=self.last_error,
+            stood_down=self.carry.stood_down,
         )
 
     @workflow.run
@@ -206,6 +172,28 @@ class ReconcileWorkflow:
 
     # --- decide and act --------------------------------------------------------------------
     async def _reconcile(self, inp: ReconcileInput, obs: Observation) -> None:
+        if obs.in_tree_autoscaling != self.carry.stood_down:
+            # two autoscalers on one cluster would undo each other's work: while Ray's own
+            # runs beside the head, raysize only watches; the pods' ray.io/ippr-status is
+            # the state either one picks up from the other
+            self.carry = self.carry.model_copy(update={"stood_down": obs.in_tree_autoscaling})
+            if obs.in_tree_autoscaling:
+                await self._event(
+                    inp,
+                    "InTreeAutoscaling",
+                    "raysize takes no action: Ray's in-tree autoscaler owns this cluster "
+                    "(spec.enableInTreeAutoscaling: true); set it to false to hand the "
+                    "cluster to raysize",
+                )
+            else:
+                await self._event(
+                    inp,
+                    "ManagedByRaysize",
+                    "spec.enableInTreeAutoscaling is off: raysize manages this cluster, "
+                    "carrying on from the pods' ray.io/ippr-status",
+                )
+        if obs.in_tree_autoscaling:
+            return
         errors = tuple(str(e) for e in obs.config_errors)
         if errors != self.carry.config_errors:
             self.carry = self.carry.model_copy(update={"config_errors": errors})
@@ -426,10 +414,3 @@ def _message(exc: ActivityError) -> str:
     if isinstance(cause, ApplicationError):
         return cause.message
     return str(cause or exc)
-
-
-def reconcile_search_attributes(namespace: str, cluster: str) -> TypedSearchAttributes:
-    """What a reconcile workflow is about, set when it starts (`RayCluster='x'` finds it)."""
-    return TypedSearchAttributes(
-        [SearchAttributePair(RAY_CLUSTER, cluster), SearchAttributePair(RAY_NAMESPACE, namespace)]
-    )

@@ -18,16 +18,14 @@ from typing import Any, NoReturn, TypeVar
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
-    SearchAttributeKey,
-    SearchAttributePair,
     SearchAttributeUpdate,
-    TypedSearchAttributes,
 )
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
     from workflows import telemetry
     from workflows.contracts import (
+        HEARTBEAT_TIMEOUT,
         Act,
         ApplyResizeInput,
         ApplyResizeResult,
@@ -47,16 +45,16 @@ with workflow.unsafe.imports_passed_through():
         WaitResizeInput,
     )
     from workflows.ippr import IpprStatus, KubeletReport, parse_kubelet_message
+    from workflows.naming import (  # re-exported: the names callers know them by
+        RESIZE_OUTCOME,
+        RESIZE_PHASE,
+        resize_search_attributes,
+        shrinks,
+    )
     from workflows.waiting import until_done_or
 
 T = TypeVar("T")
 
-RAY_CLUSTER = SearchAttributeKey.for_keyword("RayCluster")
-RAY_NAMESPACE = SearchAttributeKey.for_keyword("RayNamespace")
-POD_NAME = SearchAttributeKey.for_keyword("PodName")
-RESIZE_PHASE = SearchAttributeKey.for_keyword("ResizePhase")
-RESIZE_OUTCOME = SearchAttributeKey.for_keyword("ResizeOutcome")
-SEARCH_ATTRIBUTES = (RAY_CLUSTER, RAY_NAMESPACE, POD_NAME, RESIZE_PHASE, RESIZE_OUTCOME)
 
 K8S_TIMEOUT = timedelta(seconds=30)
 K8S_RETRY = RetryPolicy(
@@ -69,7 +67,6 @@ WATCH_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=5),
     non_retryable_error_types=[Err.POD_GONE, Err.FORBIDDEN],
 )
-HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 RAYLET_SYNC_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
@@ -77,32 +74,6 @@ RAYLET_SYNC_RETRY = RetryPolicy(
     maximum_attempts=0,  # until it takes: a Raylet that disagrees with its pod is a bug
     non_retryable_error_types=[Err.RAYLET_GONE, Err.POD_GONE, Err.RAY_INVALID, Err.RAY_AUTH],
 )
-
-
-def resize_workflow_id(namespace: str, pod: str) -> str:
-    return f"resize/{namespace}/{pod}"
-
-
-def _shrinks(req: ResizeRequest, cpu: int, memory: int) -> bool:
-    """Whether a resize to `cpu`/`memory` shrinks the pod in either: then the Raylet goes first."""
-    return cpu < req.from_cpu or memory < req.from_memory
-
-
-def resize_search_attributes(req: ResizeRequest) -> TypedSearchAttributes:
-    """Set when a resize starts: who it is about and its first phase, so the saga itself
-    needs no upsert until its phase changes."""
-    first = (
-        ResizePhase.SHRINKING_RAYLET if _shrinks(req, req.cpu, req.memory) else ResizePhase.POLLING
-    )
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(RAY_CLUSTER, req.cluster),
-            SearchAttributePair(RAY_NAMESPACE, req.namespace),
-            SearchAttributePair(POD_NAME, req.pod),
-            SearchAttributePair(RESIZE_PHASE, first.value),
-            SearchAttributePair(RESIZE_OUTCOME, ResizeOutcome.PENDING.value),
-        ]
-    )
 
 
 def next_target_from_report(
@@ -216,7 +187,7 @@ class PodResizeWorkflow:
                 raise _Failed(f"gave up after {len(self.attempts)} attempts")
             target = (self.cpu, self.memory)
             # (a) Raylet first where the pod shrinks, so Ray never over-schedules
-            if _shrinks(req, self.cpu, self.memory):
+            if shrinks(req, self.cpu, self.memory):
                 self._set_phase(ResizePhase.SHRINKING_RAYLET)
                 applied = await self._raylet(
                     req, min(self.cpu, req.from_cpu), min(self.memory, req.from_memory)

@@ -32,7 +32,7 @@ from tests.e2e.gcs_proxy import GcsProxy
 from tests.orchestration.temporal_env import venv_binary
 from worker.run import run_worker
 from worker.settings import Settings
-from workflows.resize_workflow import SEARCH_ATTRIBUTES
+from workflows.naming import SEARCH_ATTRIBUTES
 
 GIB = 1024**3
 
@@ -197,6 +197,27 @@ class Stack:
             ["python", "-c", DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s)],
             env={"RAY_USAGE_STATS_ENABLED": "0", "GRPC_DNS_RESOLVER": "native"},
         )
+
+    async def crash(self, pod: client.V1Pod) -> None:
+        """Kill the pod's Ray process group, as a crash or the node's OOM killer would: the
+        kubelet sees its container exit (137) and restarts it (restartPolicy Always). In
+        the real world the Ray container starts once KubeRay's init container has seen
+        the GCS: wait for it."""
+
+        def kill() -> bool:
+            try:
+                if isinstance(self.sandbox, Sandbox):
+                    assert self.sandbox.ray is not None
+                    self.sandbox.ray.kill(self.namespace, pod.metadata.name)
+                else:
+                    assert self.sandbox.runtime is not None
+                    container = pod.spec.containers[0].name
+                    self.sandbox.runtime.kill(self.namespace, pod.metadata.name, container)
+            except LookupError:
+                return False
+            return True
+
+        await eventually(kill, 60)
 
     async def running_workers(self, name: str) -> list[client.V1Pod]:
         """The worker pods of a RayCluster, once at least one is Running."""

@@ -25,8 +25,10 @@ from activities.ray_gcs import RayGcsClient
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.faults import FaultRule
 from sandbox.kubelet import KubeletTiming, NodeSpec
+from sandbox.realworld import RealSandbox
 from workflows.contracts import Act, ResizeOutcome, ResizePhase
-from workflows.resize_workflow import RESIZE_PHASE, PodResizeWorkflow
+from workflows.naming import RESIZE_PHASE
+from workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import (
     GIB,
@@ -34,7 +36,6 @@ from .conftest import (
     eventually,
     ippr_cluster,
     pending_activity,
-    start_driver,
     stop_driver,
 )
 from .gcs_proxy import GcsProxy
@@ -57,18 +58,21 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(10)
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(params=["embedded", "real"])
 async def slow_stack(
-    dev_server: WorkflowEnvironment, tmp_path: Path
+    request: pytest.FixtureRequest, dev_server: WorkflowEnvironment, tmp_path: Path
 ) -> AsyncIterator[tuple[Stack, dict[str, str]]]:
-    # the kubelet takes 4 s to actuate: a window to kill the worker in
-    sandbox = Sandbox(
-        SandboxConfig(
-            node_specs=[NodeSpec("node-a", 8000, 32 * GIB)],
-            with_ray=True,
-            timing=KubeletTiming(actuation_delay_s=4.0),
-        )
-    ).start()
+    """A world (each in turn, unless a test names one) whose kubelet takes 4 s to actuate:
+    a window to kill the worker in. The worker runs as its own process (`raysize worker`)."""
+    cfg = SandboxConfig(
+        node_specs=[NodeSpec("node-a", 8000, 32 * GIB)],
+        with_ray=True,
+        timing=KubeletTiming(actuation_delay_s=4.0),
+    )
+    sandbox: Sandbox | RealSandbox = (
+        Sandbox(cfg) if request.param == "embedded" else RealSandbox(cfg)
+    )
+    await asyncio.to_thread(sandbox.start)
     try:
         kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
         api = config.new_client_from_config(config_file=str(kubeconfig))
@@ -98,11 +102,12 @@ async def test_worker_killed_between_pod_patch_and_raylet_sync(
     log = tmp_path / "worker.log"
     worker = start_worker(env, log)
     driver = None
+    name = stack.unique("crash")
     try:
-        stack.create(ippr_cluster("crash"))
-        gcs = await stack.gcs_address("crash")
-        pod = (await stack.running_workers("crash"))[0].metadata.name
-        driver = start_driver(gcs, "2", timeout_s=150)
+        stack.create(ippr_cluster(name))
+        gcs = await stack.gcs_address(name)
+        pod = (await stack.running_workers(name))[0].metadata.name
+        driver = stack.driver(name, gcs, "2", timeout_s=150)
         # the resize patch has landed (spec says 2 CPUs) and the kubelet is still actuating
         await eventually(
             lambda: (
@@ -127,7 +132,7 @@ async def _task_ran_and_resize_finished_once(
 ) -> None:
     out, err = await asyncio.to_thread(driver.communicate, timeout=170)
     assert driver.returncode == 0, err[-2000:]
-    assert out.startswith("ran with 2 CPU")
+    assert any(line.startswith("ran with 2 CPU") for line in out.splitlines()), out
     await assert_finished_once(stack, gcs, pod)  # with the new worker still up
 
 
@@ -181,7 +186,16 @@ async def _sync_retrying(stack: Stack, wf_id: str) -> bool:
     return phase == ResizePhase.SYNCING_RAYLET and attempt > 1 and "reach" in failure
 
 
-@pytest.mark.parametrize("kill_at", ["syncing_raylet", "before_the_patch"])
+@pytest.mark.parametrize(
+    ("slow_stack", "kill_at"),
+    [
+        ("embedded", "syncing_raylet"),
+        ("real", "syncing_raylet"),
+        # the embedded API server's fault injection refuses the patches
+        ("embedded", "before_the_patch"),
+    ],
+    indirect=["slow_stack"],
+)
 async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_once(
     slow_stack: tuple[Stack, dict[str, str]], gcs_proxy: GcsProxy, tmp_path: Path, kill_at: str
 ) -> None:
@@ -195,7 +209,9 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
     log = tmp_path / "worker.log"
     # one name per case: a dead worker's reconcile of a name stays RUNNING on the shared
     # dev server, and discovery leaves a running reconcile alone
-    name = {"syncing_raylet": "crash-sync", "before_the_patch": "crash-patch"}[kill_at]
+    name = stack.unique(
+        {"syncing_raylet": "crash-sync", "before_the_patch": "crash-patch"}[kill_at]
+    )
     worker = start_worker(env, log)
     driver = None
     try:
@@ -206,8 +222,9 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
         wf_id = f"resize/default/{pod}"
         refuse = FaultRule(verb="patch", resource="pods/resize", error_rate=1.0, codes=(500,))
         if kill_at == "before_the_patch":
+            assert isinstance(stack.sandbox, Sandbox)
             stack.sandbox.faults.add(refuse)  # every resize patch refused, until the kill
-        driver = start_driver(gcs, "2", timeout_s=150)
+        driver = stack.driver(name, gcs, "2", timeout_s=150)
         if kill_at == "syncing_raylet":
             # the patch has landed, the kubelet is still actuating: cut Ray off, so the
             # sync that follows fails and is retried
@@ -220,7 +237,8 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
         kill(worker)  # SIGKILL: no cleanup, no goodbye
         if kill_at == "before_the_patch":
             assert cpu_limit(stack, pod) == "1"  # the patch had not landed
-        stack.sandbox.faults.clear()
+        if isinstance(stack.sandbox, Sandbox):
+            stack.sandbox.faults.clear()
         gcs_proxy.restore()
         worker = start_worker(env, log)
         await _task_ran_and_resize_finished_once(stack, driver, gcs, pod)

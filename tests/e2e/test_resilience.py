@@ -14,7 +14,7 @@ from sandbox.kubelet import KubeletTiming, NodeSpec
 from workflows.contracts import ResizeOutcome, ResizePhase
 from workflows.resize_workflow import PodResizeWorkflow
 
-from .conftest import GIB, Stack, eventually, ippr_cluster, start_driver, stop_driver
+from .conftest import GIB, Stack, eventually, ippr_cluster, stop_driver
 from .test_seed_cases import cpu_of, resize_of, run_driver
 
 
@@ -68,11 +68,13 @@ async def test_ten_percent_api_faults_lose_nothing(stack: Stack) -> None:
     assert reconcile.status == WorkflowExecutionStatus.RUNNING
 
 
-async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(stack: Stack) -> None:
-    stack.create(ippr_cluster("idle", idle_timeout_s=3))
-    gcs = await stack.gcs_address("idle")
-    pod = (await stack.running_workers("idle"))[0].metadata.name
-    out = await run_driver(stack, "idle", gcs, "2")
+async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(any_stack: Stack) -> None:
+    stack = any_stack
+    idle = stack.unique("idle")
+    stack.create(ippr_cluster(idle, idle_timeout_s=3))
+    gcs = await stack.gcs_address(idle)
+    pod = (await stack.running_workers(idle))[0].metadata.name
+    out = await run_driver(stack, idle, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
 
     async def shrunk() -> bool:
@@ -86,7 +88,7 @@ async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(stack: Stack) 
     state = await resize_of(stack, pod)
     assert (state.cpu, state.raylet_cpu) == (1000, 1000)  # back to its template size
     # then, still idle at its template size, it is removed (min_workers is 0)
-    await eventually(lambda: pod not in {p.metadata.name for p in stack.workers("idle")}, 90)
+    await eventually(lambda: pod not in {p.metadata.name for p in stack.workers(idle)}, 90)
 
 
 async def _phase(stack: Stack, wf_id: str) -> ResizePhase | None:
@@ -102,13 +104,15 @@ async def _phase(stack: Stack, wf_id: str) -> ResizePhase | None:
 # the kubelet takes 4 s to actuate: the resize is in Polling long enough to delete the pod
 @pytest.mark.parametrize("kubelet_timing", [KubeletTiming(actuation_delay_s=4.0)])
 async def test_pod_deleted_mid_resize_ends_cleanly_and_its_replacement_grows(
-    stack: Stack,
+    any_stack: Stack,
 ) -> None:
-    stack.create(ippr_cluster("gone"))
-    gcs = await stack.gcs_address("gone")
-    pod = (await stack.running_workers("gone"))[0].metadata.name
+    stack = any_stack
+    gone = stack.unique("gone")
+    stack.create(ippr_cluster(gone))
+    gcs = await stack.gcs_address(gone)
+    pod = (await stack.running_workers(gone))[0].metadata.name
     wf_id = f"resize/default/{pod}"
-    driver = start_driver(gcs, "2", timeout_s=150)
+    driver = stack.driver(gone, gcs, "2", timeout_s=150)
     try:
         deadline = asyncio.get_running_loop().time() + 60
         while await _phase(stack, wf_id) != ResizePhase.POLLING:
@@ -126,23 +130,48 @@ async def test_pod_deleted_mid_resize_ends_cleanly_and_its_replacement_grows(
     finally:
         stop_driver(driver)
     assert driver.returncode == 0, err[-2000:]
-    assert out.startswith("ran with 2 CPU")
-    (replacement,) = stack.workers("gone")
+    assert any(line.startswith("ran with 2 CPU") for line in out.splitlines()), out
+    (replacement,) = stack.workers(gone)
     new = replacement.metadata.name
     assert new != pod
     assert cpu_of(replacement) == "2"
     second = await resize_of(stack, new)
     assert second.outcome == ResizeOutcome.SUCCEEDED
     assert (second.cpu, second.raylet_cpu) == (2000, 2000)
-    group = stack.raycluster("gone")["spec"]["workerGroupSpecs"][0]
+    group = stack.raycluster(gone)["spec"]["workerGroupSpecs"][0]
     assert group["replicas"] == 1
     assert not (group.get("scaleStrategy") or {}).get("workersToDelete")
     failed = [
         wf
         async for wf in stack.temporal.list_workflows(
-            "RayCluster='gone' AND (ExecutionStatus='Failed' OR ExecutionStatus='TimedOut')"
+            f"RayCluster='{gone}' AND (ExecutionStatus='Failed' OR ExecutionStatus='TimedOut')"
         )
     ]
     assert failed == []
     runs = [wf async for wf in stack.temporal.list_workflows(f"WorkflowId='{wf_id}'")]
     assert [r.status for r in runs] == [WorkflowExecutionStatus.COMPLETED]
+
+
+async def test_a_crashed_raylet_is_restarted_and_its_pod_still_grows(any_stack: Stack) -> None:
+    """The Ray process of a worker pod dies (a crash, the OOM killer): the kubelet reports
+    the container's exit (137) and restarts it in the same pod (restartPolicy Always); the
+    new Raylet joins, and raysize grows that pod for a 2-CPU task."""
+    stack = any_stack
+    name = stack.unique("crash")
+    stack.create(ippr_cluster(name))
+    gcs = await stack.gcs_address(name)
+    (worker,) = await stack.running_workers(name)
+    await stack.crash(worker)
+
+    def restarted() -> object:
+        pod = stack.core.read_namespaced_pod(worker.metadata.name, "default")
+        cs = pod.status.container_statuses[0]
+        return cs if cs.restart_count == 1 and cs.state.running else None
+
+    cs = await eventually(restarted, 60)
+    assert (cs.last_state.terminated.exit_code, cs.last_state.terminated.reason) == (137, "Error")
+    out = await run_driver(stack, name, gcs, "2")
+    assert out[0].startswith("ran with 2 CPU")
+    (pod,) = stack.workers(name)
+    assert pod.metadata.name == worker.metadata.name and cpu_of(pod) == "2"
+    assert pod.status.container_statuses[0].restart_count == 1

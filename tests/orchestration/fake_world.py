@@ -25,6 +25,7 @@ class FakeWorld:
         self.snapshot = snapshot
         self.found = True
         self.config_errors: tuple[ConfigError, ...] = ()
+        self.in_tree_autoscaling = False
         self.fail_observe = 0
         self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
         self.resizing: set[str] = set()
@@ -63,6 +64,7 @@ class FakeWorld:
                 found=self.found,
                 snapshot=self.snapshot,
                 config_errors=self.config_errors,
+                in_tree_autoscaling=self.in_tree_autoscaling,
                 replicas=dict(self.replicas),
                 resource_version=str(self.version),
                 gcs_address="127.0.0.1:6379",

@@ -19,7 +19,8 @@ from tests.orchestration.temporal_env import start_time_skipping
 from tests.orchestration.test_reconcile_workflow import ResizeRecorder
 from tests.orchestration.test_resize_workflow import request
 from tests.workflows.kit import group, pod, res, snapshot
-from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
+from workflows.contracts import ReconcileInput
+from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
 HERE = Path(__file__).parent / "histories"

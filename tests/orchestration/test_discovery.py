@@ -11,12 +11,9 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.cluster import DiscoveryActivities
-from workflows.reconcile_workflow import (
-    RAY_CLUSTER,
-    ReconcileInput,
-    ReconcileWorkflow,
-    reconcile_workflow_id,
-)
+from workflows.contracts import ReconcileInput
+from workflows.naming import RAY_CLUSTER, reconcile_workflow_id
+from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
 from ..workflows.kit import group, pod, snapshot

@@ -23,6 +23,7 @@ from workflows.contracts import (
     ProgressState,
     RayletResizeInput,
     RayletResizeResult,
+    ReconcileInput,
     ReconcileStatus,
     ResizeProgress,
     ResizeRequest,
@@ -32,7 +33,7 @@ from workflows.contracts import (
 )
 from workflows.ippr import ConfigError
 from workflows.model import ResizePolicy
-from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
+from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
 from ..workflows.kit import group, pod, res, snapshot
@@ -184,6 +185,30 @@ async def test_config_error_means_no_action_until_fixed(ts_env: WorkflowEnvironm
     assert world.started == ["w1"]
     assert status.config_errors == ()
     assert world.events[1].reason == "IPPRConfigValid"
+
+
+async def test_ray_in_tree_autoscaler_owns_the_cluster_until_handed_over(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """With spec.enableInTreeAutoscaling on, Ray's own autoscaler acts: raysize neither
+    resizes nor scales (two autoscalers would undo each other), says so once, and takes
+    over when the flag goes off."""
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1), (res(4), 3)]))
+    world.in_tree_autoscaling = True
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 3)
+        status = await status_of(handle)
+        assert status.stood_down
+        assert not world.started and not world.scales and status.resizes_started == 0
+        assert [e.reason for e in world.events] == ["InTreeAutoscaling"]
+        assert "enableInTreeAutoscaling: true" in world.events[0].message
+        world.in_tree_autoscaling = False
+        world.version += 1
+        await until(lambda: (world.started and world.scales) or world.observed > 40)
+        status = await status_of(handle)
+    assert world.started == ["w1"] and world.scales
+    assert not status.stood_down
+    assert [e.reason for e in world.events][:2] == ["InTreeAutoscaling", "ManagedByRaysize"]
 
 
 async def test_failed_read_takes_no_action(ts_env: WorkflowEnvironment) -> None:

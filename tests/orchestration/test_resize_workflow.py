@@ -13,7 +13,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeState
-from workflows.resize_workflow import PodResizeWorkflow, resize_workflow_id
+from workflows.naming import resize_workflow_id
+from workflows.resize_workflow import PodResizeWorkflow
 
 from .fake_cluster import FakeCluster, FakePod
 

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from activities.ray_gcs import RayError, RayGcsClient
-from tests.ray.harness import LocalRayCluster, wait_for
+from sandbox.localray import LocalRayCluster, wait_for
 from workflows.resources import Resources
 
 WORKERS = ("worker-1", "worker-2")

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from activities.ray_gcs import RayGcsClient, RayUnauthenticated
+from sandbox.localray import LocalRayCluster
 from tests.ray.conftest import short_tmp
-from tests.ray.harness import LocalRayCluster
 from worker.cli import app
 
 

@@ -28,8 +28,8 @@ from activities.ray_state import (
     RayNode,
     ResourceConstraint,
 )
+from sandbox.localray import Driver, LocalRayCluster, free_port, holding_one_cpu, wait_for
 from tests.ray.conftest import WORKERS
-from tests.ray.harness import Driver, LocalRayCluster, free_port, holding_one_cpu, wait_for
 from worker.cli import app
 from worker.cli_ray import print_status
 from workflows.model import GangStrategy
@@ -56,7 +56,21 @@ input()
 
 
 def run(*args: str) -> Result:
+    if args and args[0] == "resize":  # every resize here means it: see the test below
+        args = (*args, "--outside-raysize")
     return CliRunner().invoke(app, ["ray", *args])
+
+
+def test_resize_is_refused_without_saying_it_goes_behind_raysize() -> None:
+    """`raysize ray resize` changes only the Raylet: the pod keeps its size and no saga
+    records it. Without --outside-raysize it touches nothing and says why."""
+    result = CliRunner().invoke(
+        app,
+        ["ray", "resize", "--gcs", "127.0.0.1:1", "--pod", "p", "--cpu", "2", "--memory", "2Gi"],
+    )
+    assert result.exit_code == 2
+    assert "--outside-raysize" in one_error_line(result)
+    assert "behind raysize's back" in one_error_line(result)
 
 
 def one_error_line(result: Result) -> str:

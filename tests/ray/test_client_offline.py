@@ -26,7 +26,7 @@ from activities.ray_state import (
     NodeStatus,
     parse_cluster_state,
 )
-from tests.ray.harness import free_port
+from sandbox.localray import free_port
 from workflows.model import GangStrategy
 from workflows.resources import Resources
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from activities.ray_gcs import RayGcsClient
 from activities.ray_state import ClusterState, NodeStatus
+from sandbox.localray import Driver, LocalRayCluster, wait_for
 from tests.ray.conftest import GROUP, WORKER_MEMORY, WORKERS
-from tests.ray.harness import Driver, LocalRayCluster, wait_for
 from workflows.model import GangStrategy
 from workflows.resources import Resources
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.localray import LocalRayCluster, RayNodeProcess
 from tests.ray import harness
-from tests.ray.harness import LocalRayCluster, RayNodeProcess
 
 
 def sleeper(pod: str, tmp_path: Path) -> RayNodeProcess:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from activities.ray_gcs import RayGcsClient
-from tests.ray.harness import Driver, LocalRayCluster, wait_for
+from sandbox.localray import Driver, LocalRayCluster, wait_for
 
 WATCH_PLACEMENT_GROUP = """
 import json, sys, time

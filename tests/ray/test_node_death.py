@@ -6,7 +6,7 @@ import pytest
 
 from activities.ray_gcs import RayGcsClient, RayletNotFound, RayUnavailable
 from activities.ray_state import NodeDeathReason, NodeStatus, RayNode
-from tests.ray.harness import LocalRayCluster, wait_for
+from sandbox.localray import LocalRayCluster, wait_for
 
 
 def test_a_killed_raylet_is_retryable_until_the_gcs_declares_it_dead(

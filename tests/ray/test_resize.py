@@ -7,8 +7,8 @@ import os
 import pytest
 
 from activities.ray_gcs import RayGcsClient, RayletNotFound
+from sandbox.localray import Driver, LocalRayCluster, holding_one_cpu, wait_for
 from tests.ray.conftest import WORKER_MEMORY
-from tests.ray.harness import Driver, LocalRayCluster, holding_one_cpu, wait_for
 from workflows.resources import Resources
 
 PENDING_TWO_CPU_TASK = """

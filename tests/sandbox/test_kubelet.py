@@ -230,3 +230,76 @@ def test_a_failed_retry_pass_does_not_stop_the_ticker(make_sandbox, tmp_path):
     # the filler's deadline frees the room; only the ticker retries the resize
     wait_for(lambda: actual_cpu(core, "a") == "2", timeout=15)
     assert cond(core, "a", "PodResizePending") is None
+
+
+def _exited(sb, name: str, container: str, code: int) -> None:
+    """What the runtime reports when a container's process ends by itself (a crash, the
+    OOM killer): the kubelet acts on the pod's restartPolicy."""
+    pod = sb.store.get("pods", "default", name)
+    sb.kubelet.call(
+        lambda: sb.kubelet._container_exited(
+            ("default", name), pod["metadata"]["uid"], container, code
+        )
+    )
+
+
+def test_a_crashed_container_restarts_then_backs_off(small):
+    """restartPolicy Always (the default): the first crash restarts the container at once
+    (restartCount 1, the crash in lastState); the next waits in CrashLoopBackOff, not
+    ready, with the kubelet's BackOff event."""
+    sb, core = small
+    core.create_namespaced_pod("default", cpu_pod("a", "1"))
+    running(core, "a")
+    _exited(sb, "a", "c0", 137)
+
+    def restarted():
+        cs = core.read_namespaced_pod("a", "default").status.container_statuses[0]
+        return cs if cs.restart_count == 1 else None
+
+    cs = wait_for(restarted)
+    assert cs.state.running is not None and cs.ready
+    assert (cs.last_state.terminated.exit_code, cs.last_state.terminated.reason) == (137, "Error")
+    _exited(sb, "a", "c0", 1)
+    pod = wait_for(
+        lambda: (
+            (p := core.read_namespaced_pod("a", "default"))
+            .status.container_statuses[0]
+            .state.waiting
+            and p
+        )
+    )
+    cs = pod.status.container_statuses[0]
+    assert cs.state.waiting.reason == "CrashLoopBackOff"
+    assert cs.state.waiting.message.startswith("back-off 10s restarting failed container=c0")
+    assert not cs.ready and cs.last_state.terminated.exit_code == 1
+    ready = cond(core, "a", "Ready")
+    assert (ready.status, ready.reason) == ("False", "ContainersNotReady")
+    assert pod.status.phase == "Running"
+    events = core.list_namespaced_event("default", field_selector="involvedObject.name=a")
+    assert "BackOff" in [e.reason for e in events.items]
+
+
+def test_an_ended_container_ends_its_pod_by_restart_policy(small):
+    """restartPolicy Never: a container that ends is terminated, and its pod is Failed
+    (non-zero exit) and frees its room; OnFailure and exit 0: Succeeded."""
+    sb, core = small
+    never = cpu_pod("never", "3")
+    never["spec"]["restartPolicy"] = "Never"
+    core.create_namespaced_pod("default", never)
+    running(core, "never")
+    core.create_namespaced_pod("default", cpu_pod("waiting", "2"))  # 3 + 2 > 4 CPU
+    wait_for(lambda: cond(core, "waiting", "PodScheduled").status == "False")
+    _exited(sb, "never", "c0", 2)
+    pod = wait_for(
+        lambda: (p := core.read_namespaced_pod("never", "default")).status.phase == "Failed" and p
+    )
+    term = pod.status.container_statuses[0].state.terminated
+    assert (term.exit_code, term.reason) == (2, "Error")
+    assert pod.status.container_statuses[0].restart_count == 0
+    running(core, "waiting")  # the failed pod's room went to the waiting one
+    done = cpu_pod("done", "1")
+    done["spec"]["restartPolicy"] = "OnFailure"
+    core.create_namespaced_pod("default", done)
+    running(core, "done")
+    _exited(sb, "done", "c0", 0)
+    wait_for(lambda: core.read_namespaced_pod("done", "default").status.phase == "Succeeded")

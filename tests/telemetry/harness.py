@@ -14,8 +14,14 @@ from temporalio.worker import Worker
 from tests.orchestration.fake_world import FakeWorld
 from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
 from tests.workflows.kit import group, pod, res, snapshot
-from workflows.contracts import Act, FinishResizeInput, FinishResizeResult, ResizeState
-from workflows.reconcile_workflow import ReconcileInput, ReconcileWorkflow
+from workflows.contracts import (
+    Act,
+    FinishResizeInput,
+    FinishResizeResult,
+    ReconcileInput,
+    ResizeState,
+)
+from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
 

@@ -18,7 +18,11 @@ runner = CliRunner()
             "'demo' is not <namespace>/<raycluster>; e.g. default/raycluster-demo",
         ),
         (["pause", "a/b/c"], "'a/b/c' is not <namespace>/<raycluster>"),
-        (["cancel", "/pod"], "'/pod' is not <namespace>/<pod>"),
+        (["cancel", "/c", "--pod", "p"], "'/c' is not <namespace>/<raycluster>"),
+        (
+            ["cancel", "default/demo"],
+            "cancel needs the pod: raysize cancel <namespace>/<raycluster> --pod <pod>",
+        ),
         (["start", "ns/"], "'ns/' is not <namespace>/<raycluster>"),
     ],
 )

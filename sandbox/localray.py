@@ -1,4 +1,4 @@
-"""Real Ray processes for the tests: a local cluster and driver scripts.
+"""Real Ray processes for the tests and the benchmarks: a local cluster and driver scripts.
 
 Every process is started here with its own process group (`start_new_session=True`)
 and stopped through that group: `ray start --block` keeps the GCS, the Raylet and their

@@ -1,0 +1,89 @@
+"""An operator's controls on a live cluster, in both worlds: pause a cluster's reconcile,
+cancel a resize in flight (it rolls back: the pod's spec, the kubelet's actual size and
+the Raylet all back where they were; that pod is not grown again), and resume."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.service import RPCError
+
+from activities.ray_gcs import RayGcsClient
+from sandbox.kubelet import KubeletTiming
+from workflows.contracts import ResizeOutcome, ResizePhase
+from workflows.naming import reconcile_workflow_id
+from workflows.reconcile_workflow import ReconcileWorkflow
+from workflows.resize_workflow import PodResizeWorkflow
+
+from .conftest import Stack, eventually, ippr_cluster, stop_driver
+from .test_seed_cases import cpu_of
+
+# the kubelet takes 4 s to actuate: the saga is in flight long enough to cancel it
+SLOW = KubeletTiming(actuation_delay_s=4.0)
+
+
+async def _until(check, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    end = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < end, f"not reached in {timeout}s"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.parametrize("kubelet_timing", [SLOW])
+async def test_pause_then_cancel_rolls_back_and_resume_grows_again(any_stack: Stack) -> None:
+    s = any_stack
+    name = s.unique("controls")
+    s.create(ippr_cluster(name))
+    gcs = await s.gcs_address(name)
+    (worker,) = await s.running_workers(name)
+    pod = worker.metadata.name
+    reconcile = s.temporal.get_workflow_handle_for(
+        ReconcileWorkflow.run, reconcile_workflow_id(s.namespace, name)
+    )
+    resize = s.temporal.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/default/{pod}")
+
+    async def polling() -> bool:
+        try:
+            return (await resize.query(PodResizeWorkflow.state)).phase == ResizePhase.POLLING
+        except RPCError:
+            return False  # not started yet
+
+    driver = s.driver(name, gcs, "2", timeout_s=240)
+    try:
+        await _until(polling, 90)
+        # pause first, so no new resize starts once this one is cancelled
+        await reconcile.signal(ReconcileWorkflow.pause)
+        assert (await reconcile.query(ReconcileWorkflow.status)).paused
+        await resize.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await resize.result()
+        state = await resize.query(PodResizeWorkflow.state)
+        assert state.outcome == ResizeOutcome.CANCELED
+
+        def rolled_back() -> bool:
+            p = s.core.read_namespaced_pod(pod, "default")
+            actual = p.status.container_statuses[0].resources.limits["cpu"]
+            return bool(cpu_of(p) == "1" and actual == "1")
+
+        await eventually(rolled_back, 60)
+        with RayGcsClient(gcs) as ray:
+            node = next(n for n in ray.cluster_state().nodes if n.pod == pod)
+        assert node.total.cpu == 1000
+        # paused: three ticks go by and nothing starts again, the task still waits
+        await asyncio.sleep(6)
+        runs = [wf async for wf in s.temporal.list_workflows(f"WorkflowId='{resize.id}'")]
+        assert len(runs) == 1 and driver.poll() is None
+        await reconcile.signal(ReconcileWorkflow.resume)
+        out, err = await asyncio.to_thread(driver.communicate, timeout=240)
+    finally:
+        stop_driver(driver)
+    assert any(line.startswith("ran with 2 CPU") for line in out.splitlines()), err[-2000:]
+    # the operator's cancel stands: that pod is not grown again (its failure record blocks
+    # growing it), so the task's room came from a new pod that grew
+    runs = [wf async for wf in s.temporal.list_workflows(f"WorkflowId='{resize.id}'")]
+    assert len(runs) == 1
+    workers = {p.metadata.name: cpu_of(p) for p in s.workers(name)}
+    assert workers.pop(pod) == "1"
+    assert list(workers.values()) == ["2"]

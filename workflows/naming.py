@@ -1,0 +1,62 @@
+"""How raysize's workflows are named and found: their types, ids and search attributes.
+
+Pure and shared: the workflows set them, the discovery activity starts reconciles by them,
+the CLI and the worker's setup (which registers the search attributes) look them up. No
+module here imports a workflow module, so activities may use this one.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest
+
+# workflow types, as registered (`@workflow.defn(name=...)`)
+RECONCILE_WORKFLOW = "ReconcileWorkflow"
+RESIZE_WORKFLOW = "PodResizeWorkflow"
+DISCOVERY_WORKFLOW = "DiscoveryWorkflow"
+
+# search attributes: `RayCluster='demo' AND ResizeOutcome='RolledBack'` in the Temporal UI
+RAY_CLUSTER = SearchAttributeKey.for_keyword("RayCluster")
+RAY_NAMESPACE = SearchAttributeKey.for_keyword("RayNamespace")
+POD_NAME = SearchAttributeKey.for_keyword("PodName")
+RESIZE_PHASE = SearchAttributeKey.for_keyword("ResizePhase")
+RESIZE_OUTCOME = SearchAttributeKey.for_keyword("ResizeOutcome")
+SEARCH_ATTRIBUTES = (RAY_CLUSTER, RAY_NAMESPACE, POD_NAME, RESIZE_PHASE, RESIZE_OUTCOME)
+
+
+def reconcile_workflow_id(namespace: str, cluster: str) -> str:
+    return f"reconcile/{namespace}/{cluster}"
+
+
+def resize_workflow_id(namespace: str, pod: str) -> str:
+    return f"resize/{namespace}/{pod}"
+
+
+def shrinks(req: ResizeRequest, cpu: int, memory: int) -> bool:
+    """Whether a resize to `cpu`/`memory` shrinks the pod in either: then the Raylet goes first."""
+    return cpu < req.from_cpu or memory < req.from_memory
+
+
+def reconcile_search_attributes(namespace: str, cluster: str) -> TypedSearchAttributes:
+    """What a reconcile workflow is about, set when it starts (`RayCluster='x'` finds it)."""
+    return TypedSearchAttributes(
+        [SearchAttributePair(RAY_CLUSTER, cluster), SearchAttributePair(RAY_NAMESPACE, namespace)]
+    )
+
+
+def resize_search_attributes(req: ResizeRequest) -> TypedSearchAttributes:
+    """Set when a resize starts: who it is about and its first phase, so the saga itself
+    needs no upsert until its phase changes."""
+    first = (
+        ResizePhase.SHRINKING_RAYLET if shrinks(req, req.cpu, req.memory) else ResizePhase.POLLING
+    )
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(RAY_CLUSTER, req.cluster),
+            SearchAttributePair(RAY_NAMESPACE, req.namespace),
+            SearchAttributePair(POD_NAME, req.pod),
+            SearchAttributePair(RESIZE_PHASE, first.value),
+            SearchAttributePair(RESIZE_OUTCOME, ResizeOutcome.PENDING.value),
+        ]
+    )
