@@ -118,7 +118,7 @@ class TlsConfig:
 
     `server_name` overrides the name checked against the server certificate, for when
     the address dialled is not in its SANs (dialling an IP the certificate does not
-    name, or a port-forward): RAY_PROTOCOL.md §3(d).
+    name, or a port-forward): docs/ray-protocol.md §3(d).
     """
 
     ca_cert: Path

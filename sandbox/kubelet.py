@@ -1,6 +1,6 @@
 """The kubelet simulator: schedules pods onto nodes, runs them, and actuates resizes.
 
-Each resize follows K8S_RESIZE.md §2 in order: the API server bumps the generation; the
+Each resize follows docs/kubernetes-resize.md §2 in order: the API server bumps the generation; the
 kubelet either sets `PodResizePending` (Deferred or Infeasible, with the kubelet's exact
 messages) or accepts (`allocatedResources` + `PodResizeInProgress`); after the actuation
 delay, `containerStatuses[].resources` take the new values and the condition goes away.
@@ -559,8 +559,9 @@ class Kubelet:
 
     def _deadline_exceeded(self, key: tuple[str, str], uid: str) -> None:
         """`activeDeadlineSeconds` ran out: the pod is killed and Failed. Its resources are
-        free at once, but in 1.35 a pod's end is no retry trigger (K8S_RESIZE.md §2: only
-        newer kubelets retry on `pod_terminated`): deferred resizes wait for the ticker."""
+        free at once, but in 1.35 a pod's end is no retry trigger (docs/kubernetes-resize.md
+        §2: only newer kubelets retry on `pod_terminated`): deferred resizes wait for the
+        ticker."""
         state = self._pods.get(key)
         pod = self.store.find("pods", *key)
         if state is None or state.finished or pod is None or pod["metadata"]["uid"] != uid:
@@ -822,7 +823,7 @@ class Kubelet:
 
         if self.timing.actuation_delay_s <= 0:
             # Nothing to wait for: like the kubelet's status manager, report acceptance
-            # and actuation in one status write (K8S_RESIZE.md §2, step 3).
+            # and actuation in one status write (docs/kubernetes-resize.md §2, step 3).
             with self._one_status_write(key):
                 start()
                 self._maybe_actuate(key)

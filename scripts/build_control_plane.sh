@@ -47,7 +47,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   vflags+=" -X $pkg.gitVersion=$kube -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   vflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-# GOEXPERIMENT=nojsonv2: with Go >= 1.27's json v2, /openapi/v2 breaks (K8S_RESIZE.md §5b)
+# GOEXPERIMENT=nojsonv2: with Go >= 1.27's json v2, /openapi/v2 breaks (docs/kubernetes-resize.md §5b)
 apiserver=$(build "kube-apiserver-$kube" "$src/kube-apiserver-$kube" . kube-apiserver "$vflags" GOEXPERIMENT=nojsonv2)
 etcd=$(build etcd "$src/etcd" . etcd "")
 operator=$(build kuberay "$src/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator "")

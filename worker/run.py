@@ -52,7 +52,7 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     The sandbox re-imports every module that is not passed through for each new workflow
     run; for a thousand resize workflows that import cost was a fifth of the worker's CPU.
     Our `workflows` package is deterministic by construction (pure code, no I/O, no
-    module state that changes: see DESIGN.md), so sharing it is safe; the sandbox still
+    module state that changes: see docs/architecture.md), so sharing it is safe; the sandbox still
     guards everything else."""
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")

@@ -2,7 +2,7 @@
 
 Ray's scheduler runs in one child process for the whole module (`ray` and raysize's
 `activities.ray_proto` cannot share this process). The seed cases are those of Ray's
-IPPR pull request (/work/shared/seeds/ray-pr-55961-ippr.txt): a head with no CPUs and
+IPPR pull request (ray-project/ray#55961): a head with no CPUs and
 one worker group of 1 CPU that may grow in place to 4.
 """
 

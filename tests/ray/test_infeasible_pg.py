@@ -1,4 +1,4 @@
-"""RAY_PROTOCOL.md §5.5, pinned: what makes Ray retry a placement group after a resize.
+"""docs/ray-protocol.md §5.5, pinned: what makes Ray retry a placement group after a resize.
 
 Findings (docs/ray-infeasible-pg.md): a placement group that no node could hold even
 when empty is parked as INFEASIBLE and only a node *registering* with the GCS puts it
