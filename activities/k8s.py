@@ -9,6 +9,7 @@ blocks on HTTP). Every write is an absolute target, so a retried activity is har
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -574,10 +575,19 @@ class K8sActivities:
     async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         """PATCH pods/resize (absolute, so a retry repeats nothing), record
         ray.io/ippr-status, then watch the kubelet for up to the window."""
+        sent = asyncio.ensure_future(
+            asyncio.to_thread(self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory)
+        )
         try:
-            generation = await asyncio.to_thread(
-                self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory
-            )
+            try:
+                generation = await asyncio.shield(sent)
+            except asyncio.CancelledError:
+                # the request is on its way: let it land (or fail) before this activity
+                # ends, so the saga's next patch (a rollback) always comes after it
+                while not sent.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(sent)
+                raise
         except NoRoom as exc:  # 1.36+ admission: what 1.33-1.35's kubelet says as Infeasible
             return await self._refused_for_room(inp, exc)
         except KubeError as exc:

@@ -21,6 +21,7 @@ from temporalio.common import (
     SearchAttributeUpdate,
 )
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from workflows import telemetry
@@ -112,6 +113,7 @@ class PodResizeWorkflow:
         self.status = IpprStatus()
         self.unset_attributes: list[SearchAttributeUpdate[Any]] = []
         self.indexed_phase: str | None = None
+        self.rolling_back = False
 
     # --- messages ------------------------------------------------------------------------
     @workflow.signal
@@ -124,8 +126,15 @@ class PodResizeWorkflow:
 
     @workflow.signal
     def retarget(self, target: ResizeRequest) -> None:
-        """The planner wants another size for this pod: go there instead."""
-        self.new_target = (target.cpu, target.memory)
+        """The planner wants another size for this pod: go there instead. The size it is
+        already going to is no news, and a saga rolling back or done takes none."""
+        wanted = (target.cpu, target.memory)
+        if _careful():
+            if self.rolling_back or self.phase == ResizePhase.DONE:
+                return
+            if wanted == (self.cpu, self.memory) and self.new_target is None:
+                return
+        self.new_target = wanted
 
     @workflow.query
     def state(self) -> ResizeState:
@@ -166,8 +175,9 @@ class PodResizeWorkflow:
         except _PodGone:
             self._finish(ResizeOutcome.POD_GONE, "the pod is gone")
         except _Failed as failure:
-            await self._roll_back(req, str(failure))
-            self._finish(ResizeOutcome.ROLLED_BACK, "")  # _roll_back said why
+            back = await self._roll_back(req, str(failure))
+            # _roll_back said why; a rollback not read back is no rollback
+            self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
         except (asyncio.CancelledError, ActivityError) as exc:
             if not is_cancelled_exception(exc):
                 telemetry.resize_finished(
@@ -175,16 +185,18 @@ class PodResizeWorkflow:
                 )
                 raise
             workflow.logger.info("resize of %s canceled by operator: rolling back", req.pod)
-            await self._roll_back(req, "canceled by operator")
-            self._finish(ResizeOutcome.CANCELED, "")
+            back = await self._roll_back(req, "canceled by operator")
+            self._finish(ResizeOutcome.CANCELED if back else ResizeOutcome.FAILED, "")
             raise
         return self.state()
 
     async def _resize(self, req: ResizeRequest) -> None:
         while True:
             await self._gate()
-            if len(self.attempts) >= req.max_attempts:
-                raise _Failed(f"gave up after {len(self.attempts)} attempts")
+            # only a real kubelet or API answer is an attempt, not a new target
+            tries = [a for a in self.attempts if a.result != "retargeted" or not _careful()]
+            if len(tries) >= req.max_attempts:
+                raise _Failed(f"gave up after {len(tries)} attempts")
             target = (self.cpu, self.memory)
             # (a) Raylet first where the pod shrinks, so Ray never over-schedules
             if shrinks(req, self.cpu, self.memory):
@@ -253,10 +265,16 @@ class PodResizeWorkflow:
         self._finish(ResizeOutcome.SUCCEEDED, note and f"ray.io/ippr-status not written: {note}")
 
     async def _apply(
-        self, req: ResizeRequest, cpu: int, memory: int, status: IpprStatus
+        self,
+        req: ResizeRequest,
+        cpu: int,
+        memory: int,
+        status: IpprStatus,
+        *,
+        retargetable: bool = True,
     ) -> ResizeProgress | None:
         """Patch the pod and wait for the kubelet, bounded by the group's resize-timeout;
-        None on timeout or when a new target arrives."""
+        None on timeout or (if `retargetable`) when a new target arrives."""
         deadline = workflow.now() + timedelta(seconds=req.timeout_s)
         window = min(req.poll_window_s, req.timeout_s)
         apply = workflow.start_activity(
@@ -274,9 +292,16 @@ class PodResizeWorkflow:
             start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=K8S_RETRY,
+            # a canceled patch must have landed (or not) before anything else is sent: a
+            # rollback's patch can never be overtaken by the grow it undoes
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+            if _careful()
+            else ActivityCancellationType.TRY_CANCEL,
         )
         try:
-            applied: ApplyResizeResult | None = await self._unless_retargeted(apply)
+            applied: ApplyResizeResult | None = (
+                await self._unless_retargeted(apply) if retargetable else await apply
+            )
         except ActivityError as exc:
             self._raise_k8s_failure(exc)
         if applied is None:
@@ -284,10 +309,10 @@ class PodResizeWorkflow:
         self.status = status
         if applied.progress.state != ProgressState.IN_PROGRESS:
             return applied.progress
-        return await self._poll(req, applied.generation, deadline)
+        return await self._poll(req, applied.generation, deadline, retargetable=retargetable)
 
     async def _poll(
-        self, req: ResizeRequest, generation: int, deadline: datetime
+        self, req: ResizeRequest, generation: int, deadline: datetime, *, retargetable: bool = True
     ) -> ResizeProgress | None:
         """Keep waiting for the kubelet; None on timeout or when a new target arrives.
 
@@ -302,9 +327,10 @@ class PodResizeWorkflow:
                 return None
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: self.new_target is not None, timeout=min(pause, remaining)
+                    lambda: retargetable and self.new_target is not None,
+                    timeout=min(pause, remaining),
                 )
-            if self.new_target is not None:
+            if retargetable and self.new_target is not None:
                 return None
             pause = min(pause * 2, 30.0)
             remaining = (deadline - workflow.now()).total_seconds()
@@ -328,7 +354,9 @@ class PodResizeWorkflow:
                 retry_policy=WATCH_RETRY,
             )
             try:
-                progress: ResizeProgress | None = await self._unless_retargeted(poll)
+                progress: ResizeProgress | None = (
+                    await self._unless_retargeted(poll) if retargetable else await poll
+                )
             except ActivityError as exc:
                 if _error_type(exc) == Err.POD_GONE:
                     raise _PodGone() from exc
@@ -338,9 +366,16 @@ class PodResizeWorkflow:
             if progress.state != ProgressState.IN_PROGRESS:
                 return progress
 
-    async def _roll_back(self, req: ResizeRequest, reason: str) -> None:
-        """Put the pod and its Raylet back where they started, and say why."""
+    async def _roll_back(self, req: ResizeRequest, reason: str) -> bool:
+        """Put the pod and its Raylet back where they started, and say why. True only when
+        the pod's spec, its actual size (the kubelet's report) and its Raylet are read back
+        at the starting size; False says the rollback is not confirmed (and why, in
+        `detail`)."""
         self._set_phase(ResizePhase.ROLLING_BACK)
+        careful = _careful()
+        if careful:  # no new target from here on: the way back is the target
+            self.rolling_back = True
+            self.new_target = None
         self.detail = reason
         now = int(workflow.now().timestamp())
         failed = self.status.model_copy(
@@ -348,23 +383,37 @@ class PodResizeWorkflow:
         )
         try:
             self.cpu, self.memory = req.from_cpu, req.from_memory
-            progress = await self._apply(req, req.from_cpu, req.from_memory, failed)
+            progress = await self._apply(
+                req, req.from_cpu, req.from_memory, failed, retargetable=not careful
+            )
             cpu, memory = req.from_cpu, req.from_memory
             if progress is not None and progress.state == ProgressState.DONE:
                 cpu, memory = progress.cpu or cpu, progress.memory or memory
+            elif careful:
+                seen = (
+                    f"{progress.reason or progress.state.value}: {progress.message}"
+                    if progress is not None
+                    else f"no answer within {req.timeout_s}s"
+                )
+                raise _Failed(f"the kubelet did not confirm the starting size ({seen})")
             done = failed.model_copy(update={"resizing_at": None})
             if self.raylet is not None and self.raylet != (cpu, memory):
                 await self._finish_resize(req, cpu, memory, done)
             else:
                 await self._set_status(req, done)
+            if careful and self.raylet is not None and self.raylet != (cpu, memory):
+                raise _Failed(f"the Raylet reports {self.raylet}, not {(cpu, memory)}")
+            return True
         except _PodGone:
             self.detail = f"{reason}; the pod is gone"
+            return True  # nothing left to put back
         except _Failed as failure:  # the way back was refused too: say so, end anyway
             self.detail = f"{reason}; rolling back failed: {failure}"
             workflow.logger.warning("resize of %s: %s", req.pod, self.detail)
             with contextlib.suppress(_Failed, _PodGone):
                 # still record the failure, so the planner never picks this pod again
                 await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
+            return False
 
     # --- steps ---------------------------------------------------------------------------
     async def _gate(self) -> None:
@@ -389,7 +438,20 @@ class PodResizeWorkflow:
     async def _unless_retargeted(self, activity: asyncio.Future[T]) -> T | None:
         """The activity's result, or None (the activity canceled) when a new target
         arrives first."""
-        await until_done_or(activity, lambda: self.new_target is not None)
+        try:
+            await until_done_or(activity, lambda: self.new_target is not None)
+        except asyncio.CancelledError:
+            if _careful():  # the operator canceled: let the activity end before the rollback
+                activity.cancel()
+                with contextlib.suppress(ActivityError, asyncio.CancelledError):
+                    await activity
+            raise
+        if _careful() and (not activity.done() or self.new_target is not None):
+            # canceled (or done as the target changed): wait for it to end, so whatever it
+            # sent has landed before the next patch, and take its end as read
+            with contextlib.suppress(ActivityError, asyncio.CancelledError):
+                await activity
+            return None
         if not activity.done() or self.new_target is not None:
             return None
         return activity.result()
@@ -503,6 +565,17 @@ class PodResizeWorkflow:
         )
         if self.req is not None:
             telemetry.resize_finished(self.req, outcome, self.detail, self.cpu, self.memory)
+
+
+# workflow.patched() id: sagas that start after this change verify their rollback, wait for a
+# canceled patch to end, ignore a retarget to the size they are already going to (and any
+# while rolling back), and count only real failures as attempts; sagas recorded before it
+# replay as they ran
+CAREFUL_PATCH = "resize-rollback-verified"
+
+
+def _careful() -> bool:
+    return workflow.patched(CAREFUL_PATCH)
 
 
 def _error_type(exc: ActivityError) -> str | None:

@@ -7,6 +7,7 @@ message, fail with an actuation error, never finish, or lose the pod.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 
 from temporalio import activity
@@ -52,6 +53,10 @@ class FakeCluster:
         self.error_message = 'cannot decrease memory limits: attempting to set container "ray" memory limit (1) below current usage (2)'
         self.raylet_failures = 0
         self.refuse_patches = False  # answer every resize patch with 422 Invalid
+        # seconds a resize patch is on its way inside the activity before it lands; it
+        # lands even if the activity is canceled meanwhile (a request already sent)
+        self.patch_in_flight_s = 0.0
+        self.hold_rollback = False  # the kubelet takes its time putting a pod back
         self.calls: list[str] = []
         self.patches: list[tuple[int, int]] = []
         self.raylet_calls: list[tuple[int, int]] = []
@@ -69,7 +74,25 @@ class FakeCluster:
                     type=Err.INVALID,
                     non_retryable=True,
                 )
-            self.patches.append((inp.cpu, inp.memory))
+            if self.patch_in_flight_s and (inp.cpu, inp.memory) != (self.pod.cpu, self.pod.memory):
+                # a grow's request is on its way (a rollback's is quick): it lands even if
+                # the activity is canceled meanwhile; like the real activity, this one
+                # waits for it before it ends
+                async def land() -> None:
+                    await asyncio.sleep(self.patch_in_flight_s)
+                    self.patches.append((inp.cpu, inp.memory))
+
+                sent = asyncio.ensure_future(land())
+                activity.heartbeat()
+                try:
+                    await asyncio.shield(sent)
+                except asyncio.CancelledError:
+                    while not sent.done():
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.shield(sent)
+                    raise
+            else:
+                self.patches.append((inp.cpu, inp.memory))
             self.pod.spec_cpu, self.pod.spec_memory = inp.cpu, inp.memory
             self.pod.generation += 1
             self.pod.status = inp.status
@@ -115,6 +138,10 @@ class FakeCluster:
                         cpu=self.pod.cpu,
                         memory=self.pod.memory,
                     )
+                if back_to_old and self.hold_rollback:
+                    activity.heartbeat()
+                    await asyncio.sleep(0.02)
+                    continue
                 if self.mode == "done" or back_to_old:
                     self.pod.cpu, self.pod.memory = inp.cpu, inp.memory
                     return ResizeProgress(

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -229,8 +229,75 @@ async def test_refused_resize_ends_rolled_back_with_the_failure_recorded(
     cluster.refuse_patches = True
     async with running(ts_env, cluster, request()) as handle:
         state = await handle.result()
-    assert state.outcome == ResizeOutcome.ROLLED_BACK
+    # the way back was refused too: not confirmed, so not "RolledBack"
+    assert state.outcome == ResizeOutcome.FAILED
     assert state.detail.startswith('Kubernetes refused the resize: Pod "w1" is invalid')
     assert "rolling back failed" in state.detail
     assert cluster.pod.status.last_failed_at is not None  # never picked again
     assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (1000, 1000)
+
+
+async def test_identical_retargets_are_no_news(ts_env: WorkflowEnvironment) -> None:
+    """The reconcile sends the same target again every tick while the kubelet works: that
+    neither redoes the patch nor counts as an attempt (it used to end "gave up after 3
+    attempts" with no real failure)."""
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    req = request()
+    async with running(ts_env, cluster, req) as handle:
+        await asyncio.wait_for(cluster.polls_started.wait(), 30)
+        for _ in range(5):
+            await handle.signal(PodResizeWorkflow.retarget, req)
+        cluster.mode = "done"
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert [a.result for a in state.attempts] == ["done"]
+    assert cluster.patches == [(4000, 2 * GIB)]
+
+
+async def test_a_retarget_during_rollback_does_not_cut_it_short(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The kubelet fails the resize; while it puts the pod back, new targets arrive. The
+    rollback is not cut short: the saga reports RolledBack only once the kubelet has
+    confirmed the starting size."""
+    cluster = FakeCluster(pod())
+    cluster.mode = "error"
+    cluster.hold_rollback = True
+    async with running(ts_env, cluster, request()) as handle:
+        for _ in range(500):  # the rollback's patch has been sent
+            if cluster.patches[-1:] == [(1000, 2 * GIB)]:
+                break
+            await asyncio.sleep(0.02)
+        assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+        for cpu in (4000, 4000, 3000):
+            await handle.signal(PodResizeWorkflow.retarget, request(cpu=cpu))
+        await asyncio.sleep(0.5)  # a while with the kubelet still holding
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        cluster.hold_rollback = False
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.ROLLED_BACK
+    assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert (cluster.pod.spec_cpu, cluster.pod.cpu, cluster.pod.raylet_cpu) == (1000, 1000, 1000)
+
+
+async def test_a_canceled_grow_in_flight_lands_before_the_rollback(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The operator cancels while the grow patch is on its way: the rollback's patch is
+    sent only after the grow's has landed, so the pod ends at its starting size (a late
+    grow used to overtake the rollback and leave the pod grown, its Raylet not)."""
+    cluster = FakeCluster(pod())
+    cluster.patch_in_flight_s = 1.0
+    async with running(ts_env, cluster, request()) as handle:
+        for _ in range(500):
+            if "patch" in cluster.calls:
+                break
+            await asyncio.sleep(0.01)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        state = await handle.query(PodResizeWorkflow.state)
+    assert state.outcome == ResizeOutcome.CANCELED
+    assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert (cluster.pod.spec_cpu, cluster.pod.raylet_cpu) == (1000, 1000)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import localray as harness
 from sandbox.localray import LocalRayCluster, RayNodeProcess
-from tests.ray import harness
 
 
 def sleeper(pod: str, tmp_path: Path) -> RayNodeProcess:
