@@ -310,6 +310,15 @@ async def stack(
         yield s
 
 
+@pytest_asyncio.fixture
+async def real_stack(dev_server: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
+    """`stack` in the real world only (what only the real world shows)."""
+    nodes = [NodeSpec("node-a", 8000, 32 * GIB)]
+    timing = KubeletTiming(actuation_delay_s=0.0)
+    async with running_stack(dev_server, tmp_path, nodes, timing, world="real") as s:
+        yield s
+
+
 @pytest_asyncio.fixture(params=["embedded", "real"])
 async def any_stack(
     request: pytest.FixtureRequest,

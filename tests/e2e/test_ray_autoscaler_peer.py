@@ -18,20 +18,20 @@ import asyncio
 import contextlib
 import json
 import signal
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest_asyncio
 from kubernetes import client
-from temporalio.testing import WorkflowEnvironment
 
-from sandbox.kubelet import KubeletTiming, NodeSpec
 from workflows.contracts import ResizeOutcome
 from workflows.naming import reconcile_workflow_id
 from workflows.reconcile_workflow import ReconcileWorkflow
 
-from .conftest import GIB, Stack, eventually, ippr_cluster, running_stack, stop_driver
+from .conftest import (
+    Stack,
+    eventually,
+    ippr_cluster,
+    stop_driver,
+)
 from .test_seed_cases import cpu_of, resize_of, run_driver
 
 # the sidecar's own command line (KubeRay's BuildAutoscalerContainer), in a shell
@@ -39,14 +39,6 @@ AUTOSCALER = (
     'ray kuberay-autoscaler --cluster-name "$RAY_CLUSTER_NAME" '
     '--cluster-namespace "$RAY_CLUSTER_NAMESPACE"'
 )
-
-
-@pytest_asyncio.fixture
-async def real_stack(dev_server: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
-    nodes = [NodeSpec("node-a", 8000, 32 * GIB)]
-    timing = KubeletTiming(actuation_delay_s=0.0)
-    async with running_stack(dev_server, tmp_path, nodes, timing, world="real") as s:
-        yield s
 
 
 def peer_cluster(name: str) -> dict[str, Any]:

@@ -6,26 +6,16 @@ cases run in both worlds: test_seed_cases.py.)"""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest_asyncio
-from temporalio.testing import WorkflowEnvironment
-
-from sandbox.kubelet import KubeletTiming, NodeSpec
 from tests.deploy.conftest import run_kubectl
 from workflows.contracts import ResizeOutcome
 from workflows.resize_workflow import PodResizeWorkflow
 
-from .conftest import GIB, Stack, ippr_cluster, running_stack, stop_driver
-
-
-@pytest_asyncio.fixture
-async def real_stack(dev_server: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Stack]:
-    nodes = [NodeSpec("node-a", 8000, 32 * GIB)]
-    timing = KubeletTiming(actuation_delay_s=0.0)
-    async with running_stack(dev_server, tmp_path, nodes, timing, world="real") as s:
-        yield s
+from .conftest import (
+    Stack,
+    ippr_cluster,
+    stop_driver,
+)
 
 
 async def test_kuberays_ray_start_runs_and_the_pod_grows_in_place_with_kubelet_events(
