@@ -165,7 +165,7 @@ def resize_state(pod: Obj) -> ResizeState | None:
     return None
 
 
-def pod_view(pod: Obj) -> PodView:
+def pod_view(pod: Obj, now: float | None = None) -> PodView:
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
     status = IpprStatus.from_annotation((meta.get("annotations") or {}).get(IPPR_STATUS_ANNOTATION))
@@ -191,6 +191,9 @@ def pod_view(pod: Obj) -> PodView:
         suggested_max_cpu=status.suggested_max_cpu,
         suggested_max_memory=status.suggested_max_memory,
         failed=status.last_failed_at is not None,
+        failed_age_s=max(0.0, (time.time() if now is None else now) - status.last_failed_at)
+        if status.last_failed_at is not None
+        else 0.0,
     )
 
 

@@ -79,6 +79,9 @@ class PodView(_Frozen):
     suggested_max_cpu: int | None = None
     suggested_max_memory: int | None = None
     failed: bool = Field(default=False, description="a resize failed on this pod before")
+    failed_age_s: float = Field(
+        default=0.0, description="seconds since that failure (0: none, or just now)"
+    )
 
 
 class Demand(_Frozen):

@@ -883,7 +883,11 @@ class _Planner:
             template = self.vec(g.resources)
             size = self.vec(p.total)
             grown = size[self.ci] > template[self.ci] or size[self.mi] > template[self.mi]
-            if grown and g.ippr is not None and not p.failed and p.raylet_id is not None:
+            # a failure record blocks growing, not going back to the template: a pod whose
+            # grow failed later still shrinks once idle (a failed shrink is tried again no
+            # sooner than an idle timeout after it failed)
+            may_shrink = not p.failed or p.failed_age_s >= timeout
+            if grown and g.ippr is not None and may_shrink and p.raylet_id is not None:
                 cpu = min(size[self.ci], template[self.ci])
                 mem = min(size[self.mi], template[self.mi])
                 resizes[p.name] = ResizeAction(

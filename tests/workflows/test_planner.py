@@ -414,6 +414,21 @@ def test_idle_grown_pod_shrinks_back_to_its_template_first() -> None:
     assert [t.pod for t in p.terminate] == ["w1"]
 
 
+def test_a_failure_record_blocks_growing_not_shrinking_back() -> None:
+    """A pod that grew once and whose later resize failed still shrinks back to its
+    template when idle (minReplicas keeps it: it would hold the grown size for good); a
+    failure just now (perhaps that very shrink) waits an idle timeout before a new try."""
+    keep = group(min_workers=1)
+    failed_long_ago = pod("w1", cpu=2, mem_gib=2, idle_s=100, failed=True, failed_age_s=300)
+    p = plan(snapshot([keep], [failed_long_ago]))
+    assert sizes(p) == {"w1": (1, 2)} and p.resize[0].shrinks
+    failed_just_now = pod("w1", cpu=2, mem_gib=2, idle_s=100, failed=True, failed_age_s=5)
+    assert plan(snapshot([keep], [failed_just_now])).is_empty
+    # growing stays blocked
+    p = plan(snapshot([keep], [pod("w1", failed=True, failed_age_s=300)], [(res(2), 1)]))
+    assert p.resize == () and p.launch_by_group == {"g1": 1}
+
+
 def test_idle_pod_with_work_to_take_is_kept() -> None:
     p = plan(snapshot([group()], [pod("w1", idle_s=100)], [(res(1), 1)]))
     assert p.is_empty
