@@ -173,6 +173,7 @@ class ResizeOutcome(StrEnum):
     ROLLED_BACK = "RolledBack"
     CANCELED = "Canceled"
     POD_GONE = "PodGone"
+    RAYLET_GONE = "RayletGone"  # the pod resized, its Raylet gone: nothing to sync
     FAILED = "Failed"
 
 

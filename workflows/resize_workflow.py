@@ -97,6 +97,10 @@ class _PodGone(Exception):
     pass
 
 
+class _RayletGone(Exception):
+    """The pod is there, its Raylet is not (its Ray process died, its node left Ray)."""
+
+
 @workflow.defn(name="PodResizeWorkflow")
 class PodResizeWorkflow:
     def __init__(self) -> None:
@@ -174,6 +178,12 @@ class PodResizeWorkflow:
             await self._resize(req)
         except _PodGone:
             self._finish(ResizeOutcome.POD_GONE, "the pod is gone")
+        except _RayletGone:
+            self._finish(
+                ResizeOutcome.RAYLET_GONE,
+                f"the pod has {self.cpu}m CPU / {self.memory} bytes, but its Raylet is gone "
+                "(its Ray process died or its node left the Ray cluster): nothing to sync",
+            )
         except _Failed as failure:
             back = await self._roll_back(req, str(failure))
             # _roll_back said why; a rollback not read back is no rollback
@@ -257,7 +267,7 @@ class PodResizeWorkflow:
         await self._gate()
         self._set_phase(ResizePhase.SYNCING_RAYLET)
         done = self.status.model_copy(update={"resizing_at": None})
-        finished = await self._finish_resize(req, self.cpu, self.memory, done)
+        finished = await self._finish_resize(req, self.cpu, self.memory, done, saying_why=True)
         if finished is None:
             raise _PodGone()
         telemetry.raylet_synced(req)
@@ -506,10 +516,17 @@ class PodResizeWorkflow:
         return result
 
     async def _finish_resize(
-        self, req: ResizeRequest, cpu: int, memory: int, status: IpprStatus
+        self,
+        req: ResizeRequest,
+        cpu: int,
+        memory: int,
+        status: IpprStatus,
+        *,
+        saying_why: bool = False,
     ) -> FinishResizeResult | None:
         """The Raylet to the pod's size, until it takes, then the final status; None when
-        the pod or its node is gone."""
+        the pod or its node is gone (with `saying_why`, a Raylet gone while its pod is
+        there raises `_RayletGone`)."""
         try:
             result: FinishResizeResult = await workflow.execute_activity(
                 Act.FINISH_RESIZE,
@@ -527,7 +544,10 @@ class PodResizeWorkflow:
                 retry_policy=RAYLET_SYNC_RETRY,
             )
         except ActivityError as exc:
-            if _error_type(exc) in (Err.RAYLET_GONE, Err.POD_GONE):
+            kind = _error_type(exc)
+            if kind == Err.RAYLET_GONE and saying_why and _careful():
+                raise _RayletGone() from exc
+            if kind in (Err.RAYLET_GONE, Err.POD_GONE):
                 return None
             raise
         self.raylet = (result.cpu, result.memory)

@@ -137,7 +137,13 @@ def resize_finished(
             RESIZES_ROLLED_BACK, "pod resizes rolled back to where they started, by reason"
         ).add(1, {**attrs, "reason": reason})
     else:
-        reason = "pod_gone" if outcome == ResizeOutcome.POD_GONE else failure_reason(detail)
+        reason = (
+            "pod_gone"
+            if outcome == ResizeOutcome.POD_GONE
+            else "raylet_gone"
+            if outcome == ResizeOutcome.RAYLET_GONE
+            else failure_reason(detail)
+        )
         meter.create_counter(RESIZES_FAILED, "pod resizes that ended otherwise, by reason").add(
             1, {**attrs, "reason": reason}
         )

@@ -57,6 +57,7 @@ class FakeCluster:
         # lands even if the activity is canceled meanwhile (a request already sent)
         self.patch_in_flight_s = 0.0
         self.hold_rollback = False  # the kubelet takes its time putting a pod back
+        self.raylet_gone = False  # the pod is there, its Raylet is not (its Ray died)
         self.calls: list[str] = []
         self.patches: list[tuple[int, int]] = []
         self.raylet_calls: list[tuple[int, int]] = []
@@ -173,7 +174,7 @@ class FakeCluster:
         @activity.defn(name=Act.RESIZE_RAYLET)
         async def raylet(inp: RayletResizeInput) -> RayletResizeResult:
             self.calls.append("raylet")
-            if self.pod.gone:
+            if self.pod.gone or self.raylet_gone:
                 raise ApplicationError("node is dead", type=Err.RAYLET_GONE, non_retryable=True)
             if self.raylet_failures > 0:
                 self.raylet_failures -= 1

@@ -301,3 +301,15 @@ async def test_a_canceled_grow_in_flight_lands_before_the_rollback(
     assert state.outcome == ResizeOutcome.CANCELED
     assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
     assert (cluster.pod.spec_cpu, cluster.pod.raylet_cpu) == (1000, 1000)
+
+
+async def test_a_raylet_gone_while_its_pod_stays_says_so(ts_env: WorkflowEnvironment) -> None:
+    """The pod took its new size but its Raylet died before the sync: not "the pod is gone"
+    (it is there), but what happened."""
+    cluster = FakeCluster(pod())
+    cluster.raylet_gone = True
+    async with running(ts_env, cluster, request()) as handle:
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.RAYLET_GONE
+    assert "its Raylet is gone" in state.detail and "the pod is gone" not in state.detail
+    assert (cluster.pod.spec_cpu, cluster.pod.cpu) == (4000, 4000)
