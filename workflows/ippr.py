@@ -13,6 +13,7 @@ reported at once, each naming the group, the field and the fix.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -202,6 +203,19 @@ def _group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErr
     return Resources(units)
 
 
+_JSON_TYPES = {
+    dict: "an object", list: "an array", str: "a string", int: "a number",
+    float: "a decimal number", bool: "a boolean", type(None): "null",
+}  # fmt: skip
+GROUP_KEYS = ("max-cpu", "max-memory", "resize-timeout")
+UNKNOWN_GROUPS_LISTED = 5  # more unknown group names than this are counted, not listed
+
+
+def json_type(value: object) -> str:
+    """A JSON value's type as JSON names it ("null", not Python's NoneType)."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
 def _worker_groups(raycluster: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     spec = raycluster.get("spec") or {}
     out: dict[str, Mapping[str, Any]] = {}
@@ -229,7 +243,12 @@ def read_group_specs(raycluster: Mapping[str, Any]) -> GroupSpecs:
 
     annotations = (raycluster.get("metadata") or {}).get("annotations") or {}
     raw_annotation = annotations.get(IPPR_ANNOTATION)
-    limits = parse_ippr_annotation(raw_annotation, raw_groups, errors) if raw_annotation else {}
+    # present at all, even empty, is asked for: "" is an error, not "no resizing"
+    limits = (
+        parse_ippr_annotation(raw_annotation, raw_groups, errors)
+        if raw_annotation is not None
+        else {}
+    )
 
     groups: dict[str, GroupSpec] = {}
     for name, g in raw_groups.items():
@@ -237,6 +256,15 @@ def read_group_specs(raycluster: Mapping[str, Any]) -> GroupSpecs:
         resources = _group_resources(name, g, errors)
         replicas_min = 0 if is_head else (_opt_int(g.get("minReplicas")) or 0)
         replicas_max = None if is_head else _opt_int(g.get("maxReplicas"))
+        if replicas_max is not None and replicas_min > replicas_max:
+            errors.append(
+                ConfigError(
+                    group=name,
+                    field="minReplicas",
+                    problem=f"{replicas_min} is above maxReplicas {replicas_max}",
+                    fix="make minReplicas at most maxReplicas",
+                )
+            )
         labels = {"ray.io/node-group": name}
         params = g.get("rayStartParams") or {}
         if "labels" in params:
@@ -250,7 +278,7 @@ def read_group_specs(raycluster: Mapping[str, Any]) -> GroupSpecs:
             ippr=limits.get(name),
             is_head=is_head,
         )
-    return GroupSpecs(groups=groups, errors=tuple(errors), ippr_enabled=bool(raw_annotation))
+    return GroupSpecs(groups=groups, errors=tuple(errors), ippr_enabled=raw_annotation is not None)
 
 
 def parse_ippr_annotation(
@@ -271,6 +299,16 @@ def parse_ippr_annotation(
             )
         )
         return {}
+    if not raw.strip():
+        errors.append(
+            ConfigError(
+                group=None,
+                field=field,
+                problem="is empty",
+                fix=f"write it like {example}, or remove the annotation to turn resizing off",
+            )
+        )
+        return {}
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -288,44 +326,73 @@ def parse_ippr_annotation(
             ConfigError(
                 group=None,
                 field=field,
-                problem=f"is a JSON {type(doc).__name__}, not an object",
+                problem=f"is {json_type(doc)}, not an object",
                 fix=f"write it like {example}",
             )
         )
         return {}
-    groups_doc = doc.get("groups")
-    if groups_doc is None:
-        return {}  # Ray accepts an annotation with no groups: IPPR on no group
+    unknown_keys = sorted(k for k in doc if k != "groups")
+    if unknown_keys:
+        errors.append(
+            ConfigError(
+                group=None,
+                field=field,
+                problem=f"has unknown key(s) {', '.join(map(repr, unknown_keys))}",
+                fix='the only key is "groups"',
+            )
+        )
+    if "groups" not in doc or doc["groups"] == {}:
+        # Ray takes this as IPPR on no group; asked for and empty, it is most likely a
+        # mistake, and raysize would then only scale: say so rather than guess
+        errors.append(
+            ConfigError(
+                group=None,
+                field="groups",
+                problem="is missing" if "groups" not in doc else "is empty",
+                fix=f"name at least one group: {example} (or remove the annotation)",
+            )
+        )
+        return {}
+    groups_doc = doc["groups"]
     if not isinstance(groups_doc, dict):
         errors.append(
             ConfigError(
                 group=None,
                 field="groups",
-                problem=f"is {type(groups_doc).__name__}, not an object",
+                problem=f"is {json_type(groups_doc)}, not an object",
                 fix=f"map each group name to its limits: {example}",
             )
         )
         return {}
 
     known = sorted(raw_groups)
+    strangers = [name for name in groups_doc if name not in raw_groups]
+    if strangers:
+        listed = ", ".join(map(repr, strangers[:UNKNOWN_GROUPS_LISTED]))
+        more = len(strangers) - UNKNOWN_GROUPS_LISTED
+        errors.append(
+            ConfigError(
+                group=strangers[0] if len(strangers) == 1 else None,
+                field="groups",
+                problem=(
+                    "is not a group of this RayCluster"
+                    if len(strangers) == 1
+                    else f"names {len(strangers)} groups this RayCluster does not have: "
+                    f"{listed}{f' and {more} more' if more > 0 else ''}"
+                ),
+                fix=f"use one of: {', '.join(known)} (the head group is {HEAD_GROUP!r})",
+            )
+        )
     out: dict[str, IpprLimits] = {}
     for name, entry in groups_doc.items():
         if name not in raw_groups:
-            errors.append(
-                ConfigError(
-                    group=name,
-                    field="groups",
-                    problem="is not a group of this RayCluster",
-                    fix=f"use one of: {', '.join(known)} (the head group is {HEAD_GROUP!r})",
-                )
-            )
             continue
         if not isinstance(entry, dict):
             errors.append(
                 ConfigError(
                     group=name,
                     field="groups",
-                    problem=(f"the entry is {type(entry).__name__}, not an object"),
+                    problem=f"the entry is {json_type(entry)}, not an object",
                     fix='give {"max-cpu": ..., "max-memory": ..., "resize-timeout": ...}',
                 )
             )
@@ -347,6 +414,14 @@ def _parse_group_limits(
     def err(fld: str, problem: str, fix: str) -> None:
         errors.append(ConfigError(group=name, field=fld, problem=problem, fix=fix))
 
+    for key in sorted(k for k in entry if k not in GROUP_KEYS):
+        near = difflib.get_close_matches(key.replace("_", "-"), GROUP_KEYS, n=1)
+        err(
+            key,
+            "is not a known key",
+            f"did you mean {near[0]!r}?" if near else f"use only {', '.join(GROUP_KEYS)}",
+        )
+
     def limit(
         key: str, name: str, types: tuple[type, ...], hints: tuple[str, str, str]
     ) -> int | None:
@@ -357,7 +432,7 @@ def _parse_group_limits(
             return None
         v = entry[key]
         if isinstance(v, bool) or not isinstance(v, types):
-            err(key, f"{v!r} is {type(v).__name__}", wrong_type)
+            err(key, f"{v!r} is {json_type(v)}", wrong_type)
             return None
         try:
             units = quantity_to_units(v, name, what=key)
@@ -403,7 +478,7 @@ def _parse_group_limits(
         if isinstance(v, bool) or not isinstance(v, int):
             err(
                 "resize-timeout",
-                f"{v!r} is {type(v).__name__}, not an integer",
+                f"{v!r} is {json_type(v)}, not an integer",
                 "give whole seconds like 60",
             )
         elif v <= 0:

@@ -152,7 +152,7 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
         "top level is a list",
         raycluster("[1, 2]"),
         [
-            "metadata.annotations[ray.io/ippr]: is a JSON list, not an object; write it like "
+            "metadata.annotations[ray.io/ippr]: is an array, not an object; write it like "
             '{"groups": {"<group>": {"max-cpu": "4", "max-memory": "8Gi", "resize-timeout": 60}}}'
         ],
     ),
@@ -160,7 +160,7 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
         "groups is a list",
         raycluster({"groups": ["small"]}),
         [
-            "groups: is list, not an object; map each group name to its limits: "
+            "groups: is an array, not an object; map each group name to its limits: "
             '{"groups": {"<group>": {"max-cpu": "4", "max-memory": "8Gi", "resize-timeout": 60}}}'
         ],
     ),
@@ -176,7 +176,7 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
         "group entry is a string",
         raycluster({"groups": {"small": "4"}}),
         [
-            "group 'small', groups: the entry is str, not an object; give "
+            "group 'small', groups: the entry is a string, not an object; give "
             '{"max-cpu": ..., "max-memory": ..., "resize-timeout": ...}'
         ],
     ),
@@ -215,14 +215,14 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
         "max-cpu boolean",
         raycluster(_ann(max_cpu=True)),
         [
-            'group \'small\', max-cpu: True is bool; use a string quantity like "4" or "1500m", or a number'
+            'group \'small\', max-cpu: True is a boolean; use a string quantity like "4" or "1500m", or a number'
         ],
     ),
     (
         "max-cpu object",
         raycluster(_ann(max_cpu={"cores": 4})),
         [
-            "group 'small', max-cpu: {'cores': 4} is dict; use a string quantity like \"4\" or \"1500m\", or a number"
+            "group 'small', max-cpu: {'cores': 4} is an object; use a string quantity like \"4\" or \"1500m\", or a number"
         ],
     ),
     (
@@ -244,7 +244,7 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
         "max-memory float (Ray's schema says integer)",
         raycluster(_ann(max_memory=8.5)),
         [
-            "group 'small', max-memory: 8.5 is float; use a string quantity like \"8Gi\" or an "
+            "group 'small', max-memory: 8.5 is a decimal number; use a string quantity like \"8Gi\" or an "
             "integer number of bytes"
         ],
     ),
@@ -270,12 +270,16 @@ CORPUS: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "resize-timeout string",
         raycluster(_ann(resize_timeout="60")),
-        ["group 'small', resize-timeout: '60' is str, not an integer; give whole seconds like 60"],
+        [
+            "group 'small', resize-timeout: '60' is a string, not an integer; give whole seconds like 60"
+        ],
     ),
     (
         "resize-timeout float",
         raycluster(_ann(resize_timeout=1.5)),
-        ["group 'small', resize-timeout: 1.5 is float, not an integer; give whole seconds like 60"],
+        [
+            "group 'small', resize-timeout: 1.5 is a decimal number, not an integer; give whole seconds like 60"
+        ],
     ),
     (
         "resize-timeout zero",
@@ -463,11 +467,11 @@ def test_every_problem_is_reported_at_once() -> None:
     rc = raycluster(ann, worker={"rayStartParams": {"num-cpus": "2"}})
     errors = read_group_specs(rc).errors
     assert [(e.group, e.field) for e in errors] == [
+        ("ghost", "groups"),
         ("small", "max-cpu"),
         ("small", "max-memory"),
         ("small", "resize-timeout"),
         ("small", "rayStartParams.num-cpus"),
-        ("ghost", "groups"),
     ]
     # a broken group gets no IPPR limits, so the planner never resizes it
     assert read_group_specs(rc).groups["small"].ippr is None
@@ -539,3 +543,57 @@ def test_kuberay_autoscaler_options_feed_the_planner_settings() -> None:
     s = read_planner_settings(rc, PlannerSettings())
     assert s.upscaling_mode == UpscalingMode.CONSERVATIVE
     assert s.idle_timeout_s == 30
+
+
+def _errors_of(annotation: object, **worker: object) -> list[str]:
+    rc = raycluster(GOOD, worker=worker or None)
+    rc["metadata"]["annotations"][IPPR_ANNOTATION] = annotation
+    return [str(e) for e in read_group_specs(rc).errors]
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        ("", "metadata.annotations[ray.io/ippr]: is empty; write it like"),
+        ("   ", "metadata.annotations[ray.io/ippr]: is empty; write it like"),
+        ("{}", "groups: is missing; name at least one group"),
+        ('{"groups": {}}', "groups: is empty; name at least one group"),
+        ("null", "metadata.annotations[ray.io/ippr]: is null, not an object"),
+    ],
+)
+def test_an_annotation_that_asks_for_nothing_is_an_error_not_no_resizing(
+    annotation: str, expected: str
+) -> None:
+    """Present but empty used to mean "no resizing" silently, and raysize then scaled the
+    cluster in while work was pending: a config error stops every action instead."""
+    (error,) = _errors_of(annotation)
+    assert error.startswith(expected)
+
+
+def test_unknown_keys_are_named_with_the_nearest_known_one() -> None:
+    doc = {
+        "groups": {"small": {**GOOD["groups"]["small"], "max-gpu": 1, "resize_timeout": 30}},
+        "group": {},
+    }
+    assert _errors_of(json.dumps(doc)) == [
+        "metadata.annotations[ray.io/ippr]: has unknown key(s) 'group'; the only key is \"groups\"",
+        "group 'small', max-gpu: is not a known key; did you mean 'max-cpu'?",
+        "group 'small', resize_timeout: is not a known key; did you mean 'resize-timeout'?",
+    ]
+
+
+def test_min_replicas_above_max_replicas_is_an_error() -> None:
+    errors = _errors_of(json.dumps(GOOD), minReplicas=3, maxReplicas=2)
+    assert errors == [
+        "group 'small', minReplicas: 3 is above maxReplicas 2; make minReplicas at most maxReplicas"
+    ]
+
+
+def test_many_unknown_groups_are_summed_up_in_one_error() -> None:
+    doc = {"groups": {**GOOD["groups"], **{f"g{i}": {} for i in range(300)}}}
+    (error,) = _errors_of(json.dumps(doc))
+    assert error.startswith(
+        "groups: names 300 groups this RayCluster does not have: 'g0', 'g1', 'g2', 'g3', 'g4' "
+        "and 295 more; use one of:"
+    )
+    assert len(error) < 300
