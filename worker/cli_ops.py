@@ -37,8 +37,10 @@ def _settings() -> Settings:
         return Settings()
     except ValidationError as exc:
         first = exc.errors()[0]
-        field = "RAYSIZE_" + str(first["loc"][0]).upper() if first["loc"] else "settings"
-        raise _fail(f"{field}: {first['msg']}") from None
+        message = str(first["msg"]).removeprefix("Value error, ")
+        if not first["loc"]:  # a rule across settings: its message names them
+            raise _fail(message) from None
+        raise _fail(f"RAYSIZE_{str(first['loc'][0]).upper()}: {message}") from None
 
 
 def _split(ref: str, what: str) -> tuple[str, str]:

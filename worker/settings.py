@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from workflows.contracts import POLL_INTERVAL_S
@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     # --- Temporal ---
     temporal_address: str = Field("localhost:7233", description="Temporal frontend host:port")
     temporal_namespace: str = Field("default", description="Temporal namespace")
-    task_queue: str = Field("raysize", description="task queue the worker polls")
+    task_queue: str = Field("raysize", min_length=1, description="task queue the worker polls")
     temporal_tls_cert: Path | None = Field(None, description="client certificate (mTLS)")
     temporal_tls_key: Path | None = Field(None, description="client private key (mTLS)")
     temporal_tls_ca: Path | None = Field(None, description="CA bundle of the server")
@@ -45,7 +45,9 @@ class Settings(BaseSettings):
     )
     namespaces: str = Field("", description="comma-separated namespaces to watch; empty: all")
     discover: bool = Field(True, description="manage every RayCluster with ray.io/ippr")
-    discovery_interval_s: float = Field(15.0, gt=0, description="seconds between discovery rounds")
+    discovery_interval_s: float = Field(
+        15.0, gt=0, allow_inf_nan=False, description="seconds between discovery rounds"
+    )
 
     # --- Ray ---
     gcs_address: str | None = Field(
@@ -58,15 +60,20 @@ class Settings(BaseSettings):
     )
 
     # --- decisions ---
-    tick_s: float = Field(5.0, gt=0, description="longest wait between two reconciles")
+    tick_s: float = Field(
+        5.0, gt=0, allow_inf_nan=False, description="longest wait between two reconciles"
+    )
     max_concurrent_resizes: int = Field(100, ge=1, description="resize sagas per cluster at once")
     resize_policy: ResizePolicy = Field(ResizePolicy.RIGHT_SIZE, description="right-size or max")
     cpu_step: str = Field("1", description="CPU rounding step of a resize target (quantity)")
     memory_step: str = Field("1Gi", description="memory rounding step (quantity)")
-    idle_timeout_s: float = Field(60.0, ge=0, description="idle pods older than this shrink/go")
+    idle_timeout_s: float = Field(
+        60.0, ge=0, allow_inf_nan=False, description="idle pods older than this shrink/go"
+    )
     resize_poll_interval_s: float = Field(
         POLL_INTERVAL_S,
         gt=0,
+        allow_inf_nan=False,
         description="seconds of silence from the pod watch after which a resizing pod is "
         "read again (the watch itself wakes a resize at once)",
     )
@@ -99,6 +106,29 @@ class Settings(BaseSettings):
         if units <= 0:
             raise ValueError(f"{name}: {value!r} must be positive")
         return value
+
+    @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca", "kubeconfig")
+    @classmethod
+    def _readable_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"{str(value)!r} is not a file (give the path of an existing file)")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        # half a client certificate would quietly leave the connection in plain text
+        if (self.temporal_tls_cert is None) != (self.temporal_tls_key is None):
+            given, missing = (
+                ("TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY")
+                if self.temporal_tls_key is None
+                else ("TEMPORAL_TLS_KEY", "TEMPORAL_TLS_CERT")
+            )
+            raise ValueError(
+                f"RAYSIZE_{given} is set without RAYSIZE_{missing}: mTLS needs both "
+                "(set both, or neither; RAYSIZE_TEMPORAL_TLS_CA alone turns on TLS "
+                "without a client certificate)"
+            )
+        return self
 
     def planner(self) -> PlannerSettings:
         return PlannerSettings(

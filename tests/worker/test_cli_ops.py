@@ -40,6 +40,53 @@ def test_bad_setting_names_the_variable() -> None:
     assert "'4 cores' is not a quantity" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RAYSIZE_TICK_S": "inf"}, "RAYSIZE_TICK_S: Input should be a finite number"),
+        (
+            {"RAYSIZE_IDLE_TIMEOUT_S": "nan"},
+            "RAYSIZE_IDLE_TIMEOUT_S: Input should be a finite number",
+        ),
+        (
+            {"RAYSIZE_DISCOVERY_INTERVAL_S": "inf"},
+            "RAYSIZE_DISCOVERY_INTERVAL_S: Input should be a finite number",
+        ),
+        (
+            {"RAYSIZE_RESIZE_POLL_INTERVAL_S": "inf"},
+            "RAYSIZE_RESIZE_POLL_INTERVAL_S: Input should be a finite number",
+        ),
+        ({"RAYSIZE_TASK_QUEUE": ""}, "RAYSIZE_TASK_QUEUE: String should have at least 1 character"),
+        (
+            {"RAYSIZE_TEMPORAL_TLS_CA": "/nonexistent/ca.pem"},
+            "RAYSIZE_TEMPORAL_TLS_CA: '/nonexistent/ca.pem' is not a file",
+        ),
+        (
+            {"RAYSIZE_KUBECONFIG": "/nonexistent/kubeconfig"},
+            "RAYSIZE_KUBECONFIG: '/nonexistent/kubeconfig' is not a file",
+        ),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_by_name(env: dict[str, str], message: str) -> None:
+    """inf would reach the workflow input as JSON null (its task then fails forever); a
+    missing file used to crash later with a traceback."""
+    result = runner.invoke(app, ["status", "ns/demo"], env=env)
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith(f"error: {message}"), result.stderr
+
+
+def test_half_a_client_certificate_is_refused_not_plain_text(tmp_path) -> None:
+    key = tmp_path / "client.key"
+    key.write_text("not used")
+    result = runner.invoke(app, ["status", "ns/demo"], env={"RAYSIZE_TEMPORAL_TLS_KEY": str(key)})
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "error: RAYSIZE_TEMPORAL_TLS_KEY is set without RAYSIZE_TEMPORAL_TLS_CERT: mTLS needs "
+        "both (set both, or neither; RAYSIZE_TEMPORAL_TLS_CA alone turns on TLS without a "
+        "client certificate)"
+    )
+
+
 def test_unreachable_temporal_is_one_clear_line() -> None:
     result = runner.invoke(
         app, ["status", "ns/demo"], env={"RAYSIZE_TEMPORAL_ADDRESS": "127.0.0.1:9"}
