@@ -13,6 +13,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -194,7 +195,20 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
         failed_age_s=max(0.0, (time.time() if now is None else now) - status.last_failed_at)
         if status.last_failed_at is not None
         else 0.0,
+        running_s=_running_s(pod, time.time() if now is None else now) if running else 0.0,
     )
+
+
+def _running_s(pod: Obj, now: float) -> float:
+    """Seconds since the pod's status.startTime (0 when it has none)."""
+    started = (pod.get("status") or {}).get("startTime")
+    if not isinstance(started, str):
+        return 0.0
+    try:
+        at = datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+    return max(0.0, now - at)
 
 
 def progress_of(pod: Obj, cpu: int, memory: int, generation: int) -> ResizeProgress:

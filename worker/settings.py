@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(
         60.0, ge=0, allow_inf_nan=False, description="idle pods older than this shrink/go"
     )
+    raylet_start_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="a running worker pod whose Raylet has not registered after this long is "
+        "replaced",
+    )
     resize_poll_interval_s: float = Field(
         POLL_INTERVAL_S,
         gt=0,
@@ -133,6 +140,7 @@ class Settings(BaseSettings):
     def planner(self) -> PlannerSettings:
         return PlannerSettings(
             idle_timeout_s=self.idle_timeout_s,
+            raylet_start_timeout_s=self.raylet_start_timeout_s,
             resize_policy=self.resize_policy,
             cpu_step=quantity_to_units(self.cpu_step, CPU),
             memory_step=quantity_to_units(self.memory_step, MEMORY),

@@ -82,6 +82,9 @@ class PodView(_Frozen):
     failed_age_s: float = Field(
         default=0.0, description="seconds since that failure (0: none, or just now)"
     )
+    running_s: float = Field(
+        default=0.0, description="seconds since the pod started running (0: not known)"
+    )
 
 
 class Demand(_Frozen):
@@ -133,6 +136,12 @@ class PlannerSettings(_Frozen):
     resize_policy: ResizePolicy = ResizePolicy.RIGHT_SIZE
     cpu_step: int = Field(default=1000, gt=0, description="millicores")
     memory_step: int = Field(default=GIB, gt=0, description="bytes")
+    raylet_start_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="a running worker pod whose Raylet has not registered after this long is "
+        "replaced (Ray's own autoscaler times such nodes out too)",
+    )
 
 
 class ClusterSnapshot(_Frozen):

@@ -711,7 +711,25 @@ class _Planner:
         return b
 
     # --- the whole plan ------------------------------------------------------------------------
+    def replace_silent_pods(self) -> None:
+        """A worker pod running this long with no Raylet registered will not bring one:
+        it is removed (and replaced if the minimum or the work asks), not counted as room
+        that is coming forever."""
+        timeout = self.settings.raylet_start_timeout_s
+        for p in sorted(self.snap.pods, key=lambda p: p.name):
+            g = self.snap.groups.get(p.group)
+            if g is None or g.is_head or p.name in self.terminate:
+                continue
+            if p.phase == PodPhase.RUNNING and p.raylet_id is None and p.running_s >= timeout:
+                self.terminate[p.name] = TerminateAction(
+                    pod=p.name,
+                    group=g.name,
+                    reason=f"its Raylet has not registered {p.running_s:.0f}s after the pod "
+                    f"started (limit {timeout:g}s): replaced",
+                )
+
     def run(self) -> Plan:
+        self.replace_silent_pods()
         self.enforce_min()
         self.enforce_max()
 

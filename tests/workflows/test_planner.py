@@ -429,6 +429,23 @@ def test_a_failure_record_blocks_growing_not_shrinking_back() -> None:
     assert p.resize == () and p.launch_by_group == {"g1": 1}
 
 
+def test_a_pod_whose_raylet_never_registers_is_replaced_not_waited_on() -> None:
+    """Running for longer than raylet_start_timeout_s with no Raylet: it will not bring
+    one. It is removed and its room is not counted as coming: the minimum and the waiting
+    work get a new pod in the same plan."""
+    keep = group(min_workers=1)
+    silent = pod("w1", raylet_id=None, running_s=700)
+    p = plan(snapshot([keep], [silent], [(res(1), 1)]))
+    assert [t.pod for t in p.terminate] == ["w1"]
+    assert "its Raylet has not registered 700s after the pod started (limit 600s)" in (
+        p.terminate[0].reason
+    )
+    assert p.launch_by_group == {"g1": 1}
+    # still inside the limit: waited on, and counted as the room that is coming
+    starting = pod("w1", raylet_id=None, running_s=30)
+    assert plan(snapshot([keep], [starting], [(res(1), 1)])).is_empty
+
+
 def test_idle_pod_with_work_to_take_is_kept() -> None:
     p = plan(snapshot([group()], [pod("w1", idle_s=100)], [(res(1), 1)]))
     assert p.is_empty
