@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Annotated, TypeVar
 
 import typer
@@ -62,6 +63,13 @@ def _run(fn: Callable[[Client], Awaitable[T]]) -> T:
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise _fail(f"no such workflow: {exc.message}") from None
+        if exc.status == RPCStatusCode.DEADLINE_EXCEEDED or "Timeout expired" in exc.message:
+            queue = _settings().task_queue
+            raise _fail(
+                f"no answer in {QUERY_TIMEOUT.total_seconds():g}s: a query is answered by a "
+                f"raysize worker, and none is polling task queue {queue!r} (start "
+                "`raysize worker`, or set RAYSIZE_TASK_QUEUE to the worker's queue)"
+            ) from None
         raise _fail(f"Temporal refused: {exc.message}") from None
 
 
@@ -70,6 +78,8 @@ def _cores(units: int) -> str:
 
 
 IO_THREADS = 64
+# a query waits for a worker to answer it: bounded, so `raysize status` never hangs
+QUERY_TIMEOUT = timedelta(seconds=10)
 
 
 def register(app: typer.Typer) -> None:
@@ -147,7 +157,7 @@ def register(app: typer.Typer) -> None:
         ) -> tuple[ReconcileStatus, list[tuple[str, str, ResizeState | None]]]:
             status = await client.get_workflow_handle_for(
                 ReconcileWorkflow.run, reconcile_workflow_id(ns, name)
-            ).query(ReconcileWorkflow.status)
+            ).query(ReconcileWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
             resizes: list[tuple[str, str, ResizeState | None]] = []
             query = (
                 f"RayCluster='{name}' AND RayNamespace='{ns}' AND WorkflowType='PodResizeWorkflow'"
@@ -157,7 +167,7 @@ def register(app: typer.Typer) -> None:
                 if wf.status == WorkflowExecutionStatus.RUNNING:
                     state = await client.get_workflow_handle_for(
                         PodResizeWorkflow.run, wf.id
-                    ).query(PodResizeWorkflow.state)
+                    ).query(PodResizeWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
                 resizes.append((wf.id, wf.status.name if wf.status else "?", state))
             return status, resizes
 

@@ -5,14 +5,20 @@ the Raylet all back where they were; that pod is not grown again), and resume.""
 from __future__ import annotations
 
 import asyncio
+import uuid
+from datetime import timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
 
 from activities.ray_gcs import RayGcsClient
 from sandbox.kubelet import KubeletTiming
-from workflows.contracts import ResizeOutcome, ResizePhase
+from worker import cli_ops
+from worker.cli import app
+from workflows.contracts import ReconcileInput, ResizeOutcome, ResizePhase
 from workflows.naming import reconcile_workflow_id
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
@@ -87,3 +93,32 @@ async def test_pause_then_cancel_rolls_back_and_resume_grows_again(any_stack: St
     workers = {p.metadata.name: cpu_of(p) for p in s.workers(name)}
     assert workers.pop(pod) == "1"
     assert list(workers.values()) == ["2"]
+
+
+async def test_status_with_no_worker_polling_says_so_instead_of_hanging(
+    dev_server: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A query is answered by a worker: with none polling the cluster's task queue,
+    `raysize status` used to hang for more than 30 s. It gives up in a bounded time and
+    says why."""
+    queue = f"nobody-{uuid.uuid4().hex[:6]}"
+    await dev_server.client.start_workflow(
+        "ReconcileWorkflow",
+        ReconcileInput(namespace="default", cluster="orphan"),
+        id=reconcile_workflow_id("default", f"orphan-{queue}"),
+        task_queue=queue,
+    )
+    monkeypatch.setattr(cli_ops, "QUERY_TIMEOUT", timedelta(seconds=2))
+    env = {
+        "RAYSIZE_TEMPORAL_ADDRESS": dev_server.client.service_client.config.target_host,
+        "RAYSIZE_TASK_QUEUE": queue,
+    }
+    result = await asyncio.to_thread(
+        CliRunner().invoke, app, ["status", f"default/orphan-{queue}"], env=env
+    )
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "error: no answer in 2s: a query is answered by a raysize worker, and none is "
+        f"polling task queue '{queue}' (start `raysize worker`, or set RAYSIZE_TASK_QUEUE "
+        "to the worker's queue)"
+    )
