@@ -22,13 +22,22 @@ from workflows.scenario import ScenarioError, load_scenario, parse_scenario_json
 
 def _read(path: Path) -> object:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            f"{path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8 JSON"
+        ) from exc
     try:
         return parse_scenario_json(text)
     except ScenarioError as exc:  # a key given twice
         raise ScenarioError(f"{path}: {exc}") from exc
+    except RecursionError as exc:
+        raise ScenarioError(
+            f"{path} nests too deeply to be a scenario (bench/SCENARIO.md is at most a few "
+            "levels deep)"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise ScenarioError(
             f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"

@@ -536,3 +536,21 @@ def test_amounts_at_the_edges_are_refused_with_a_precise_message(
     f = write(tmp_path, doc)
     result = runner.invoke(app, ["plan", "--scenario", str(f)])
     assert (result.exit_code, result.stderr, result.stdout) == (2, f"error: {f}: {message}\n", "")
+
+
+def test_a_file_that_is_not_utf8_or_nests_too_deeply_is_one_clear_line(tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.json"
+    bad.write_bytes(b'{"version": 1, "name": "caf\xe9"}')
+    result = CliRunner().invoke(app, ["plan", "--scenario", str(bad)])
+    assert result.exit_code != 0
+    assert result.stderr.strip().startswith(
+        f"error: {bad} is not UTF-8 text (byte 27: invalid continuation byte)"
+    )
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    result = CliRunner().invoke(app, ["plan", "--scenario", str(deep)])
+    assert result.exit_code != 0
+    assert (
+        result.stderr.strip()
+        == f"error: {deep} nests too deeply to be a scenario (bench/SCENARIO.md is at most a few levels deep)"
+    )
