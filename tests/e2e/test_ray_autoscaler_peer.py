@@ -99,10 +99,15 @@ async def test_rays_autoscaler_resizes_and_scales_in_then_hands_over_both_ways(
     try:
 
         def grown() -> list[client.V1Pod]:
-            return [p for p in s.workers(name) if cpu_of(p) == "4"]
+            # Ray patches pods/resize, then writes ray.io/ippr-status at the end of its
+            # reconciliation: grown is both
+            return [
+                p
+                for p in s.workers(name)
+                if cpu_of(p) == "4" and "ray.io/ippr-status" in (p.metadata.annotations or {})
+            ]
 
         (big,) = await eventually(grown, 120)
-        assert "ray.io/ippr-status" in (big.metadata.annotations or {})
         # the other worker goes: replicas 1 and its pod deleted by KubeRay
         await eventually(
             lambda: [p.metadata.name for p in s.workers(name)] == [big.metadata.name], 120

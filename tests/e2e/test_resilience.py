@@ -157,7 +157,9 @@ async def test_a_crashed_raylet_is_restarted_and_its_pod_still_grows(any_stack: 
     the container's exit (137) and restarts it in the same pod (restartPolicy Always); the
     new Raylet joins, and raysize grows that pod for a 2-CPU task."""
     stack = any_stack
-    name = stack.unique("crash")
+    # its own name: crash safety's "crash" reconcile is still RUNNING on the shared dev
+    # server (its worker was killed), and discovery leaves a running reconcile alone
+    name = stack.unique("raylet-crash")
     stack.create(ippr_cluster(name))
     gcs = await stack.gcs_address(name)
     (worker,) = await stack.running_workers(name)
