@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.contracts import Act
+    from workflows.naming import DISCOVERY_WORKFLOW
     from workflows.waiting import raise_if_cancelled
 
 
@@ -25,7 +26,7 @@ class DiscoveryInput(BaseModel):
     max_rounds_per_run: int = 200
 
 
-@workflow.defn(name="DiscoveryWorkflow")
+@workflow.defn(name=DISCOVERY_WORKFLOW)
 class DiscoveryWorkflow:
     def __init__(self) -> None:
         self.clusters: list[tuple[str, str]] = []

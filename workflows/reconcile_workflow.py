@@ -35,7 +35,8 @@ with workflow.unsafe.imports_passed_through():
         WaitInput,
     )
     from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
-    from workflows.naming import (  # re-exported: the names callers know them by
+    from workflows.naming import (
+        RECONCILE_WORKFLOW,
         resize_search_attributes,
         resize_workflow_id,
     )
@@ -75,7 +76,7 @@ def describe_plan(p: Plan) -> list[str]:
 ABANDON_WAIT_PATCH = "reconcile-wait-abandon"
 
 
-@workflow.defn(name="ReconcileWorkflow")
+@workflow.defn(name=RECONCILE_WORKFLOW)
 class ReconcileWorkflow:
     @workflow.init
     def __init__(self, inp: ReconcileInput) -> None:

@@ -46,9 +46,10 @@ with workflow.unsafe.imports_passed_through():
         WaitResizeInput,
     )
     from workflows.ippr import IpprStatus, KubeletReport, parse_kubelet_message
-    from workflows.naming import (  # re-exported: the names callers know them by
+    from workflows.naming import (
         RESIZE_OUTCOME,
         RESIZE_PHASE,
+        RESIZE_WORKFLOW,
         resize_search_attributes,
         shrinks,
     )
@@ -101,7 +102,7 @@ class _RayletGone(Exception):
     """The pod is there, its Raylet is not (its Ray process died, its node left Ray)."""
 
 
-@workflow.defn(name="PodResizeWorkflow")
+@workflow.defn(name=RESIZE_WORKFLOW)
 class PodResizeWorkflow:
     def __init__(self) -> None:
         self.req: ResizeRequest | None = None
@@ -280,11 +281,9 @@ class PodResizeWorkflow:
         cpu: int,
         memory: int,
         status: IpprStatus,
-        *,
-        retargetable: bool = True,
     ) -> ResizeProgress | None:
         """Patch the pod and wait for the kubelet, bounded by the group's resize-timeout;
-        None on timeout or (if `retargetable`) when a new target arrives."""
+        None on timeout or when a new target arrives (none does while rolling back)."""
         deadline = workflow.now() + timedelta(seconds=req.timeout_s)
         window = min(req.poll_window_s, req.timeout_s)
         apply = workflow.start_activity(
@@ -309,9 +308,7 @@ class PodResizeWorkflow:
             else ActivityCancellationType.TRY_CANCEL,
         )
         try:
-            applied: ApplyResizeResult | None = (
-                await self._unless_retargeted(apply) if retargetable else await apply
-            )
+            applied: ApplyResizeResult | None = await self._unless_retargeted(apply)
         except ActivityError as exc:
             self._raise_k8s_failure(exc)
         if applied is None:
@@ -319,10 +316,10 @@ class PodResizeWorkflow:
         self.status = status
         if applied.progress.state != ProgressState.IN_PROGRESS:
             return applied.progress
-        return await self._poll(req, applied.generation, deadline, retargetable=retargetable)
+        return await self._poll(req, applied.generation, deadline)
 
     async def _poll(
-        self, req: ResizeRequest, generation: int, deadline: datetime, *, retargetable: bool = True
+        self, req: ResizeRequest, generation: int, deadline: datetime
     ) -> ResizeProgress | None:
         """Keep waiting for the kubelet; None on timeout or when a new target arrives.
 
@@ -337,10 +334,9 @@ class PodResizeWorkflow:
                 return None
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: retargetable and self.new_target is not None,
-                    timeout=min(pause, remaining),
+                    lambda: self.new_target is not None, timeout=min(pause, remaining)
                 )
-            if retargetable and self.new_target is not None:
+            if self.new_target is not None:
                 return None
             pause = min(pause * 2, 30.0)
             remaining = (deadline - workflow.now()).total_seconds()
@@ -364,9 +360,7 @@ class PodResizeWorkflow:
                 retry_policy=WATCH_RETRY,
             )
             try:
-                progress: ResizeProgress | None = (
-                    await self._unless_retargeted(poll) if retargetable else await poll
-                )
+                progress: ResizeProgress | None = await self._unless_retargeted(poll)
             except ActivityError as exc:
                 if _error_type(exc) == Err.POD_GONE:
                     raise _PodGone() from exc
@@ -393,9 +387,7 @@ class PodResizeWorkflow:
         )
         try:
             self.cpu, self.memory = req.from_cpu, req.from_memory
-            progress = await self._apply(
-                req, req.from_cpu, req.from_memory, failed, retargetable=not careful
-            )
+            progress = await self._apply(req, req.from_cpu, req.from_memory, failed)
             cpu, memory = req.from_cpu, req.from_memory
             if progress is not None and progress.state == ProgressState.DONE:
                 cpu, memory = progress.cpu or cpu, progress.memory or memory
