@@ -137,7 +137,9 @@ def test_an_event_written_with_python_isoformat_times_is_stored_in_utc_and_liste
     events` lists the Event (it got EOF from the sandbox before), its LAST SEEN from the
     series' last observation, FIRST SEEN from firstTimestamp."""
     plus2 = timezone(timedelta(hours=2))
-    now = datetime.now(UTC).replace(microsecond=123456)
+    # a second back before fixing the microseconds: "now" never lies ahead of the clock,
+    # so what happened 3 minutes before it is always at least 3m0s old to kubectl
+    now = (datetime.now(UTC) - timedelta(seconds=1)).replace(microsecond=123456)
     first, last_seen = now - timedelta(minutes=10), now - timedelta(minutes=3)
     http.call(
         "POST",
