@@ -166,6 +166,24 @@ def list_rayclusters(kube: Kube, namespace: str) -> list[dict[str, Any]]:
     return items
 
 
+# How often the wait reads Ray's state (the GCS has no watch). Right after an observe,
+# when a change is most likely to follow (a Raylet resized, a node registering), every
+# 0.1 s; once the cluster has been quiet for RAY_FAST_WINDOW_S, every RAY_IDLE_PAUSE_S,
+# so an idle cluster costs its GCS under 2 reads a second. Never more than a tenth of the
+# time on the GCS: the state of a thousand nodes takes ~50 ms to build.
+RAY_FAST_PAUSE_S = 0.1
+RAY_FAST_WINDOW_S = 5.0
+RAY_IDLE_PAUSE_S = 0.55
+HEARTBEAT_EVERY_S = 2.0  # the wait's heartbeat timeout is 10 s
+
+
+def ray_read_pause(quiet_s: float, read_s: float) -> float:
+    """Seconds to the next read of Ray's state, `quiet_s` into a wait whose last read
+    took `read_s`."""
+    pace = RAY_FAST_PAUSE_S if quiet_s < RAY_FAST_WINDOW_S else RAY_IDLE_PAUSE_S
+    return max(pace, 9 * read_s)
+
+
 def fingerprint(state: ClusterState) -> int:
     """What a decision depends on in Ray's state: demands, gangs, constraints and the
     nodes with their totals. Ray bumps its version on every usage report; this changes
@@ -232,7 +250,7 @@ class ClusterActivities:
 
     def __post_init__(self) -> None:
         if self.pods is None:
-            self.pods = PodWatch(self.kube.core)
+            self.pods = PodWatch(self.kube.core, self.kube.custom)
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
@@ -296,6 +314,7 @@ class ClusterActivities:
                 resource_version=kube.resource_version,
                 gcs_address=address,
                 pods_version=kube.pods_version,
+                cluster_mark=kube.mark,
             )
         try:
             state = await asyncio.to_thread(self.gcs(address).cluster_state)
@@ -312,6 +331,7 @@ class ClusterActivities:
             gcs_address=address,
             gcs_version=fingerprint(state),
             pods_version=kube.pods_version,
+            cluster_mark=kube.mark,
             resizing=tuple(
                 sorted(
                     {
@@ -328,28 +348,34 @@ class ClusterActivities:
 
     @activity.defn(name=Act.WAIT_FOR_CHANGE)
     async def wait_for_change(self, inp: WaitInput) -> bool:
-        """Long-poll: True as soon as Ray's resource state or the cluster's pods change,
-        False when the tick passes quietly."""
-        deadline = time.monotonic() + inp.timeout_s
-        gcs = self.gcs(inp.gcs_address)
+        """Long-poll: True as soon as the cluster's pods, the RayCluster's spec or
+        annotations, or (with `watch_ray`) what Ray reports change; False when
+        `timeout_s` passes quietly."""
+        started = time.monotonic()
+        deadline = started + inp.timeout_s
         assert self.pods is not None
-        # the worker's shared pod watch: no thread or connection of its own per wait
-        with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as pods_changed:
-            while time.monotonic() < deadline:
-                if self.pods.cluster_changed_since(inp.namespace, inp.cluster, inp.pods_version):
+        # the worker's shared watches: no thread or connection of its own per wait
+        with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed:
+            while (left := deadline - time.monotonic()) > 0:
+                if self.pods.cluster_changed_since(
+                    inp.namespace, inp.cluster, inp.pods_version, inp.cluster_mark
+                ):
                     return True
+                if not inp.watch_ray:
+                    # heartbeats are what tell Temporal this worker still waits
+                    activity.heartbeat()
+                    await changed.wait(min(left, HEARTBEAT_EVERY_S))
+                    continue
                 asked = time.monotonic()
                 try:
-                    state = await asyncio.to_thread(gcs.cluster_state)
+                    state = await asyncio.to_thread(self.gcs(inp.gcs_address).cluster_state)
                     if fingerprint(state) != inp.gcs_version:
                         return True
                 except RayError:
                     return True  # let the next observe say what is wrong
                 activity.heartbeat()
-                # Ray's state every 0.1 s, but never more than a tenth of the time on the
-                # GCS (the state of a thousand nodes takes ~50 ms); a pod change wakes at once
-                pause = max(0.1, 9 * (time.monotonic() - asked))
-                await pods_changed.wait(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = ray_read_pause(asked - started, time.monotonic() - asked)
+                await changed.wait(min(pause, left))
             return False
 
     @activity.defn(name=Act.RESIZE_RAYLET)

@@ -30,7 +30,7 @@ from activities.k8s_errors import (
     Unavailable,
     from_api_exception,
 )
-from activities.pod_watch import PodWatch
+from activities.pod_watch import PodWatch, raycluster_mark
 from workflows.contracts import (
     HEARTBEAT_TIMEOUT,
     Act,
@@ -116,6 +116,7 @@ class KubeCluster(BaseModel):
     pods_version: str
     resizing: tuple[str, ...]
     gcs_address: str
+    mark: str = ""  # raycluster_mark: what the cluster-change watch compares
 
     @property
     def in_tree_autoscaling(self) -> bool:
@@ -401,6 +402,7 @@ class Kube:
             pods_version=pods_version,
             resizing=resizing,
             gcs_address=gcs_address(rc),
+            mark=raycluster_mark(rc),
         )
 
     def find_pod(self, namespace: str, pod: str) -> Obj | None:

@@ -7,15 +7,22 @@ watch on the pods of each namespace it waits in and hands each change of a pod t
 activities waiting on it. An activity reads the pod itself only when it starts, after
 the watch reconnects, and when nothing was heard for its poll interval (a silent or
 dropped watch must never leave a resize waiting forever).
+
+With a `custom` API client it also watches the namespace's RayClusters, so a reconcile
+waiting on its cluster wakes when the RayCluster's spec or annotations change (an edited
+`ray.io/ippr`, a new maximum, a deletion) and not only when a pod does: an idle cluster
+then needs no periodic re-read to notice anything.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +34,19 @@ Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, pod), or (namespace, CLUSTER + cluster) for a cluster
 CLUSTER = "cluster:"  # pod names never contain ':'
 CLUSTER_LABEL = "ray.io/cluster"
+GONE = "gone"  # the mark of a RayCluster that was deleted
+
+
+def raycluster_mark(obj: Obj) -> str:
+    """What of a RayCluster a decision depends on: its spec (`metadata.generation` moves
+    with every spec change; status writes leave it) and its annotations. A status update
+    by KubeRay leaves the mark as it was, so it wakes nobody."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    digest = hashlib.blake2b(
+        json.dumps(annotations, sort_keys=True).encode(), digest_size=6
+    ).hexdigest()
+    return f"{meta.get('generation', 0)}/{digest}"
 
 
 @dataclass(eq=False)
@@ -56,13 +76,16 @@ class Subscription:
 class PodWatch:
     """Namespaces are watched from the first wait on one of their pods until `close`."""
 
-    def __init__(self, core: Any, *, timeout_s: int = 300) -> None:
+    def __init__(self, core: Any, custom: Any = None, *, timeout_s: int = 300) -> None:
         self.core = core
+        self.custom = custom
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._subs: dict[Key, list[Subscription]] = {}
         # the newest resourceVersion seen for each cluster's pods (a DELETED counts too)
         self._cluster_versions: dict[tuple[str, str], int] = {}
+        # the newest mark of each RayCluster (see `raycluster_mark`), from the watch
+        self._cluster_marks: dict[tuple[str, str], str] = {}
         self._threads: dict[str, threading.Thread] = {}
         self._watches: dict[str, watch.Watch] = {}
         self._stop = threading.Event()
@@ -79,18 +102,25 @@ class PodWatch:
         """Hear of every change of any pod of a Ray cluster (label ray.io/cluster)."""
         return self._subscribe((namespace, CLUSTER + cluster))
 
-    def cluster_changed_since(self, namespace: str, cluster: str, version: str) -> bool:
-        """Has a pod of the cluster changed after `version` (a list's resourceVersion)?
+    def cluster_changed_since(
+        self, namespace: str, cluster: str, version: str, mark: str = ""
+    ) -> bool:
+        """Has a pod of the cluster changed after `version` (a list's resourceVersion), or
+        the RayCluster since it had `mark` (`raycluster_mark`; empty: not asked)?
 
-        The watch's first events are every pod as it is, each with the version of its
-        last change, so a change made before the watch began counts as well. A version
-        that is not a number (the API server's are) tells nothing: False."""
-        try:
-            since = int(version)
-        except ValueError:
-            return False
+        The watch's first events are every object as it is, each pod with the version of
+        its last change, so a change made before the watch began counts as well. A version
+        that is not a number (the API server's are) tells nothing about pods."""
+        key = (namespace, cluster)
         with self._lock:
-            return self._cluster_versions.get((namespace, cluster), 0) > since
+            seen = self._cluster_marks.get(key)
+            if mark and seen is not None and seen != mark:
+                return True
+            try:
+                since = int(version)
+            except ValueError:
+                return False
+            return self._cluster_versions.get(key, 0) > since
 
     @contextlib.contextmanager
     def _subscribe(self, key: Key) -> Iterator[Subscription]:
@@ -117,26 +147,41 @@ class PodWatch:
 
     # --- the watch thread -----------------------------------------------------------------
     def _ensure(self, namespace: str) -> None:
-        with self._lock:
-            if namespace in self._threads or self._stop.is_set():
-                return
-            thread = threading.Thread(
-                target=self._run, args=(namespace,), name=f"pod-watch-{namespace}", daemon=True
+        watches: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [
+            (f"pod-watch-{namespace}", self.core.list_namespaced_pod, (namespace,))
+        ]
+        if self.custom is not None:
+            watches.append(
+                (
+                    f"raycluster-watch-{namespace}",
+                    self.custom.list_namespaced_custom_object,
+                    ("ray.io", "v1", namespace, "rayclusters"),
+                )
             )
-            self._threads[namespace] = thread
-        thread.start()
+        for name, list_fn, args in watches:
+            with self._lock:
+                if name in self._threads or self._stop.is_set():
+                    continue
+                thread = threading.Thread(
+                    target=self._run, args=(namespace, name, list_fn, args), name=name, daemon=True
+                )
+                self._threads[name] = thread
+            thread.start()
 
-    def _run(self, namespace: str) -> None:
-        version: str | None = None  # None: start with the current state of every pod
+    def _run(
+        self, namespace: str, name: str, list_fn: Callable[..., Any], args: tuple[Any, ...]
+    ) -> None:
+        pods = list_fn == self.core.list_namespaced_pod
+        version: str | None = None  # None: start with the current state of every object
         backoff = 0.5
         while not self._stop.is_set():
             w = watch.Watch()
             with self._lock:
-                self._watches[namespace] = w
+                self._watches[name] = w
             try:
                 for ev in w.stream(
-                    self.core.list_namespaced_pod,
-                    namespace,
+                    list_fn,
+                    *args,
                     resource_version=version,
                     timeout_seconds=self.timeout_s,
                     _request_timeout=self.timeout_s + 30,
@@ -148,21 +193,34 @@ class PodWatch:
                         break
                     meta = obj.get("metadata") or {}
                     version = meta.get("resourceVersion") or version
-                    name = meta.get("name")
-                    if not name:
+                    if not meta.get("name") or kind == "BOOKMARK":
                         continue
-                    self._deliver(namespace, name, obj, meta, kind == "DELETED")
+                    if pods:
+                        self._deliver(namespace, meta["name"], obj, meta, kind == "DELETED")
+                    else:
+                        self._deliver_cluster(namespace, meta["name"], obj, kind == "DELETED")
                     backoff = 0.5
             except Exception as exc:  # the connection dropped: everyone looks again
                 if self._stop.is_set():
                     return
-                log.info("pod watch in %s dropped (%s); reconnecting", namespace, exc)
+                log.info("%s dropped (%s); reconnecting", name, exc)
                 version = None
                 self._wake_all(namespace)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
             finally:
                 w.stop()
+
+    def _deliver_cluster(self, namespace: str, name: str, obj: Obj, deleted: bool) -> None:
+        mark = GONE if deleted else raycluster_mark(obj)
+        key = (namespace, name)
+        with self._lock:
+            before = self._cluster_marks.get(key)
+            self._cluster_marks[key] = mark
+            subs = list(self._subs.get((namespace, CLUSTER + name), ()))
+        if before is not None and before != mark:
+            for sub in subs:
+                sub._wake(None, deleted)
 
     def _deliver(self, namespace: str, name: str, obj: Obj, meta: Obj, deleted: bool) -> None:
         cluster = (meta.get("labels") or {}).get(CLUSTER_LABEL)

@@ -26,6 +26,7 @@ class _State:
         self.version = 1
         self.totals: dict[bytes, dict[str, float]] = {}
         self.resizes = 0
+        self.state_reads = 0  # GetClusterResourceState calls answered
 
 
 class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
@@ -35,6 +36,7 @@ class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
     def GetClusterResourceState(self, request: Any, context: Any) -> Any:
         with self.state.lock:
             version = self.state.version
+            self.state.state_reads += 1
         return autoscaler_pb2.GetClusterResourceStateReply(
             cluster_resource_state=autoscaler_pb2.ClusterResourceState(
                 cluster_resource_state_version=version, cluster_session_name="standin"
@@ -73,6 +75,11 @@ class GcsStandIn:
     def resizes(self) -> int:
         with self.state.lock:
             return self.state.resizes
+
+    @property
+    def state_reads(self) -> int:
+        with self.state.lock:
+            return self.state.state_reads
 
     def totals(self, node_id: bytes) -> dict[str, float]:
         with self.state.lock:

@@ -61,7 +61,12 @@ class Settings(BaseSettings):
 
     # --- decisions ---
     tick_s: float = Field(
-        5.0, gt=0, allow_inf_nan=False, description="longest wait between two reconciles"
+        300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="longest wait between two reconciles of a cluster where nothing changes: "
+        "a safety net (a change of its pods, its RayCluster or Ray's demands, and the plan's "
+        "own deadlines such as an idle pod's expiry, wake it at once)",
     )
     max_concurrent_resizes: int = Field(100, ge=1, description="resize sagas per cluster at once")
     resize_policy: ResizePolicy = Field(ResizePolicy.RIGHT_SIZE, description="right-size or max")

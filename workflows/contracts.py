@@ -221,6 +221,9 @@ class Observation(_M):
     gcs_address: str = ""
     gcs_version: int = 0
     pods_version: str = ""
+    cluster_mark: str = Field(
+        default="", description="the RayCluster's spec generation and annotations, hashed"
+    )
     resizing: tuple[str, ...] = Field(
         default=(), description="pods with a resize in flight (conditions or resizing-at)"
     )
@@ -233,6 +236,10 @@ class WaitInput(_M):
     gcs_version: int
     pods_version: str
     timeout_s: float
+    cluster_mark: str = ""  # wake when the RayCluster's mark differs ("" : pods only)
+    # False: raysize may not act on the cluster (config error, Ray's autoscaler owns it),
+    # so Ray's demands cannot change a decision: Kubernetes changes only, no GCS reads
+    watch_ray: bool = True
 
 
 class ScaleInput(_M):
@@ -296,7 +303,9 @@ class ReconcileInput(BaseModel):
     namespace: str
     cluster: str
     gcs_address: str | None = None
-    tick_s: float = 5.0
+    # the longest wait: a safety net; changes and the plan's own deadlines wake sooner
+    tick_s: float = 300.0
+    retry_s: float = 5.0  # the wait after a failed read
     max_concurrent_resizes: int = 100
     resize_poll_interval_s: float = POLL_INTERVAL_S
     resize_poll_window_s: float = 30.0

@@ -1,11 +1,14 @@
 """ReconcileWorkflow (`reconcile/<namespace>/<cluster>`): observe → plan → act → wait.
 
 One per RayCluster. Observing and acting are activities; planning is the pure `plan()`.
-Waiting is event-driven: one activity watches the cluster's pods (a Kubernetes watch)
-and Ray's state (the GCS has no watch, so it is read every 0.1 s and compared by what a
-decision depends on — demands, gangs, constraints, node totals — because Ray's own
-resource-state version moves on every usage report), and returns as soon as either
-changes; the tick interval is only an upper bound.
+Waiting is event-driven: one activity watches the cluster's pods and the RayCluster
+(Kubernetes watches) and Ray's state (the GCS has no watch, so it is read — every 0.1 s
+right after an observe, every 0.55 s once quiet — and compared by what a decision
+depends on: demands, gangs, constraints, nodes with their totals and idle state, because
+Ray's own resource-state version moves on every usage report), and returns as soon as
+any of them changes or a decision falls due by time alone (`workflows/deadlines.py`: an
+idle pod's expiry, say). The tick (`tick_s`, minutes) is only a safety net, so an idle
+cluster costs a few activities an hour.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleInput,
         WaitInput,
     )
+    from workflows.deadlines import next_decision_in
     from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
     from workflows.naming import (
         RECONCILE_WORKFLOW,
@@ -88,6 +92,8 @@ class ReconcileWorkflow:
         self.last_plan: Plan | None = None
         self.last_error = ""
         self.decisions: list[Decision] = list(inp.carry.decisions)
+        # seconds from the last observe until a decision falls due with nothing changing
+        self.next_decision_in: float | None = None
 
     @workflow.signal
     def pause(self) -> None:
@@ -127,6 +133,7 @@ class ReconcileWorkflow:
             if self.paused:
                 await workflow.wait_condition(lambda: not self.paused)
             self.woken = False
+            self.next_decision_in = None
             obs = await self._observe(inp)
             if obs is not None and not obs.found:
                 workflow.logger.info("RayCluster %s/%s is gone: done", inp.namespace, inp.cluster)
@@ -212,6 +219,7 @@ class ReconcileWorkflow:
         snapshot = obs.snapshot.model_copy(
             update={"settings": _merge_settings(inp.settings, obs.snapshot.settings)}
         )
+        self.next_decision_in = next_decision_in(snapshot)
         seen = telemetry.demand_seen_at(self.carry.demand_seen_at, snapshot)
         if seen != self.carry.demand_seen_at:
             self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
@@ -227,6 +235,8 @@ class ReconcileWorkflow:
         scaled = False
         if p.launch or p.terminate:
             scaled = await self._scale(inp, obs, p)
+            if not scaled:  # a conflict or a refusal: plan again on fresh state soon
+                self.next_decision_in = min(self.next_decision_in or inp.retry_s, inp.retry_s)
         lines = describe_plan(p)
         if not scaled and (p.launch or p.terminate):
             lines = [ln for ln in lines if ln.startswith(("grow", "shrink"))]
@@ -354,11 +364,15 @@ class ReconcileWorkflow:
 
     # --- wait -----------------------------------------------------------------------------
     async def _wait(self, inp: ReconcileInput, obs: Observation | None) -> None:
+        """Until something changes, a decision falls due, or the tick (a safety net)
+        passes. An idle cluster thus costs an observe and a wait every `tick_s`
+        (minutes), not every few seconds."""
         if self.woken:
             return
         if obs is None or not obs.gcs_address:
+            # the read failed: try again soon, not after the long tick
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self.woken, timeout=inp.tick_s)
+                await workflow.wait_condition(lambda: self.woken, timeout=inp.retry_s)
             return
         # A signal that ends the wait (pause, resume, wake) abandons the watch instead of
         # asking the server to cancel it: a watch that completed at that very moment made
@@ -370,6 +384,13 @@ class ReconcileWorkflow:
             if workflow.patched(ABANDON_WAIT_PATCH)
             else ActivityCancellationType.TRY_CANCEL
         )
+        timeout = inp.tick_s
+        if self.next_decision_in is not None:
+            timeout = max(0.1, min(timeout, self.next_decision_in))
+        # Ray's demands matter only where raysize may act: a cluster with a config error,
+        # or one Ray's own autoscaler owns, waits on Kubernetes alone (the fix of the
+        # annotation, the hand-over) and costs its GCS nothing
+        acting = not obs.config_errors and not obs.in_tree_autoscaling
         watch = workflow.start_activity(
             Act.WAIT_FOR_CHANGE,
             WaitInput(
@@ -378,18 +399,20 @@ class ReconcileWorkflow:
                 gcs_address=obs.gcs_address,
                 gcs_version=obs.gcs_version,
                 pods_version=obs.pods_version,
-                timeout_s=inp.tick_s,
+                timeout_s=timeout,
+                cluster_mark=obs.cluster_mark,
+                watch_ray=acting,
             ),
-            start_to_close_timeout=timedelta(seconds=inp.tick_s + 30),
+            start_to_close_timeout=timedelta(seconds=timeout + 30),
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=cancellation,
         )
         await until_done_or(watch, lambda: self.woken)
         if watch.done() and watch.exception() is not None:
-            # the watch failed (GCS restarting?): don't spin, wait out the tick
+            # the watch failed (GCS restarting, the worker stopped): don't spin
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self.woken, timeout=inp.tick_s)
+                await workflow.wait_condition(lambda: self.woken, timeout=inp.retry_s)
 
 
 def _merge_settings(base: PlannerSettings, cluster: PlannerSettings) -> PlannerSettings:

@@ -35,6 +35,7 @@ class FakeWorld:
         self.events: list[EventInput] = []
         self.observed = 0
         self.version = 0
+        self.waits: list[WaitInput] = []  # every wait the loop asked for
 
     def set_demands(self, *demands: tuple[Resources, int]) -> None:
         self.snapshot = self.snapshot.model_copy(
@@ -75,6 +76,7 @@ class FakeWorld:
 
         @activity.defn(name=Act.WAIT_FOR_CHANGE)
         async def wait(inp: WaitInput) -> bool:
+            self.waits.append(inp)
             loop = asyncio.get_running_loop()
             until = loop.time() + min(inp.timeout_s, 0.3)
             while loop.time() < until:

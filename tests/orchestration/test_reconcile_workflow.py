@@ -32,7 +32,7 @@ from workflows.contracts import (
     WaitResizeInput,
 )
 from workflows.ippr import ConfigError
-from workflows.model import ResizePolicy
+from workflows.model import PlannerSettings, ResizePolicy
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
@@ -100,7 +100,7 @@ async def reconciling(
         ns = f"ns-{uuid.uuid4().hex[:6]}"
         handle = await env.client.start_workflow(
             ReconcileWorkflow.run,
-            ReconcileInput(namespace=ns, cluster="demo", tick_s=0.5, **kw),  # type: ignore[arg-type]
+            ReconcileInput(namespace=ns, cluster="demo", **{"tick_s": 0.5, **kw}),  # type: ignore[arg-type]
             id=f"reconcile/{ns}/demo",
             task_queue=queue,
         )
@@ -185,6 +185,29 @@ async def test_config_error_means_no_action_until_fixed(ts_env: WorkflowEnvironm
     assert world.started == ["w1"]
     assert status.config_errors == ()
     assert world.events[1].reason == "IPPRConfigValid"
+    # while raysize could not act, its waits read nothing from Ray (an invalid config once
+    # made the wait return at once: 220 reconciles in 24 s); once valid, Ray counts again
+    assert world.waits[0].watch_ray is False and world.waits[-1].watch_ray is True
+
+
+async def test_an_idle_cluster_waits_for_its_next_deadline_not_a_tick(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """With nothing pending, the loop sleeps until the idle pod's timeout (then shrinks
+    it), not for a short tick, and not for the whole safety tick either."""
+    world = FakeWorld(
+        snapshot(
+            [group()],
+            [pod("w1", cpu=3, idle_s=50), pod("w2")],
+            settings=PlannerSettings(idle_timeout_s=60),
+        )
+    )
+    async with reconciling(ts_env, world, tick_s=300) as handle:
+        await until(lambda: world.waits)
+        status = await status_of(handle)
+    assert 10 <= world.waits[0].timeout_s <= 11  # the idle pod expires in 10 s
+    assert world.waits[0].watch_ray
+    assert not world.started and status.resizes_started == 0
 
 
 async def test_ray_in_tree_autoscaler_owns_the_cluster_until_handed_over(

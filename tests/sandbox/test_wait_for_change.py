@@ -77,3 +77,85 @@ def test_awake_at_once_when_ray_cannot_be_read(env):
         assert time.monotonic() - started < 10
     finally:
         acts.close()
+
+
+def test_an_edited_raycluster_wakes_the_wait(env):
+    """Fixing `ray.io/ippr` (or any spec change) is noticed at once, not at the tick: the
+    loop's tick is minutes long now."""
+    _, kube = env
+    with GcsStandIn() as gcs:
+        acts = ClusterActivities(kube=kube, ray=RaySettings())
+        try:
+            inp = wait_input(kube, gcs.address, 60).model_copy(
+                update={"cluster_mark": kube.read_cluster("default", "rc").mark}
+            )
+
+            async def edit_the_cluster() -> bool:
+                waiting = asyncio.ensure_future(
+                    ActivityEnvironment().run(acts.wait_for_change, inp)
+                )
+                await asyncio.sleep(0.5)
+                await asyncio.to_thread(
+                    kube.custom.patch_namespaced_custom_object,
+                    "ray.io",
+                    "v1",
+                    "default",
+                    "rayclusters",
+                    "rc",
+                    {"metadata": {"annotations": {"ray.io/ippr": '{"groups": {}}'}}},
+                )
+                return await asyncio.wait_for(waiting, 20)  # not the 60 s tick
+
+            assert asyncio.run(edit_the_cluster()) is True
+            # a wait that starts after the edit, with the mark of before it, returns at once
+            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, inp)) is True
+        finally:
+            acts.close()
+
+
+def test_a_status_write_by_kuberay_wakes_nobody(env):
+    _, kube = env
+    with GcsStandIn() as gcs:
+        acts = ClusterActivities(kube=kube, ray=RaySettings())
+        try:
+            inp = wait_input(kube, gcs.address, 3).model_copy(
+                update={"cluster_mark": kube.read_cluster("default", "rc").mark}
+            )
+
+            async def write_status() -> bool:
+                waiting = asyncio.ensure_future(
+                    ActivityEnvironment().run(acts.wait_for_change, inp)
+                )
+                await asyncio.sleep(0.5)
+                await asyncio.to_thread(
+                    kube.custom.patch_namespaced_custom_object_status,
+                    "ray.io",
+                    "v1",
+                    "default",
+                    "rayclusters",
+                    "rc",
+                    {"status": {"reason": "touched by a test"}},
+                )
+                return await asyncio.wait_for(waiting, 20)
+
+            assert asyncio.run(write_status()) is False
+        finally:
+            acts.close()
+
+
+def test_a_cluster_raysize_may_not_act_on_costs_its_gcs_nothing(env):
+    """With a config error (or Ray's autoscaler in charge) the observe carries no Ray
+    version: the wait must not read Ray at all, or it would return at once and the loop
+    would spin (220 reconciles in 24 s were seen)."""
+    _, kube = env
+    with GcsStandIn() as gcs:
+        acts = ClusterActivities(kube=kube, ray=RaySettings())
+        try:
+            inp = wait_input(kube, gcs.address, 2).model_copy(
+                update={"gcs_version": 0, "watch_ray": False}
+            )
+            before = gcs.state_reads
+            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, inp)) is False
+            assert gcs.state_reads == before
+        finally:
+            acts.close()

@@ -1,0 +1,64 @@
+"""When an unchanging cluster next needs a decision: the reconcile loop's wait ends then,
+so an idle pod still shrinks on time though the safety tick is minutes long."""
+
+from __future__ import annotations
+
+from workflows.deadlines import MARGIN_S, next_decision_in
+from workflows.model import PlannerSettings, PodPhase
+from workflows.planner import plan
+
+from .kit import group, pod, snapshot
+
+SETTINGS = PlannerSettings(idle_timeout_s=60, raylet_start_timeout_s=600)
+
+
+def test_a_busy_cluster_has_no_deadline():
+    snap = snapshot([group()], [pod("w1"), pod("w2")], settings=SETTINGS)
+    assert next_decision_in(snap) is None
+
+
+def test_the_first_idle_pod_to_expire_sets_the_deadline():
+    snap = snapshot(
+        [group()], [pod("w1", idle_s=10), pod("w2", idle_s=45), pod("w3")], settings=SETTINGS
+    )
+    assert next_decision_in(snap) == 15 + MARGIN_S
+    # ... and at that moment the planner does act on it
+    later = snapshot(
+        [group()],
+        [pod("w1", idle_s=10 + 15 + MARGIN_S), pod("w2", idle_s=45 + 15 + MARGIN_S), pod("w3")],
+        settings=SETTINGS,
+    )
+    assert [t.pod for t in plan(later).terminate] == ["w2"]
+
+
+def test_an_expired_idle_pod_the_plan_keeps_sets_no_deadline():
+    """A pod kept by the group's minimum stays idle past its timeout: waking for it again
+    and again would be the spin this module exists to avoid."""
+    snap = snapshot([group(min_workers=1)], [pod("w1", idle_s=300)], settings=SETTINGS)
+    assert not plan(snap).terminate
+    assert next_decision_in(snap) is None
+
+
+def test_a_failed_pod_shrinks_back_an_idle_timeout_after_its_failure():
+    snap = snapshot(
+        [group()],
+        [pod("w1", cpu=3, idle_s=100, failed=True, failed_age_s=20)],
+        settings=SETTINGS,
+    )
+    assert next_decision_in(snap) == 40 + MARGIN_S
+
+
+def test_a_raylet_that_never_registered_is_due_at_the_start_timeout():
+    snap = snapshot([group()], [pod("w1", raylet_id=None, running_s=590.0)], settings=SETTINGS)
+    assert next_decision_in(snap) == 10 + MARGIN_S
+    pending = snapshot([group()], [pod("w1", phase=PodPhase.PENDING)], settings=SETTINGS)
+    assert next_decision_in(pending) is None  # a pod change wakes the loop instead
+
+
+def test_the_cluster_own_idle_timeout_counts():
+    snap = snapshot(
+        [group()],
+        [pod("w1", idle_s=10)],
+        settings=SETTINGS.model_copy(update={"idle_timeout_s": 30}),
+    )
+    assert next_decision_in(snap) == 20 + MARGIN_S
