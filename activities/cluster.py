@@ -30,6 +30,7 @@ from activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
 from activities.ray_gcs import RayGcsClient, TlsConfig
 from activities.ray_state import ClusterState, LabelOperator, LabelSelector
 from workflows.contracts import (
+    RAY_STATE_READS,
     Act,
     Err,
     FinishResizeInput,
@@ -184,6 +185,14 @@ def ray_read_pause(quiet_s: float, read_s: float) -> float:
     return max(pace, 9 * read_s)
 
 
+def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
+    """`raysize_ray_state_reads`: what raysize costs each GCS (read by bench.idle_bench)."""
+    if n:
+        activity.metric_meter().create_counter(
+            RAY_STATE_READS, "GetClusterResourceState calls to the cluster's GCS"
+        ).add(n, {"cluster": cluster, "k8s_namespace": namespace})
+
+
 def fingerprint(state: ClusterState) -> int:
     """What a decision depends on in Ray's state: demands, gangs, constraints and the
     nodes with their totals. Ray bumps its version on every usage report; this changes
@@ -320,6 +329,8 @@ class ClusterActivities:
             state = await asyncio.to_thread(self.gcs(address).cluster_state)
         except RayError as exc:
             raise _ray_error(exc) from exc
+        finally:
+            _count_state_reads(inp.namespace, inp.cluster, 1)
         snapshot = join(kube, state, self.settings)
         return Observation(
             snapshot=snapshot,
@@ -354,29 +365,34 @@ class ClusterActivities:
         started = time.monotonic()
         deadline = started + inp.timeout_s
         assert self.pods is not None
+        reads = 0
         # the worker's shared watches: no thread or connection of its own per wait
         with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed:
-            while (left := deadline - time.monotonic()) > 0:
-                if self.pods.cluster_changed_since(
-                    inp.namespace, inp.cluster, inp.pods_version, inp.cluster_mark
-                ):
-                    return True
-                if not inp.watch_ray:
-                    # heartbeats are what tell Temporal this worker still waits
-                    activity.heartbeat()
-                    await changed.wait(min(left, HEARTBEAT_EVERY_S))
-                    continue
-                asked = time.monotonic()
-                try:
-                    state = await asyncio.to_thread(self.gcs(inp.gcs_address).cluster_state)
-                    if fingerprint(state) != inp.gcs_version:
+            try:
+                while (left := deadline - time.monotonic()) > 0:
+                    if self.pods.cluster_changed_since(
+                        inp.namespace, inp.cluster, inp.pods_version, inp.cluster_mark
+                    ):
                         return True
-                except RayError:
-                    return True  # let the next observe say what is wrong
-                activity.heartbeat()
-                pause = ray_read_pause(asked - started, time.monotonic() - asked)
-                await changed.wait(min(pause, left))
-            return False
+                    if not inp.watch_ray:
+                        # heartbeats are what tell Temporal this worker still waits
+                        activity.heartbeat()
+                        await changed.wait(min(left, HEARTBEAT_EVERY_S))
+                        continue
+                    asked = time.monotonic()
+                    reads += 1
+                    try:
+                        state = await asyncio.to_thread(self.gcs(inp.gcs_address).cluster_state)
+                        if fingerprint(state) != inp.gcs_version:
+                            return True
+                    except RayError:
+                        return True  # let the next observe say what is wrong
+                    activity.heartbeat()
+                    pause = ray_read_pause(asked - started, time.monotonic() - asked)
+                    await changed.wait(min(pause, left))
+                return False
+            finally:
+                _count_state_reads(inp.namespace, inp.cluster, reads)
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:

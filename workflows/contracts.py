@@ -34,6 +34,10 @@ class Act:
     ENSURE_RECONCILERS = "ensure_reconcilers"
 
 
+# metrics the activities record themselves (the rest are in workflows/telemetry.py)
+RAY_STATE_READS = "raysize_ray_state_reads"  # GetClusterResourceState calls to a GCS
+
+
 # --- errors (ApplicationError types) ------------------------------------------------------
 class Err:
     POD_GONE = "PodGone"
