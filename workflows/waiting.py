@@ -10,9 +10,24 @@ from temporalio import workflow
 from temporalio.exceptions import is_cancelled_exception
 
 
+def _seen(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def quietly(fut: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """Mark the future's outcome as read whatever happens to it: a watch abandoned by a
+    signal, or torn down with the workflow when the worker stops or evicts it, must not
+    log `exception was never retrieved` (60+ tracebacks at each worker restart). Code
+    that awaits it still gets its result or exception."""
+    fut.add_done_callback(_seen)
+    return fut
+
+
 async def until_done_or(task: asyncio.Future[Any], condition: Callable[[], bool]) -> None:
     """Wait until `task` finishes or `condition()` holds; cancel whichever is left."""
-    other = asyncio.ensure_future(workflow.wait_condition(condition))
+    quietly(task)
+    other = quietly(asyncio.ensure_future(workflow.wait_condition(condition)))
     try:
         await workflow.wait([task, other], return_when=asyncio.FIRST_COMPLETED)
     finally:
