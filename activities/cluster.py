@@ -153,18 +153,7 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
 
 def list_rayclusters(kube: Kube, namespace: str) -> list[dict[str, Any]]:
     """Every RayCluster in a namespace ("" for all namespaces)."""
-    if namespace:
-        doc = kube.custom.list_namespaced_custom_object(
-            "ray.io", "v1", namespace, "rayclusters", _request_timeout=kube.timeout_s
-        )
-    else:
-        doc = kube.custom.list_cluster_custom_object(
-            "ray.io", "v1", "rayclusters", _request_timeout=kube.timeout_s
-        )
-    items = doc.get("items") if isinstance(doc, dict) else None
-    if not isinstance(items, list):
-        raise ApplicationError(f"listing RayClusters in {namespace or 'all namespaces'}: no items")
-    return items
+    return kube.list_rayclusters(namespace)
 
 
 # How often the wait reads Ray's state (the GCS has no watch). Right after an observe,
@@ -440,7 +429,10 @@ class DiscoveryActivities:
         """(namespace, name) of clusters with ray.io/ippr or the opt-in annotation."""
         out: list[tuple[str, str]] = []
         for ns in namespaces or [""]:
-            items = await asyncio.to_thread(list_rayclusters, self.kube, ns)
+            try:
+                items = await asyncio.to_thread(list_rayclusters, self.kube, ns)
+            except KubeError as exc:  # one line, typed: "cannot reach … at …: refused"
+                raise exc.to_application_error() from None
             for rc in items:
                 meta = rc.get("metadata") or {}
                 ann = meta.get("annotations") or {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -98,6 +99,30 @@ class ContainerSize(BaseModel):
     @property
     def memory(self) -> int:
         return self.memory_limit or self.memory_request
+
+
+class KubeconfigError(ValueError):
+    """No usable Kubernetes configuration: the message names the file and the fix."""
+
+
+def short_cause(exc: BaseException) -> str:
+    """The innermost reason of a connection failure, in a few words (urllib3 nests the
+    socket's error three deep: `MaxRetryError(NewConnectionError(ConnectionRefused))`)."""
+    seen: set[int] = set()
+    inner: BaseException = exc
+    while id(inner) not in seen:
+        seen.add(id(inner))
+        nxt = getattr(inner, "reason", None) or inner.__cause__ or inner.__context__
+        if not isinstance(nxt, BaseException):
+            break
+        inner = nxt
+    if isinstance(inner, OSError) and inner.strerror:
+        return inner.strerror
+    text = str(inner) or type(inner).__name__
+    # urllib3's texts end with the socket's own words: "…: [Errno 111] Connection refused"
+    if "] " in text and "[Errno" in text:
+        text = text.rsplit("] ", 1)[1].rstrip(")'\"")
+    return text[:200]
 
 
 class KubeCluster(BaseModel):
@@ -326,7 +351,18 @@ class Kube:
                 return cls(client.ApiClient(), timeout_s)
             except config.ConfigException:
                 pass
-        api = config.new_client_from_config(config_file=path)
+        try:
+            api = config.new_client_from_config(config_file=path)
+        except Exception as exc:  # the client's errors range from ConfigException to TypeError
+            where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+            reason = (str(exc).splitlines()[0] if str(exc) else type(exc).__name__).rstrip(".")
+            if not isinstance(exc, (config.ConfigException, OSError)):
+                reason = f"not a kubeconfig ({type(exc).__name__}: {reason})"
+            raise KubeconfigError(
+                f"cannot load the kubeconfig {where}: {reason}. Point RAYSIZE_KUBECONFIG (or "
+                "KUBECONFIG) at a valid kubeconfig file; in a pod, raysize uses its "
+                "ServiceAccount instead"
+            ) from None
         return cls(api, timeout_s)
 
     def _call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -337,7 +373,13 @@ class Kube:
         except KubeError:
             raise
         except Exception as exc:  # timeouts, refused connections, TLS: all "unknown"
-            raise Unavailable(f"{type(exc).__name__}: {exc}") from exc
+            raise Unavailable(
+                f"cannot reach the Kubernetes API at {self.host}: {short_cause(exc)}"
+            ) from exc
+
+    @property
+    def host(self) -> str:
+        return str(getattr(self.api.configuration, "host", "") or "?")
 
     def _raw(self, kind: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Obj:
         response = self._call(kind, fn, *args, _preload_content=False, **kwargs)
@@ -352,6 +394,26 @@ class Kube:
     # --- reads ----------------------------------------------------------------------
     def get_pod(self, namespace: str, pod: str) -> Obj:
         return self._raw("Pod", self.core.read_namespaced_pod, pod, namespace)
+
+    def list_rayclusters(self, namespace: str) -> list[Obj]:
+        """Every RayCluster in a namespace ("" for all namespaces)."""
+        if namespace:
+            doc = self._call(
+                "RayCluster",
+                self.custom.list_namespaced_custom_object,
+                "ray.io",
+                "v1",
+                namespace,
+                "rayclusters",
+            )
+        else:
+            doc = self._call(
+                "RayCluster", self.custom.list_cluster_custom_object, "ray.io", "v1", "rayclusters"
+            )
+        items = doc.get("items") if isinstance(doc, dict) else None
+        if not isinstance(items, list):
+            raise Unavailable(f"listing RayClusters in {namespace or 'all namespaces'}: no items")
+        return items
 
     def get_raycluster(self, namespace: str, name: str) -> Obj:
         return self._raw(

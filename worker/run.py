@@ -16,7 +16,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.cluster import ClusterActivities, DiscoveryActivities, RaySettings
-from activities.k8s import Kube
+from activities.k8s import Kube, KubeconfigError
 from activities.ray_gcs import TlsConfig, resolve_token
 from worker.health import heartbeat
 from worker.settings import Settings
@@ -120,6 +120,10 @@ async def _run_worker(settings: Settings, *, stop: asyncio.Event | None = None) 
 async def _serve(
     settings: Settings, telemetry: Telemetry, *, stop: asyncio.Event | None = None
 ) -> None:
+    try:  # before Temporal: a bad kubeconfig is the commoner mistake, and the cheaper check
+        kube = Kube.from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
+    except KubeconfigError as exc:
+        raise SetupError(str(exc)) from None
     client = await connect(settings, telemetry)
     log.info(
         "telemetry: traces %s, metrics %s",
@@ -129,7 +133,6 @@ async def _serve(
     added = await ensure_search_attributes(client, register=settings.register_search_attributes)
     if added:
         log.info("registered search attributes: %s", ", ".join(added))
-    kube = Kube.from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
     worker, cluster = build_worker(client, settings, kube)
     if settings.discover:
         await client.start_workflow(

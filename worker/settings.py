@@ -22,6 +22,20 @@ def check_log_level(value: str) -> str:
     return value.upper()
 
 
+def check_host_port(value: str, example_port: str) -> None:
+    """`host:port`, nothing else: a host alone would be dialled on port 80 (or 443) by
+    the gRPC clients, silently; a URL's scheme is not theirs to take."""
+    if "://" in value:
+        raise ValueError(f"{value!r} is a URL: give host:port, e.g. localhost:{example_port}")
+    host, sep, port = value.rpartition(":")
+    if not sep or not host:
+        raise ValueError(
+            f"{value!r} has no port: give host:port, e.g. {value or 'localhost'}:{example_port}"
+        )
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r}: the port {port!r} is not a number from 1 to 65535")
+
+
 class Settings(BaseSettings):
     """The worker's configuration. Each field is `RAYSIZE_<NAME>` in the environment."""
 
@@ -117,6 +131,15 @@ class Settings(BaseSettings):
             raise ValueError(str(exc)) from exc
         if units <= 0:
             raise ValueError(f"{name}: {value!r} must be positive")
+        return value
+
+    @field_validator("temporal_address", "gcs_address")
+    @classmethod
+    def _host_port(cls, value: str | None, info: object) -> str | None:
+        if value is not None:
+            check_host_port(
+                value, "7233" if getattr(info, "field_name", "") == "temporal_address" else "6379"
+            )
         return value
 
     @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca", "kubeconfig")

@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Link, SpanKind
 from temporalio import activity, client, worker, workflow
 from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflowInboundInterceptor
+from temporalio.exceptions import ApplicationError
 from temporalio.runtime import (
     OpenTelemetryConfig,
     PrometheusConfig,
@@ -329,11 +330,56 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str)
 
 
+class QuietRetries(logging.Filter):
+    """Expected failures in one line, and the same line at most once a minute.
+
+    An activity that fails with one of raysize's typed errors (`ApplicationError`: "cannot
+    reach the Kubernetes API at …: Connection refused") already says what is wrong;
+    Temporal's `Completing activity as failed` would add a traceback of ~40 lines to it,
+    every retry (an API server that is down made 818 lines in 40 s). Such a record keeps
+    its one line; a bug (any other exception) keeps its traceback. A line repeated within
+    `window_s` is held back and counted, and the next one that passes says how many."""
+
+    def __init__(self, window_s: float = 60.0) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._last: dict[tuple[str, str], tuple[float, int]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, ApplicationError) and record.name.startswith("temporalio"):
+            kind = f"{exc.type}: " if exc.type else ""
+            record.msg = f"{record.getMessage()}: {kind}{exc.message}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, record.getMessage())
+        now = record.created
+        last, held = self._last.get(key, (0.0, 0))
+        if now - last < self.window_s:
+            self._last[key] = (last, held + 1)
+            return False
+        self._last[key] = (now, 0)
+        if held:
+            record.msg = f"{record.getMessage()} (and {held} more like it in the last minute)"
+            record.args = None
+        if len(self._last) > 1000:  # bounded: forget the oldest half
+            for k in sorted(self._last, key=lambda k: self._last[k][0])[:500]:
+                del self._last[k]
+        return True
+
+
 def configure_logging(level: str = "INFO", fmt: str = "text") -> None:
     """Once per process (`raysize worker`): root handler on stderr, the level, the format.
     Workflow and activity context goes into fields, not into the message."""
     handler = logging.StreamHandler()
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(QuietRetries())
+    # the Kubernetes client's own retries would log a warning per attempt; raysize retries
+    # (and says so) itself
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -65,6 +65,25 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_KUBECONFIG": "/nonexistent/kubeconfig"},
             "RAYSIZE_KUBECONFIG: '/nonexistent/kubeconfig' is not a file",
         ),
+        # a host alone was dialled on port 80, silently
+        (
+            {"RAYSIZE_TEMPORAL_ADDRESS": "localhost"},
+            "RAYSIZE_TEMPORAL_ADDRESS: 'localhost' has no port: give host:port, e.g. "
+            "localhost:7233",
+        ),
+        (
+            {"RAYSIZE_GCS_ADDRESS": "ray-head"},
+            "RAYSIZE_GCS_ADDRESS: 'ray-head' has no port: give host:port, e.g. ray-head:6379",
+        ),
+        (
+            {"RAYSIZE_TEMPORAL_ADDRESS": "http://temporal:7233"},
+            "RAYSIZE_TEMPORAL_ADDRESS: 'http://temporal:7233' is a URL: give host:port",
+        ),
+        (
+            {"RAYSIZE_GCS_ADDRESS": "ray-head:637900"},
+            "RAYSIZE_GCS_ADDRESS: 'ray-head:637900': the port '637900' is not a number from 1 "
+            "to 65535",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_by_name(env: dict[str, str], message: str) -> None:
@@ -85,6 +104,29 @@ def test_half_a_client_certificate_is_refused_not_plain_text(tmp_path) -> None:
         "both (set both, or neither; RAYSIZE_TEMPORAL_TLS_CA alone turns on TLS without a "
         "client certificate)"
     )
+
+
+def test_a_kubeconfig_that_is_not_one_is_one_clear_line(tmp_path) -> None:
+    """The Kubernetes client's own error was a 64-line traceback ending in `Invalid
+    kube-config file. No configuration found.`, with no path and no setting named."""
+    garbage = tmp_path / "kubeconfig"
+    garbage.write_text("just some text\n")
+    for env in (
+        {"RAYSIZE_KUBECONFIG": str(garbage)},
+        {"KUBECONFIG": str(tmp_path / "empty"), "HOME": str(tmp_path)},
+    ):
+        if "KUBECONFIG" in env:
+            (tmp_path / "empty").write_text("")
+        result = runner.invoke(
+            app, ["worker"], env={"RAYSIZE_TEMPORAL_ADDRESS": "127.0.0.1:9", **env}
+        )
+        assert result.exit_code == 1
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        assert lines[0].startswith("error: cannot load the kubeconfig "), lines[0]
+        assert "RAYSIZE_KUBECONFIG (or KUBECONFIG)" in lines[0]
+        where = env.get("RAYSIZE_KUBECONFIG") or env["KUBECONFIG"]
+        assert where in lines[0]
 
 
 def test_unreachable_temporal_is_one_clear_line() -> None:
