@@ -214,6 +214,12 @@ async def start_reconciler(
     )
 
 
+def _pod_gone(inp: RayletResizeInput, why: str) -> ApplicationError:
+    return ApplicationError(
+        f"{inp.namespace}/{inp.pod}: {why}", type=Err.POD_GONE, non_retryable=True
+    )
+
+
 def _ray_error(exc: RayError) -> ApplicationError:
     if isinstance(exc, RayletNotFound):
         kind = Err.RAYLET_GONE
@@ -404,14 +410,29 @@ class ClusterActivities:
         return FinishResizeResult(cpu=applied.cpu, memory=applied.memory)
 
     async def _resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
-        address = await self._address_of(inp.namespace, inp.cluster)
+        try:
+            address = await self._address_of(inp.namespace, inp.cluster)
+        except ClusterGone:
+            raise _pod_gone(inp, "its RayCluster is gone") from None
         try:
             applied = await asyncio.to_thread(
                 self.gcs(address).resize_raylet, inp.node_id, inp.cpu / 1000.0, inp.memory
             )
         except RayError as exc:
+            if exc.retryable:
+                # Temporal retries this until it takes; a pod (or cluster) deleted meanwhile
+                # would keep the saga retrying a GCS that is gone for ever: look first
+                await self._raise_if_pod_gone(inp)
             raise _ray_error(exc) from exc
         return RayletResizeResult(cpu=applied.get_units(CPU), memory=applied.get_units(MEMORY))
+
+    async def _raise_if_pod_gone(self, inp: RayletResizeInput) -> None:
+        try:
+            pod = await asyncio.to_thread(self.kube.find_pod, inp.namespace, inp.pod)
+        except KubeError:
+            return  # unknown: the Ray error stands, and the next attempt looks again
+        if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            raise _pod_gone(inp, "the pod is gone (deleted while its Raylet was being resized)")
 
 
 @dataclass

@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.cluster import ClusterActivities, RaySettings, fingerprint
 from activities.ray_gcs import RayGcsClient
 from sandbox.gcs_standin import GcsStandIn
 from sandbox.rayprocs import free_port
-from workflows.contracts import WaitInput
+from workflows.contracts import Err, RayletResizeInput, WaitInput
+from workflows.resources import GIB
 
 from .test_k8s_activities import env, workers
 
@@ -159,3 +162,28 @@ def test_a_cluster_raysize_may_not_act_on_costs_its_gcs_nothing(env):
             assert gcs.state_reads == before
         finally:
             acts.close()
+
+
+def test_a_raylet_sync_for_a_deleted_pod_ends_instead_of_retrying_for_ever(env):
+    """A RayCluster deleted mid-resize left its saga in SyncingRaylet, retrying a GCS that
+    no longer existed, for good. While the pod is there, an unreachable GCS is worth
+    retrying; once it is gone, the activity says PodGone and is not retried."""
+    _, kube = env
+    pod = workers(kube)[0]
+    acts = ClusterActivities(
+        kube=kube, ray=RaySettings(gcs_override=f"127.0.0.1:{free_port()}", timeout_s=0.5)
+    )
+    inp = RayletResizeInput(
+        namespace="default", cluster="rc", pod=pod, node_id="ab" * 28, cpu=2000, memory=GIB
+    )
+    try:
+        with pytest.raises(ApplicationError) as there:
+            asyncio.run(ActivityEnvironment().run(acts.resize_raylet, inp))
+        assert there.value.type == "RayUnavailable" and not there.value.non_retryable
+        kube.core.delete_namespaced_pod(pod, "default", grace_period_seconds=0)
+        with pytest.raises(ApplicationError) as gone:
+            asyncio.run(ActivityEnvironment().run(acts.resize_raylet, inp))
+        assert gone.value.type == Err.POD_GONE and gone.value.non_retryable
+        assert f"default/{pod}: the pod is gone" in gone.value.message
+    finally:
+        acts.close()
