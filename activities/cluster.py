@@ -59,6 +59,7 @@ from workflows.naming import (
     reconcile_workflow_id,
 )
 from workflows.resources import CPU, MEMORY
+from workflows.summaries import reconcile_details, reconcile_summary
 
 log = logging.getLogger("raysize.activities")
 
@@ -211,6 +212,8 @@ async def start_reconciler(
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         search_attributes=reconcile_search_attributes(inp.namespace, inp.cluster),
+        static_summary=reconcile_summary(inp.namespace, inp.cluster),
+        static_details=reconcile_details(inp.namespace, inp.cluster),
     )
 
 

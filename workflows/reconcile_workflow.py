@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.planner import plan
     from workflows.resize_workflow import PodResizeWorkflow
     from workflows.resources import CPU, MEMORY, Resources, units_to_float
+    from workflows.summaries import resize_details, resize_summary
     from workflows.waiting import raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
@@ -162,6 +163,7 @@ class ReconcileWorkflow:
                     namespace=inp.namespace, cluster=inp.cluster, gcs_address=inp.gcs_address
                 ),
                 result_type=Observation,
+                summary=f"read RayCluster {inp.namespace}/{inp.cluster}, its pods and Ray",
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
                     maximum_attempts=3,
@@ -303,6 +305,8 @@ class ReconcileWorkflow:
                 id=wf_id,
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 search_attributes=resize_search_attributes(req),
+                static_summary=resize_summary(req),
+                static_details=resize_details(req),
                 memo={
                     "from": _size(r.from_cpu, r.from_memory),
                     "to": _size(r.cpu, r.memory),
@@ -327,6 +331,13 @@ class ReconcileWorkflow:
                     resource_version=obs.resource_version,
                     replicas=replicas,
                     workers_to_delete=to_delete,
+                ),
+                summary="set replicas "
+                + ", ".join(f"{g}={n}" for g, n in sorted(replicas.items()))
+                + (
+                    f"; remove {sum(len(v) for v in to_delete.values())} pod(s)"
+                    if to_delete
+                    else ""
                 ),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
@@ -355,6 +366,7 @@ class ReconcileWorkflow:
                     message=message,
                     warning=warning,
                 ),
+                summary=f"Event {reason} on the RayCluster",
                 start_to_close_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(maximum_attempts=3),
             )
@@ -363,6 +375,24 @@ class ReconcileWorkflow:
             workflow.logger.warning("event %s not recorded: %s", reason, _message(exc))
 
     # --- wait -----------------------------------------------------------------------------
+    def _show(self, obs: Observation, timeout: float) -> None:
+        """The Temporal UI's current details: what the loop last did and waits for."""
+        if obs.in_tree_autoscaling:
+            state = "standing by: Ray's in-tree autoscaler owns this cluster"
+        elif obs.config_errors:
+            state = "no action until ray.io/ippr is fixed: " + "; ".join(
+                str(e) for e in obs.config_errors
+            )
+        else:
+            last = self.decisions[-1].summary if self.decisions else "no action yet"
+            state = f"last decision: {last}"
+        when = workflow.now() + timedelta(seconds=timeout)
+        workflow.set_current_details(
+            f"{'PAUSED · ' if self.paused else ''}{state}\n\nwaiting for a change of the pods, "
+            f"the RayCluster or Ray's demands, at most until {when:%H:%M:%S} UTC "
+            f"({self.carry.resizes_started} resizes started, tick {self.carry.ticks})"
+        )
+
     async def _wait(self, inp: ReconcileInput, obs: Observation | None) -> None:
         """Until something changes, a decision falls due, or the tick (a safety net)
         passes. An idle cluster thus costs an observe and a wait every `tick_s`
@@ -387,6 +417,7 @@ class ReconcileWorkflow:
         timeout = inp.tick_s
         if self.next_decision_in is not None:
             timeout = max(0.1, min(timeout, self.next_decision_in))
+        self._show(obs, timeout)
         # Ray's demands matter only where raysize may act: a cluster with a config error,
         # or one Ray's own autoscaler owns, waits on Kubernetes alone (the fix of the
         # annotation, the hand-over) and costs its GCS nothing
@@ -403,6 +434,8 @@ class ReconcileWorkflow:
                 cluster_mark=obs.cluster_mark,
                 watch_ray=acting,
             ),
+            summary=f"wait for a change, at most {timeout:.0f}s"
+            + ("" if acting else " (Kubernetes only: raysize may not act)"),
             start_to_close_timeout=timedelta(seconds=timeout + 30),
             heartbeat_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(maximum_attempts=1),
@@ -413,6 +446,12 @@ class ReconcileWorkflow:
             # the watch failed (GCS restarting, the worker stopped): don't spin
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self.woken, timeout=inp.retry_s)
+
+
+def _scale_summary(replicas: dict[str, int], to_delete: dict[str, tuple[str, ...]]) -> str:
+    text = "set replicas " + ", ".join(f"{g}={n}" for g, n in sorted(replicas.items()))
+    removed = sum(len(names) for names in to_delete.values())
+    return f"{text}; remove {removed} pod(s)" if removed else text
 
 
 def _merge_settings(base: PlannerSettings, cluster: PlannerSettings) -> PlannerSettings:

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         resize_search_attributes,
         shrinks,
     )
+    from workflows.summaries import outcome_details, size_text
     from workflows.waiting import until_done_or
 
 T = TypeVar("T")
@@ -124,10 +125,12 @@ class PodResizeWorkflow:
     @workflow.signal
     def pause(self) -> None:
         self.paused = True
+        self._show()
 
     @workflow.signal
     def resume(self) -> None:
         self.paused = False
+        self._show()
 
     @workflow.signal
     def retarget(self, target: ResizeRequest) -> None:
@@ -298,6 +301,7 @@ class PodResizeWorkflow:
                 window_s=window,
             ),
             result_type=ApplyResizeResult,
+            summary=f"patch pods/resize to {size_text(cpu, memory)}, then watch the kubelet",
             start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=K8S_RETRY,
@@ -316,6 +320,7 @@ class PodResizeWorkflow:
         self.status = status
         if applied.progress.state != ProgressState.IN_PROGRESS:
             return applied.progress
+        self._show(_kubelet_says(applied.progress, workflow.now()))
         return await self._poll(req, applied.generation, deadline)
 
     async def _poll(
@@ -355,6 +360,7 @@ class PodResizeWorkflow:
                     window_s=window,
                 ),
                 result_type=ResizeProgress,
+                summary=f"watch the kubelet resize to {size_text(self.cpu, self.memory)}",
                 start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=WATCH_RETRY,
@@ -369,6 +375,7 @@ class PodResizeWorkflow:
                 return None
             if progress.state != ProgressState.IN_PROGRESS:
                 return progress
+            self._show(_kubelet_says(progress, workflow.now()))
 
     async def _roll_back(self, req: ResizeRequest, reason: str) -> bool:
         """Put the pod and its Raylet back where they started, and say why. True only when
@@ -424,12 +431,15 @@ class PodResizeWorkflow:
             workflow.logger.info("resize of %s paused", self.req.pod if self.req else "?")
             await workflow.wait_condition(lambda: not self.paused)
 
-    async def _k8s(self, name: str, arg: object, result_type: type[T] | None = None) -> T:
+    async def _k8s(
+        self, name: str, arg: object, result_type: type[T] | None = None, summary: str = ""
+    ) -> T:
         try:
             result: T = await workflow.execute_activity(
                 name,
                 arg,
                 result_type=result_type,
+                summary=summary or None,
                 start_to_close_timeout=K8S_TIMEOUT,
                 retry_policy=K8S_RETRY,
             )
@@ -474,6 +484,7 @@ class PodResizeWorkflow:
             Act.SET_STATUS,
             SetStatusInput(namespace=req.namespace, pod=req.pod, status=status),
             type(None),
+            "write the pod's ray.io/ippr-status",
         )
 
     async def _raylet(
@@ -492,6 +503,7 @@ class PodResizeWorkflow:
                     memory=memory,
                 ),
                 result_type=RayletResizeResult,
+                summary=f"resize the Raylet to {size_text(cpu, memory)}",
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RAYLET_SYNC_RETRY
                 if until_it_takes
@@ -532,6 +544,7 @@ class PodResizeWorkflow:
                     status=status,
                 ),
                 result_type=FinishResizeResult,
+                summary=f"Raylet to {size_text(cpu, memory)}, then ray.io/ippr-status",
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RAYLET_SYNC_RETRY,
             )
@@ -550,10 +563,32 @@ class PodResizeWorkflow:
     def _attempt(self, result: str) -> AttemptRecord:
         return AttemptRecord(cpu=self.cpu, memory=self.memory, result=result)
 
+    def _show(self, now: str = "") -> None:
+        """What the saga is doing, as the Temporal UI's current details say it."""
+        req = self.req
+        if req is None:
+            return
+        target = size_text(self.cpu, self.memory)
+        start = size_text(req.from_cpu, req.from_memory)
+        text = {
+            ResizePhase.SHRINKING_RAYLET: f"shrinking the Raylet to {target} before the pod",
+            ResizePhase.POLLING: f"asked the kubelet for {target}; waiting for it to act",
+            ResizePhase.SYNCING_RAYLET: f"the pod has {target}: bringing its Raylet to it",
+            ResizePhase.ROLLING_BACK: f"rolling back to {start}",
+        }.get(self.phase, self.phase.value)
+        if now:
+            text = f"{text} · kubelet: {now}"
+        if self.detail and self.phase != ResizePhase.DONE:
+            text = f"{text} · {self.detail}"
+        if self.paused:
+            text = f"PAUSED by an operator before its next step · {text}"
+        workflow.set_current_details(text)
+
     def _set_phase(self, phase: ResizePhase) -> None:
         """Keep `ResizePhase` current; upsert only what the index does not have yet."""
         if phase != self.phase:
             self.phase = phase
+            self._show()
             updates, self.unset_attributes = self.unset_attributes, []
             if self.indexed_phase != phase.value:
                 updates.append(RESIZE_PHASE.value_set(phase.value))
@@ -577,6 +612,15 @@ class PodResizeWorkflow:
         )
         if self.req is not None:
             telemetry.resize_finished(self.req, outcome, self.detail, self.cpu, self.memory)
+        workflow.set_current_details(
+            outcome_details(outcome.value, self.cpu, self.memory, self.detail)
+        )
+
+
+def _kubelet_says(progress: ResizeProgress, now: datetime) -> str:
+    what = progress.reason or "resize in progress"
+    text = f"{what} ({progress.message})" if progress.message else what
+    return f"{text}, seen {now:%H:%M:%S} UTC"
 
 
 # workflow.patched() id: sagas that start after this change verify their rollback, wait for a

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 from temporalio import activity
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -335,3 +336,41 @@ async def test_abandoned_watches_and_a_worker_stop_log_no_errors(
     await asyncio.sleep(0.2)
     errors = [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == []
+
+
+async def current_details(handle: WorkflowHandle) -> str:
+    """What the Temporal UI shows as the workflow's current details."""
+    meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+    return str(meta.current_details)
+
+
+async def test_the_temporal_ui_tells_each_resize_story(ts_env: WorkflowEnvironment) -> None:
+    """The workflow list showed identical `resize/<ns>/<pod>` rows: now each has a summary
+    (which way, from → to, why), a page note, and says how it ended; activities are
+    named by what they do."""
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.started or world.observed > 3)
+        ns = handle.id.split("/")[1]
+        child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+        await child.result()
+        desc = await child.describe()
+        ended = await current_details(child)
+        await until(lambda: len(world.waits) >= 2)
+        loop_now = await current_details(handle)
+        history = await child.fetch_history()
+    assert await desc.static_summary() == "grow 1 → 2 CPU for 1 × {CPU: 2} pending"
+    details = await desc.static_details()
+    assert details is not None
+    assert f"pod `w1` of RayCluster `{ns}/demo`" in details
+    assert "from **1 CPU/2Gi** to **2 CPU/2Gi**" in details
+    assert ended == "Succeeded at 2 CPU/2Gi"
+    assert "last decision: tick" in loop_now and "grow w1" in loop_now
+    assert "waiting for a change of the pods, the RayCluster or Ray's demands" in loop_now
+    summaries = [
+        e.user_metadata.summary.data.decode()
+        for e in history.events
+        if e.HasField("user_metadata") and e.user_metadata.HasField("summary")
+    ]
+    assert any("patch pods/resize to 2 CPU/2Gi" in s for s in summaries), summaries
+    assert any("Raylet to 2 CPU/2Gi, then ray.io/ippr-status" in s for s in summaries), summaries
