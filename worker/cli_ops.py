@@ -8,21 +8,21 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, TypeVar
 
 import typer
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from worker.cli_common import OPS_PANEL
 from worker.settings import Settings, check_log_level
+from worker.status_view import ResizeRow, render_rows, resize_rows
 from worker.temporal import SetupError, connect
-from workflows.contracts import ReconcileStatus, ResizeState
+from workflows.contracts import ReconcileStatus
 from workflows.naming import reconcile_workflow_id, resize_workflow_id
 from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
 from workflows.resources import CPU, units_to_float
 
 T = TypeVar("T")
@@ -148,37 +148,31 @@ def register(app: typer.Typer) -> None:
     def status_cmd(
         cluster: Annotated[str, typer.Argument(help="<namespace>/<raycluster>")],
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+        show_all: Annotated[
+            bool,
+            typer.Option(
+                "--all", help="Also the resizes of pods the cluster no longer has (newest 200)."
+            ),
+        ] = False,
     ) -> None:
-        """What raysize decided for a RayCluster, and its resizes."""
+        """What raysize decided for a RayCluster, and its resizes: pod, from → to, phase,
+        outcome and age, newest first (only the cluster's live pods unless --all)."""
         ns, name = _split(cluster, "raycluster")
 
-        async def go(
-            client: Client,
-        ) -> tuple[ReconcileStatus, list[tuple[str, str, ResizeState | None]]]:
+        async def go(client: Client) -> tuple[ReconcileStatus, list[ResizeRow], int]:
             status = await client.get_workflow_handle_for(
                 ReconcileWorkflow.run, reconcile_workflow_id(ns, name)
             ).query(ReconcileWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
-            resizes: list[tuple[str, str, ResizeState | None]] = []
-            query = (
-                f"RayCluster='{name}' AND RayNamespace='{ns}' AND WorkflowType='PodResizeWorkflow'"
-            )
-            async for wf in client.list_workflows(query, limit=50):
-                state = None
-                if wf.status == WorkflowExecutionStatus.RUNNING:
-                    state = await client.get_workflow_handle_for(
-                        PodResizeWorkflow.run, wf.id
-                    ).query(PodResizeWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
-                resizes.append((wf.id, wf.status.name if wf.status else "?", state))
-            return status, resizes
+            live = None if show_all or status.pods is None else set(status.pods)
+            rows, hidden = await resize_rows(client, ns, name, datetime.now(UTC), live)
+            return status, rows, hidden
 
-        status, resizes = _run(go)
+        status, rows, hidden = _run(go)
         if as_json:
             doc = {
                 "status": status.model_dump(mode="json"),
-                "resizes": [
-                    {"id": i, "status": s, "state": st.model_dump(mode="json") if st else None}
-                    for i, s, st in resizes
-                ],
+                "resizes": [r.to_json() for r in rows],
+                "hidden": hidden,
             }
             typer.echo(json.dumps(doc, indent=2))
             return
@@ -196,14 +190,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  last error: {s.last_error}")
         for d in s.decisions[-10:]:
             typer.echo(f"  {d.summary}")
-        for wf_id, wf_status, st in resizes:
-            if st is None:
-                typer.echo(f"  {wf_id}: {wf_status}")
-            else:
-                typer.echo(
-                    f"  {wf_id}: {st.phase.value} {_cores(st.from_cpu)} → {_cores(st.cpu)} CPU"
-                    f"{' (paused)' if st.paused else ''}"
-                )
+        if rows:
+            typer.echo("resizes (newest first):")
+            for line in render_rows(rows):
+                typer.echo(line)
+        if hidden:
+            typer.echo(f"  … and {hidden} of pods the cluster no longer has (--all shows them)")
 
     def _signal(ref: str, pod: str | None, name: str) -> None:
         ns, cluster_name = _split(ref, "raycluster")

@@ -284,6 +284,9 @@ class ReconcileStatus(_M):
     stood_down: bool = Field(
         default=False, description="Ray's in-tree autoscaler owns the cluster: no action"
     )
+    pods: tuple[str, ...] | None = Field(
+        default=None, description="the cluster's pods at the last observe (None: not read yet)"
+    )
 
 
 class ReconcileCarry(BaseModel):

@@ -95,6 +95,7 @@ class ReconcileWorkflow:
         self.decisions: list[Decision] = list(inp.carry.decisions)
         # seconds from the last observe until a decision falls due with nothing changing
         self.next_decision_in: float | None = None
+        self.pods: tuple[str, ...] | None = None  # at the last observe that read them
 
     @workflow.signal
     def pause(self) -> None:
@@ -125,6 +126,7 @@ class ReconcileWorkflow:
             resizes_started=self.carry.resizes_started,
             last_error=self.last_error,
             stood_down=self.carry.stood_down,
+            pods=self.pods,
         )
 
     @workflow.run
@@ -202,6 +204,8 @@ class ReconcileWorkflow:
                     "spec.enableInTreeAutoscaling is off: raysize manages this cluster, "
                     "carrying on from the pods' ray.io/ippr-status",
                 )
+        if obs.snapshot is not None:
+            self.pods = tuple(p.name for p in obs.snapshot.pods)
         if obs.in_tree_autoscaling:
             return
         errors = tuple(str(e) for e in obs.config_errors)

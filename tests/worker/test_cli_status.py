@@ -1,0 +1,102 @@
+"""`raysize status`: each resize in a row of its own — pod, from → to, phase, outcome,
+age — newest first, and only the cluster's live pods unless --all.
+
+It used to list past resizes as identical `COMPLETED` lines with no sizes or outcome,
+and kept pods from a previous sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest_asyncio
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from typer.testing import CliRunner
+
+from tests.orchestration.fake_world import FakeWorld
+from tests.orchestration.temporal_env import venv_binary
+from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
+from tests.workflows.kit import group, pod, res, snapshot
+from worker.cli import app
+from workflows.contracts import ReconcileInput
+from workflows.naming import SEARCH_ATTRIBUTES
+from workflows.reconcile_workflow import ReconcileWorkflow
+from workflows.resize_workflow import PodResizeWorkflow
+
+
+@pytest_asyncio.fixture(scope="module")
+async def dev() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=venv_binary("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES),
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+def status(env: WorkflowEnvironment, ref: str, *flags: str) -> str:
+    result = CliRunner().invoke(
+        app,
+        ["status", ref, *flags],
+        env={"RAYSIZE_TEMPORAL_ADDRESS": env.client.service_client.config.target_host},
+    )
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+async def test_status_shows_each_resize_with_sizes_and_outcome(dev: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1"), pod("w2")], [(res(2), 1)]))
+    queue = f"status-{uuid.uuid4().hex[:6]}"
+    ns = f"ns-{uuid.uuid4().hex[:6]}"
+    async with Worker(
+        dev.client,
+        task_queue=queue,
+        workflows=[ReconcileWorkflow, PodResizeWorkflow],
+        activities=[*world.activities(), *ResizeRecorder(world).workflow_activities()],
+    ):
+        handle = await dev.client.start_workflow(
+            ReconcileWorkflow.run,
+            ReconcileInput(namespace=ns, cluster="demo", tick_s=0.5),
+            id=f"reconcile/{ns}/demo",
+            task_queue=queue,
+        )
+        try:
+            await until(lambda: world.started == ["w1"])
+            await until(lambda: not world.resizing)
+            # w1 leaves the cluster (a previous sandbox's pod, say); then w2 grows
+            world.snapshot = world.snapshot.model_copy(
+                update={"pods": tuple(p for p in world.snapshot.pods if p.name != "w1")}
+            )
+            await asyncio.sleep(1)  # so the resize of w2 is the newer one
+            world.set_demands((res(3), 1))
+            await until(lambda: len(world.started) == 2)
+            await until(lambda: not world.resizing)
+            ref = f"{ns}/demo"
+            out = ""
+            for _ in range(100):  # the index lags the workflows by a moment
+                out = await asyncio.to_thread(status, dev, ref)
+                if "w2" in out and "Done" in out and "no longer has" in out:
+                    break
+                await asyncio.sleep(0.2)
+            everything = await asyncio.to_thread(status, dev, ref, "--all")
+        finally:
+            await handle.terminate("test over")
+    assert "resizes (newest first):" in out
+    header = next(line for line in out.splitlines() if "FROM → TO" in line)
+    assert header.split() == ["POD", "FROM", "→", "TO", "PHASE", "OUTCOME", "AGE"]
+    w2 = next(line for line in out.splitlines() if line.strip().startswith("w2"))
+    assert "1 CPU, 2Gi → 3 CPU, 2Gi" in w2 and "Done" in w2 and "Succeeded" in w2
+    table = out.split("resizes (newest first):", 1)[1]
+    assert "w1" not in table  # not a live pod any more (the decisions above name it)
+    assert "… and 1 of pods the cluster no longer has (--all shows them)" in out
+    rows = [line.split()[0] for line in everything.splitlines() if line.startswith("  w")]
+    assert rows == ["w2", "w1"]  # newest first
+    w1 = next(line for line in everything.splitlines() if line.strip().startswith("w1"))
+    assert "1 CPU, 2Gi → 2 CPU, 2Gi" in w1 and "Succeeded" in w1
