@@ -1,6 +1,6 @@
 """Reaction time: a pending Ray demand → its pod grown and the Raylet resized.
 
-    python -m bench.reaction_bench [--trials 50]
+    python -m bench.reaction_bench [--trials 50] [--quiet 30]
 
 A real Temporal dev server, the sandbox Kubernetes with real Ray processes (kubelet
 actuating at once), and a raysize worker. One long-lived Ray driver submits, per trial, a
@@ -167,7 +167,7 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-async def run(trials: int, tmp: Path, timeline: bool = False) -> None:
+async def run(trials: int, tmp: Path, timeline: bool = False, quiet_s: float = 0.0) -> None:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
         data_converter=pydantic_data_converter,
@@ -236,6 +236,8 @@ async def run(trials: int, tmp: Path, timeline: bool = False) -> None:
             cpus = 2 + trial % 3  # 2, 3 or 4 CPUs: always more than the pod has
             while worker_cpu() != 1000:  # shrunk back after the last trial
                 await asyncio.sleep(0.05)
+            if quiet_s:  # the cluster idle first: raysize's wait has slowed its Ray reads
+                await asyncio.sleep(quiet_s)
             driver.stdin.write(f"{cpus}\n")
             driver.stdin.flush()
             line = await asyncio.to_thread(driver.stdout.readline)
@@ -280,9 +282,18 @@ def main() -> None:
     parser.add_argument(
         "--timeline", action="store_true", help="print where each trial's time went"
     )
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=0.0,
+        help="seconds the cluster stays idle before each trial (e.g. 30: raysize's wait "
+        "reads Ray every 0.55 s once quiet for 5 s; the default 0 measures a busy cluster)",
+    )
     args = parser.parse_args()
+    if args.trials < 1 or args.quiet < 0:
+        parser.error("--trials must be ≥ 1 and --quiet ≥ 0")
     with tempfile.TemporaryDirectory(prefix="rsreact") as tmp:
-        asyncio.run(run(args.trials, Path(tmp), args.timeline))
+        asyncio.run(run(args.trials, Path(tmp), args.timeline, args.quiet))
 
 
 if __name__ == "__main__":
