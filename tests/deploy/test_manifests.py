@@ -124,12 +124,16 @@ def test_every_kubernetes_call_in_the_code_is_granted():
         for method in re.findall(r"\.(?:core|custom)\.(\w+)", text):
             assert method in CLIENT_CALLS, f"{path.name}: new Kubernetes call {method}: update RBAC"
             needed |= CLIENT_CALLS[method]
-        if re.search(r"\.stream\(\s*(?:kube|self)\.core\.list_namespaced_pod", text):
-            needed.add(("", "pods", "watch"))
+        if "watch.Watch()" in text:  # a module that streams lists: which ones it watches
+            if re.search(r"self\.core\.list_namespaced_pod\b", text):
+                needed.add(("", "pods", "watch"))
+            if re.search(r"self\.custom\.list_namespaced_custom_object\b", text) and (
+                '"rayclusters"' in text
+            ):
+                needed.add(("ray.io", "rayclusters", "watch"))
     assert ("", "pods", "watch") in needed  # the scan sees the pod watch
-    assert needed <= EXPECTED_RULES
-    # rayclusters watch is granted for the contract although no call uses it yet
-    assert EXPECTED_RULES - needed == {("ray.io", "rayclusters", "watch")}
+    assert ("ray.io", "rayclusters", "watch") in needed  # and the RayCluster watch
+    assert needed == EXPECTED_RULES
 
 
 def test_worker_deployment(base):
