@@ -19,6 +19,7 @@ KUBECTL = venv_binary("kubectl")
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 TRIAL = DEPLOY / "overlays" / "trial"
+NAMESPACED = DEPLOY / "overlays" / "namespaced"
 EXAMPLE = DEPLOY / "examples" / "raycluster-ippr.yaml"
 SA_USER = "system:serviceaccount:raysize:raysize"
 
