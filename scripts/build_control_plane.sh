@@ -61,7 +61,15 @@ if [ ! -f "$crd_dir/ray.io_rayclusters.yaml" ]; then
   chmod u+w "$crd_dir"/*.yaml
 fi
 helm_version=$(cd "$src/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
-helm=$(build helm "$src/helm" helm.sh/helm/v3/cmd/helm helm "-X helm.sh/helm/v3/internal/version.version=$helm_version")
+# the ldflags helm's own Makefile sets: its version, and the Kubernetes version `helm
+# template` and `helm lint` assume (client-go's minor, as 1.<minor>) instead of 1.20
+client_go=$(cd "$src/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)
+k8s_minor=$(echo "$client_go" | cut -d. -f2)
+hflags="-X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  hflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+done
+helm=$(build helm "$src/helm" helm.sh/helm/v3/cmd/helm helm "$hflags")
 # the Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), from its Go
 # module's example/prometheus-operator-crd: nothing is built, the module is only downloaded
 prom_op_version=v0.85.0
