@@ -19,7 +19,7 @@ src="$top/sandbox/go"
   echo "error: no module for kube-apiserver $kube in sandbox/go (have: $(cd "$src" && ls -d kube-apiserver-* | sed 's/kube-apiserver-//' | tr '\n' ' ')); generate it with scripts/gen_apiserver_module.sh $kube" >&2
   exit 2
 }
-command -v go >/dev/null || { echo "error: go is not on PATH (Go 1.25+ builds the control plane)" >&2; exit 2; }
+command -v go >/dev/null || { echo "error: go is not on PATH (Go 1.26+ builds the control plane)" >&2; exit 2; }
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/raysize/control-plane"
 mkdir -p "$cache"
 gover=$(go env GOVERSION)
