@@ -28,13 +28,13 @@ from tests.deploy.conftest import (
 )
 
 CHART = DEPLOY / "helm" / "raysize"
-HELM = str(parts().helm)
 NAMESPACED_VALUES = ["--set", "watchNamespaces={team-a,team-b}"]
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    # parts() builds helm on first use, like the control plane
     return subprocess.run(
-        [HELM, *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
+        [str(parts().helm), *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
         env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"},
     )  # fmt: skip
 
