@@ -61,6 +61,9 @@ class Parts:
     ray_operator: Path
     kuberay_version: str
     kuberay_crds: Path
+    helm: Path  # the helm CLI, for the tests of deploy/helm
+    prometheus_operator_version: str
+    prometheus_operator_crds: Path  # ServiceMonitor, PodMonitor, PrometheusRule
 
 
 def cache_dir() -> Path:
@@ -72,7 +75,8 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
     """The built parts for this Kubernetes version; built first if `build` and missing."""
     env_file = cache_dir() / f"env-{version}"
     found = _read_env(env_file)
-    if found is None or not all(Path(found[k]).exists() for k in ("kube_apiserver", "etcd")):
+    needed = ("kube_apiserver", "etcd", "helm", "prometheus_operator_crds")
+    if found is None or not all(k in found and Path(found[k]).exists() for k in needed):
         if not build:
             raise ControlPlaneError(
                 f"the real control plane for Kubernetes {version} is not built: "
@@ -98,6 +102,9 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
         ray_operator=Path(found["ray_operator"]),
         kuberay_version=found["kuberay_version"],
         kuberay_crds=Path(found["kuberay_crds"]),
+        helm=Path(found["helm"]),
+        prometheus_operator_version=found["prometheus_operator_version"],
+        prometheus_operator_crds=Path(found["prometheus_operator_crds"]),
     )
 
 
@@ -257,10 +264,14 @@ class RealControlPlane:
         return self.http.call(method, path, body, content_type=content_type or "application/json")
 
     def _install_crds(self) -> None:
-        """KubeRay's CRDs, with server-side apply: RayCluster's is too large for the
-        last-applied annotation of a client-side apply."""
+        self.install_crds(sorted(self.parts.kuberay_crds.glob("ray.io_*.yaml")))
+
+    def install_crds(self, paths: list[Path]) -> None:
+        """CRDs from YAML files (KubeRay's at start; the tests add others), with
+        server-side apply: RayCluster's is too large for the last-applied annotation of a
+        client-side apply. Returns once each is Established."""
         names = []
-        for path in sorted(self.parts.kuberay_crds.glob("ray.io_*.yaml")):
+        for path in paths:
             body = _yaml_to_json(path)
             name = body["metadata"]["name"]
             names.append(name)

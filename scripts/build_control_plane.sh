@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the real control plane of the test world from published Go modules (nothing
-# prebuilt is downloaded): kube-apiserver, etcd and the KubeRay operator with its CRDs.
+# prebuilt is downloaded): kube-apiserver, etcd and the KubeRay operator with its CRDs;
+# and two tools the deploy/ tests use: helm (deploy/helm) and the Prometheus Operator's
+# CRDs (deploy/components/monitoring is dry-run against them).
 # Each part is cached under ${XDG_CACHE_HOME:-~/.cache}/raysize/control-plane/<part>-<key>,
 # keyed by its module's go.mod, go.sum and sources and by the Go version, so only the first
 # run on a machine pays for the build (cold: ~10 minutes on 2 cores).
@@ -17,7 +19,7 @@ src="$top/sandbox/go"
   echo "error: no module for kube-apiserver $kube in sandbox/go (have: $(cd "$src" && ls -d kube-apiserver-* | sed 's/kube-apiserver-//' | tr '\n' ' ')); generate it with scripts/gen_apiserver_module.sh $kube" >&2
   exit 2
 }
-command -v go >/dev/null || { echo "error: go is not on PATH (Go 1.25+ builds the control plane)" >&2; exit 2; }
+command -v go >/dev/null || { echo "error: go is not on PATH (Go 1.26+ builds the control plane)" >&2; exit 2; }
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/raysize/control-plane"
 mkdir -p "$cache"
 gover=$(go env GOVERSION)
@@ -58,6 +60,30 @@ if [ ! -f "$crd_dir/ray.io_rayclusters.yaml" ]; then
   cp "$mod"/config/crd/bases/ray.io_*.yaml "$crd_dir/"
   chmod u+w "$crd_dir"/*.yaml
 fi
+helm_version=$(cd "$src/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
+# the ldflags helm's own Makefile sets: its version, and the Kubernetes version `helm
+# template` and `helm lint` assume (client-go's minor, as 1.<minor>) instead of 1.20
+client_go=$(cd "$src/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)
+k8s_minor=$(echo "$client_go" | cut -d. -f2)
+hflags="-X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  hflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
+done
+helm=$(build helm "$src/helm" helm.sh/helm/v3/cmd/helm helm "$hflags")
+# the Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), from its Go
+# module's example/prometheus-operator-crd: nothing is built, the module is only downloaded
+prom_op_version=v0.85.0
+prom_crds="$cache/prometheus-operator-crds-$prom_op_version"
+if [ ! -f "$prom_crds/monitoring.coreos.com_prometheusrules.yaml" ]; then
+  mod=$(cd "$src/helm" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$prom_op_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [ -d "$mod/example/prometheus-operator-crd" ] || { echo "error: no example/prometheus-operator-crd in $mod" >&2; exit 2; }
+  rm -rf "$prom_crds.tmp" && mkdir -p "$prom_crds.tmp"
+  for kind in servicemonitors podmonitors prometheusrules; do
+    cp "$mod/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$prom_crds.tmp/"
+  done
+  chmod u+w "$prom_crds.tmp"/*.yaml
+  rm -rf "$prom_crds" && mv "$prom_crds.tmp" "$prom_crds"
+fi
 kuberay_version=$(cd "$src/kuberay" && go list -m -f '{{.Version}}' github.com/ray-project/kuberay/ray-operator)
 {
   echo "kube_apiserver=$apiserver"
@@ -66,4 +92,7 @@ kuberay_version=$(cd "$src/kuberay" && go list -m -f '{{.Version}}' github.com/r
   echo "ray_operator=$operator"
   echo "kuberay_version=$kuberay_version"
   echo "kuberay_crds=$crd_dir"
+  echo "helm=$helm"
+  echo "prometheus_operator_version=$prom_op_version"
+  echo "prometheus_operator_crds=$prom_crds"
 } | tee "$cache/env-$kube"

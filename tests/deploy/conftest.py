@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,12 +14,14 @@ import yaml
 
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming
+from sandbox.realworld import RealControlPlane
 from tests.orchestration.temporal_env import venv_binary
 
 KUBECTL = venv_binary("kubectl")
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 TRIAL = DEPLOY / "overlays" / "trial"
+NAMESPACED = DEPLOY / "overlays" / "namespaced"
 EXAMPLE = DEPLOY / "examples" / "raycluster-ippr.yaml"
 SA_USER = "system:serviceaccount:raysize:raysize"
 
@@ -70,3 +73,41 @@ def kubectl(sandbox: tuple[Sandbox, Path]) -> Callable[..., subprocess.Completed
         return run_kubectl(*args, kubeconfig=kubeconfig)
 
     return call
+
+
+MONITORING = DEPLOY / "components" / "monitoring"
+
+
+def overlay_of(tmp: Path, resources: list[str], components: list[str]) -> Path:
+    """A user's overlay next to a copy of deploy/ (kustomize wants relative paths):
+    `resources` and `components` are paths inside deploy/."""
+    shutil.copytree(DEPLOY, tmp / "deploy", dirs_exist_ok=True)
+    overlay = tmp / "mine"
+    overlay.mkdir(exist_ok=True)
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [f"../deploy/{r}" for r in resources],
+                "components": [f"../deploy/{c}" for c in components],
+            }
+        )
+    )
+    return overlay
+
+
+@pytest.fixture(scope="session")
+def dry_run_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A real kube-apiserver (no KubeRay operator, no kubelet: nothing runs) with the
+    Prometheus Operator's CRDs and namespace raysize, for `--dry-run=server`; its admin
+    kubeconfig."""
+    cp = RealControlPlane(operator=False).start()
+    try:
+        cp.install_crds(sorted(cp.parts.prometheus_operator_crds.glob("*.yaml")))
+        admin = cp.write_kubeconfig(tmp_path_factory.mktemp("dry-run") / "admin")
+        made = run_kubectl("create", "namespace", "raysize", kubeconfig=admin)
+        assert made.returncode == 0, made.stderr
+        yield admin
+    finally:
+        cp.close()

@@ -108,32 +108,41 @@ def as_service_account(sandbox, kubectl):
         api.close()
 
 
-def does_what_raysize_does(kube: Kube) -> None:
-    """Every call raysize makes, on the example cluster: each must be allowed."""
-    cluster = kube.read_cluster("default", "raysize-example")  # get rayclusters, list pods
+def does_what_raysize_does(
+    kube: Kube, ns: str = "default", *, every_namespace: bool = True
+) -> None:
+    """Every call raysize makes, on the example cluster in `ns`: each must be allowed.
+    `every_namespace`: also list and watch the RayClusters of all namespaces (what the
+    worker does when RAYSIZE_NAMESPACES is empty)."""
+    cluster = kube.read_cluster(ns, "raysize-example")  # get rayclusters, list pods
     assert cluster.groups.errors == ()
     worker = next(p for p in cluster.pods if p.group == "cpu")
-    assert kube.patch_resize("default", worker.name, 2000, 4 * GIB) >= 1  # pods/resize
-    kube.set_ippr_status("default", worker.name, IpprStatus(raylet_id="r1"))  # patch pods
-    assert kube.scale("default", "raysize-example", {"cpu": 2}, {}) is True  # patch rayclusters
-    kube.record_event("default", "Pod", worker.name, "RaysizeResize", "to 2 CPU")  # events
-    kube.record_event("default", "RayCluster", "raysize-example", "RaysizeScale", "+1")
-    assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, "")] == ["raysize-example"]
-    assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, "default")] == [
-        "raysize-example"
-    ]
+    assert kube.patch_resize(ns, worker.name, 2000, 4 * GIB) >= 1  # pods/resize
+    kube.set_ippr_status(ns, worker.name, IpprStatus(raylet_id="r1"))  # patch pods
+    assert kube.scale(ns, "raysize-example", {"cpu": 2}, {}) is True  # patch rayclusters
+    kube.record_event(ns, "Pod", worker.name, "RaysizeResize", "to 2 CPU")  # events
+    kube.record_event(ns, "RayCluster", "raysize-example", "RaysizeScale", "+1")
+    if every_namespace:
+        assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, "")] == ["raysize-example"]
+    assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, ns)] == ["raysize-example"]
     # watch pods (what watch_pods_change streams; it swallows errors, so ask directly)
     pods = kube.core.list_namespaced_pod(
-        "default",
+        ns,
         label_selector="ray.io/cluster=raysize-example",
         watch=True,
         timeout_seconds=1,
         _preload_content=False,
     )
     assert b'"ADDED"' in pods.read()
-    events = kube.custom.list_cluster_custom_object(
-        "ray.io", "v1", "rayclusters", watch=True, timeout_seconds=1, _preload_content=False
-    )
+    if every_namespace:
+        events = kube.custom.list_cluster_custom_object(
+            "ray.io", "v1", "rayclusters", watch=True, timeout_seconds=1, _preload_content=False
+        )
+    else:
+        events = kube.custom.list_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters", watch=True, timeout_seconds=1,
+            _preload_content=False,
+        )  # fmt: skip
     assert b"raysize-example" in events.read()  # watch rayclusters
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, EXAMPLE, ROOT, TRIAL, find, one, render
+from tests.deploy.conftest import DEPLOY, EXAMPLE, NAMESPACED, ROOT, TRIAL, find, one, render
 from worker.settings import Settings
 from workflows.ippr import IPPR_ANNOTATION, read_group_specs
 
@@ -273,3 +273,47 @@ def test_example_raycluster_passes_raysize_validation():
     assert managed == {"cpu"}
     limits = specs.groups["cpu"].ippr
     assert limits is not None and limits.max_cpu == 4000 and limits.resize_timeout_s == 60
+
+
+@pytest.fixture(scope="module")
+def namespaced() -> list[dict[str, Any]]:
+    return render(NAMESPACED)
+
+
+def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only(base, namespaced):
+    (cm,) = find(namespaced, "ConfigMap")
+    assert worker_container(namespaced)["envFrom"] == [
+        {"configMapRef": {"name": cm["metadata"]["name"]}}
+    ]
+    settings = Settings(**{k.removeprefix("RAYSIZE_").lower(): v for k, v in cm["data"].items()})
+    watched = settings.namespace_list()
+    assert watched == ["team-a", "team-b"]
+    # no cluster-wide grant at all
+    assert find(namespaced, "ClusterRole") == find(namespaced, "ClusterRoleBinding") == []
+    roles = {r["metadata"]["namespace"]: r for r in find(namespaced, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in find(namespaced, "RoleBinding")}
+    assert sorted(roles) == sorted(bindings) == watched
+    cluster_rules = one(base, "ClusterRole", "raysize")["rules"]
+    for ns in watched:
+        assert roles[ns]["rules"] == cluster_rules  # the same grant, confined to ns
+        assert bindings[ns]["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": roles[ns]["metadata"]["name"],
+        }
+        assert bindings[ns]["subjects"] == [
+            {"kind": "ServiceAccount", "name": "raysize", "namespace": "raysize"}
+        ]
+    # everything else is the base's, in raysize's namespace
+    others = [d for d in namespaced if d["kind"] not in ("Role", "RoleBinding")]
+    for d in others:
+        if d["kind"] != "Namespace":
+            assert d["metadata"]["namespace"] == "raysize", d["kind"]
+    expected = [
+        (d["kind"], d["metadata"]["name"])
+        for d in base
+        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ConfigMap")
+    ]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in others) == sorted(
+        [*expected, ("ConfigMap", cm["metadata"]["name"])]
+    )

@@ -1,0 +1,198 @@
+"""deploy/helm/raysize: `helm lint` passes, `helm template` renders what kustomize renders
+(deploy/, the namespaced overlay, the monitoring and mTLS components) with each value, and
+the real API server accepts it (`helm template | kubectl apply --dry-run=server -f -`).
+helm v3 is built from its Go module by scripts/build_control_plane.sh."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sandbox.realworld import DEFAULT_KUBERNETES_VERSION, parts
+from tests.deploy.conftest import (
+    DEPLOY,
+    KUBECTL,
+    MONITORING,
+    NAMESPACED,
+    ROOT,
+    find,
+    one,
+    overlay_of,
+    render,
+    run_kubectl,
+)
+
+CHART = DEPLOY / "helm" / "raysize"
+NAMESPACED_VALUES = ["--set", "watchNamespaces={team-a,team-b}"]
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    # parts() builds helm on first use, like the control plane
+    return subprocess.run(
+        [str(parts().helm), *args], capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={"HOME": "/nonexistent", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+
+
+def template(*values: str) -> str:
+    out = helm(
+        "template", "raysize", str(CHART), "--namespace", "raysize",
+        "--kube-version", DEFAULT_KUBERNETES_VERSION, *values,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def docs_of(*values: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(template(*values)) if d]
+
+
+def by_key(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in docs
+        if d["kind"] != "Namespace"  # helm install --create-namespace makes it
+    }
+
+
+def by_name(value: Any) -> Any:
+    """Lists of named items (env, volumes, ports) in name order: kustomize's patches
+    reorder them, and their order means nothing to Kubernetes."""
+    if isinstance(value, dict):
+        return {k: by_name(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [by_name(v) for v in value]
+        if items and all(isinstance(v, dict) and "name" in v for v in items):
+            return sorted(items, key=lambda v: v["name"])
+        return items
+    return value
+
+
+def same_pod(helm_deploy: dict[str, Any], kustomize_deploy: dict[str, Any]) -> None:
+    """The worker's pod is kustomize's, but for the ConfigMap's name (kustomize adds a hash
+    suffix; the chart rolls the pod with a checksum annotation instead)."""
+    h, k = helm_deploy["spec"]["template"], kustomize_deploy["spec"]["template"]
+    assert h["metadata"]["labels"] == k["metadata"]["labels"]
+    annotations = dict(h["metadata"]["annotations"])
+    assert annotations.pop("checksum/config")
+    assert annotations == k["metadata"]["annotations"]
+    h_spec, k_spec = by_name(h["spec"]), by_name(k["spec"])
+    for spec in (h_spec, k_spec):
+        for c in spec.get("initContainers", []) + spec["containers"]:
+            for source in c.get("envFrom", []):
+                source["configMapRef"]["name"] = "raysize-config"
+    assert h_spec == k_spec
+    assert helm_deploy["spec"]["selector"] == kustomize_deploy["spec"]["selector"]
+    assert helm_deploy["spec"]["replicas"] == kustomize_deploy["spec"]["replicas"]
+
+
+def config_data(docs: list[dict[str, Any]]) -> dict[str, str]:
+    (cm,) = [
+        c for c in find(docs, "ConfigMap") if c["metadata"]["name"].startswith("raysize-config")
+    ]
+    return dict(cm["data"])
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"]],
+    ids=["defaults", "namespaced-monitoring-mtls"],
+)
+def test_helm_lint_passes(values):
+    out = helm("lint", str(CHART), "--strict", *values)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
+
+
+def test_the_chart_renders_what_kustomize_renders_for_deploy():
+    chart, base = by_key(docs_of()), by_key(render(DEPLOY))
+    rename = {k: k for k in base}
+    (cm_key,) = [k for k in base if k[0] == "ConfigMap"]
+    rename[cm_key] = ("ConfigMap", "raysize", "raysize-config")
+    assert sorted(chart) == sorted(rename.values())
+    assert (
+        chart[("ClusterRole", "", "raysize")]["rules"]
+        == base[("ClusterRole", "", "raysize")]["rules"]
+    )
+    for key in (("ClusterRoleBinding", "", "raysize"),):
+        assert chart[key]["roleRef"] == base[key]["roleRef"]
+        assert chart[key]["subjects"] == base[key]["subjects"]
+    assert config_data(docs_of()) == config_data(render(DEPLOY))
+    key = ("Deployment", "raysize", "raysize-worker")
+    same_pod(chart[key], base[key])
+    for d in chart.values():  # the base's labels, and Helm's
+        assert d["metadata"]["labels"]["app.kubernetes.io/name"] == "raysize"
+        assert d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_watch_namespaces_renders_the_namespaced_overlay():
+    chart, overlay = by_key(docs_of(*NAMESPACED_VALUES)), by_key(render(NAMESPACED))
+    rbac = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    assert sorted(k for k in chart if k[0] in rbac) == sorted(k for k in overlay if k[0] in rbac)
+    assert not [k for k in chart if k[0].startswith("Cluster")]
+    for key, role in overlay.items():
+        if key[0] == "Role":
+            assert chart[key]["rules"] == role["rules"]
+        if key[0] == "RoleBinding":
+            assert chart[key]["roleRef"] == role["roleRef"]
+            assert chart[key]["subjects"] == role["subjects"]
+    assert config_data(docs_of(*NAMESPACED_VALUES)) == config_data(render(NAMESPACED))
+
+
+def test_monitoring_renders_the_monitoring_component(tmp_path: Path):
+    chart = docs_of("--set", "monitoring.enabled=true,monitoring.labels.release=kps")
+    component = render(overlay_of(tmp_path, ["base"], ["components/monitoring"]))
+    for kind, name in (("PodMonitor", "raysize-worker"), ("PrometheusRule", "raysize")):
+        ours = one(chart, kind, name)
+        assert ours["spec"] == one(component, kind, name)["spec"], kind
+        assert ours["metadata"]["labels"]["release"] == "kps"
+    dashboard = one(chart, "ConfigMap", "raysize-grafana-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dashboard["data"]["raysize-dashboard.json"]) == json.loads(
+        (MONITORING / "raysize-dashboard.json").read_text()
+    )
+    assert not find(docs_of(), "PodMonitor") and not find(docs_of(), "PrometheusRule")
+
+
+def test_mtls_and_image_values(tmp_path: Path):
+    chart = docs_of(
+        "--set", "temporal.mtls=true,image.repository=registry.example.com/ml/raysize",
+        "--set", "image.tag=0.2.0,temporal.address=temporal.example.com:7233",
+    )  # fmt: skip
+    mtls = render(overlay_of(tmp_path, ["base"], ["components/temporal-mtls"]))
+    key = ("Deployment", "raysize", "raysize-worker")
+    ours, theirs = by_key(chart)[key], by_key(mtls)[key]
+    (container,) = ours["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/ml/raysize:0.2.0"
+    container["image"] = theirs["spec"]["template"]["spec"]["containers"][0]["image"]
+    same_pod(ours, theirs)
+    assert config_data(chart)["RAYSIZE_TEMPORAL_ADDRESS"] == "temporal.example.com:7233"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"]],
+    ids=["defaults", "namespaced-monitoring-mtls"],
+)
+def test_the_real_api_server_accepts_the_chart(dry_run_api, values):
+    for ns in ("team-a", "team-b"):  # a namespaced install grants in existing namespaces
+        made = run_kubectl("create", "namespace", ns, kubeconfig=dry_run_api)
+        assert made.returncode == 0 or "AlreadyExists" in made.stderr, made.stderr
+    rendered = template(*values)
+    applied = subprocess.run(
+        [KUBECTL, "apply", "--dry-run=server", "-f", "-"],
+        input=rendered, capture_output=True, text=True, timeout=60,
+        env={"HOME": str(dry_run_api.parent), "KUBECONFIG": str(dry_run_api)},
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    lines = applied.stdout.splitlines()
+    assert "deployment.apps/raysize-worker created (server dry run)" in lines
+    assert len(lines) == len([d for d in yaml.safe_load_all(rendered) if d])
+    if values:
+        assert "podmonitor.monitoring.coreos.com/raysize-worker created (server dry run)" in lines
+        assert "role.rbac.authorization.k8s.io/raysize created (server dry run)" in lines
