@@ -438,7 +438,7 @@ class ReconcileWorkflow:
                 cluster_mark=obs.cluster_mark,
                 watch_ray=acting,
             ),
-            summary=f"wait for a change, at most {timeout:.0f}s"
+            summary=f"wait for a change, at most {timeout:.3g}s"
             + ("" if acting else " (Kubernetes only: raysize may not act)"),
             start_to_close_timeout=timedelta(seconds=timeout + 30),
             heartbeat_timeout=timedelta(seconds=10),

@@ -2,12 +2,15 @@
 
 Run it when a workflow change is *meant* to change what the workflows do, and commit the
 new files together with the change; an unintended difference fails test_replay.py.
+Histories already recorded are kept (they are what runs in flight under the older code
+look like, and must still replay); `--force` records every one anew.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
 from pathlib import Path
 
@@ -20,6 +23,8 @@ from tests.orchestration.test_reconcile_workflow import ResizeRecorder
 from tests.orchestration.test_resize_workflow import request
 from tests.workflows.kit import group, pod, res, snapshot
 from workflows.contracts import ReconcileInput
+from workflows.ippr import ConfigError
+from workflows.model import PlannerSettings
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
@@ -27,15 +32,75 @@ HERE = Path(__file__).parent / "histories"
 GIB = 1024**3
 
 
-async def record() -> None:
+def _keep(name: str, force: bool) -> bool:
+    return not force and (HERE / f"{name}.json").exists()
+
+
+async def record_reconcile(
+    env: object, name: str, world: FakeWorld, observed: int, fix: bool = False, tick_s: float = 0.5
+) -> None:
+    """One reconcile run until `observed` observes (with `fix`, the config error goes
+    away halfway), saved as `name`."""
+    from temporalio.testing import WorkflowEnvironment
+
+    assert isinstance(env, WorkflowEnvironment)
+    recorder = ResizeRecorder(world)
+    queue = f"q-{uuid.uuid4()}"
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[ReconcileWorkflow, PodResizeWorkflow],
+        activities=[*world.activities(), *recorder.workflow_activities()],
+    ):
+        handle = await env.client.start_workflow(
+            ReconcileWorkflow.run,
+            ReconcileInput(namespace="ns", cluster="demo", tick_s=tick_s, max_ticks_per_run=8),
+            id=f"reconcile/ns/{name}",
+            task_queue=queue,
+        )
+        first_run = handle.result_run_id
+        for _ in range(400):
+            if fix and world.observed >= observed // 2 and world.config_errors:
+                world.config_errors = ()
+                world.version += 1
+            if world.observed >= observed:
+                break
+            await asyncio.sleep(0.05)
+        history = await env.client.get_workflow_handle(
+            f"reconcile/ns/{name}", run_id=first_run
+        ).fetch_history()
+        await handle.terminate("recorded")
+    (HERE / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
+
+
+async def record(force: bool = False) -> None:
     env = await start_time_skipping()
     try:
+        # the event-driven wait: an idle pod's deadline sets the wait, and a cluster with a
+        # config error waits on Kubernetes alone, until the fix
+        if not _keep("reconcile_idle_deadline", force):
+            world = FakeWorld(
+                snapshot(
+                    [group()],
+                    [pod("w1", cpu=3, idle_s=50), pod("w2")],
+                    settings=PlannerSettings(idle_timeout_s=60),
+                )
+            )
+            await record_reconcile(env, "reconcile_idle_deadline", world, 3, tick_s=300)
+        if not _keep("reconcile_config_error", force):
+            world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+            world.config_errors = (
+                ConfigError(group="g1", field="max-cpu", problem="'x' is not a quantity", fix="4"),
+            )
+            await record_reconcile(env, "reconcile_config_error", world, 6, fix=True)
         runs = {
             "resize_happy": ("done", {}),
             "resize_deferred": ("done", {"node_room_cpu": 3000}),
             "resize_error_rollback": ("error", {}),
         }
         for name, (mode, extra) in runs.items():
+            if _keep(name, force):
+                continue
             cluster = FakeCluster(
                 FakePod(cpu=1000, memory=2 * GIB, raylet_cpu=1000, raylet_memory=2 * GIB, **extra)
             )
@@ -54,6 +119,8 @@ async def record() -> None:
                 history = await handle.fetch_history()
             (HERE / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
 
+        if _keep("reconcile_grow", force):
+            return
         world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
         recorder = ResizeRecorder(world)
         queue = f"q-{uuid.uuid4()}"
@@ -86,4 +153,4 @@ async def record() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    asyncio.run(record(force="--force" in sys.argv[1:]))
