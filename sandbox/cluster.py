@@ -16,11 +16,11 @@ from types import TracebackType
 
 from sandbox.faults import Faults
 from sandbox.kubeconfig import write_kubeconfig
-from sandbox.kubelet import Kubelet, KubeletTiming, NodeSpec
+from sandbox.kubelet import ExitReport, Kubelet, KubeletTiming, NodeSpec, PodRuntime
 from sandbox.operator import RayOperator
 from sandbox.rayprocs import RayRuntime
 from sandbox.server import Api, ApiServer
-from sandbox.store import HISTORY, Store
+from sandbox.store import HISTORY, Obj, Store
 from workflows.resources import GIB
 
 
@@ -40,6 +40,9 @@ class SandboxConfig:
     # admission refuses what the node cannot hold, as the real v1.36 does)
     kubernetes_minor: int = 35
     watch_history: int = HISTORY  # watch events kept; a watch from before them is 410 Gone
+    # with_ray: run Ray processes only for the RayClusters of these names (None: all); the
+    # others' pods run nothing, and a GCS stand-in may answer for them (`serve_gcs`)
+    ray_clusters: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -60,6 +63,32 @@ class SandboxConfig:
         ]
 
 
+class OnlyClusters:
+    """A pod runtime for some RayClusters' pods only; the rest run nothing (a bench runs
+    one cluster with real Ray among many that a GCS stand-in answers for)."""
+
+    def __init__(self, inner: PodRuntime, clusters: frozenset[str]) -> None:
+        self.inner, self.clusters = inner, clusters
+
+    def _ours(self, pod: Obj) -> bool:
+        return (pod["metadata"].get("labels") or {}).get("ray.io/cluster") in self.clusters
+
+    def start(self, pod: Obj) -> str | None:
+        return self.inner.start(pod) if self._ours(pod) else None
+
+    def stop_all(self, pods: list[Obj]) -> None:
+        ours = [p for p in pods if self._ours(p)]
+        if ours:
+            self.inner.stop_all(ours)
+
+    def on_exit(self, report: ExitReport) -> None:
+        self.inner.on_exit(report)
+
+    def restart(self, pod: Obj, container: str) -> None:
+        if self._ours(pod):
+            self.inner.restart(pod, container)
+
+
 class Sandbox:
     def __init__(self, config: SandboxConfig | None = None) -> None:
         self.config = config or SandboxConfig()
@@ -68,16 +97,21 @@ class Sandbox:
         self.api = Api(self.store, self.faults, minor=self.config.kubernetes_minor)
         self.server = ApiServer(self.api, self.config.host, self.config.port)
         self.ray: RayRuntime | None = RayRuntime() if self.config.with_ray else None
+        runtime: PodRuntime | None = self.ray
+        if self.ray is not None and self.config.ray_clusters is not None:
+            runtime = OnlyClusters(self.ray, frozenset(self.config.ray_clusters))
+        # (namespace, RayCluster) → the port of a GCS stand-in that answers for it
+        self._gcs_ports: dict[tuple[str, str], int] = {}
         self.kubelet = Kubelet(
             self.store,
             self.config.node_list(),
             self.config.timing,
-            runtime=self.ray,
+            runtime=runtime,
             pod_ip=(lambda node, i: "127.0.0.1") if self.config.with_ray else None,
         )
         self.operator = RayOperator(
             self.api,
-            gcs_port=self.ray.gcs_port if self.ray is not None else None,
+            gcs_port=self._gcs_port,
             service_ip=(lambda ns, name: "127.0.0.1") if self.config.with_ray else None,
         )
         self._started = False
@@ -85,6 +119,17 @@ class Sandbox:
     @property
     def url(self) -> str:
         return self.server.url
+
+    def serve_gcs(self, namespace: str, cluster: str, port: int) -> None:
+        """A GCS stand-in on 127.0.0.1:`port` answers for this RayCluster: its status
+        reports that address, as KubeRay reports the head's."""
+        self._gcs_ports[(namespace, cluster)] = port
+
+    def _gcs_port(self, namespace: str, cluster: str) -> int | None:
+        port = self._gcs_ports.get((namespace, cluster))
+        if port is None and self.ray is not None:
+            port = self.ray.gcs_port(namespace, cluster)
+        return port
 
     def start(self) -> Sandbox:
         try:

@@ -283,7 +283,6 @@ async def running_stack(
             task_queue=queue,
             kubeconfig=as_worker,
             namespaces="default",
-            tick_s=2.0,
             discovery_interval_s=1.0,
             gcs_address=gcs_address,
         )

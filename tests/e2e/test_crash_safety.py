@@ -84,7 +84,6 @@ async def slow_stack(
             "RAYSIZE_TASK_QUEUE": f"raysize-{uuid.uuid4().hex[:8]}",
             "RAYSIZE_KUBECONFIG": str(kubeconfig),
             "RAYSIZE_NAMESPACES": "default",
-            "RAYSIZE_TICK_S": "2",
             "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
         }
         yield (
@@ -144,12 +143,17 @@ async def assert_finished_once(stack: Stack, gcs: str, pod: str) -> None:
         ).result(),
         60,
     )
-    runs = [
-        wf
-        async for wf in stack.temporal.list_workflows(
-            f"WorkflowId='resize/default/{pod}'", limit=10
-        )
-    ]
+    # the index (visibility) follows the workflow by a moment: read it until it has caught up
+    for _ in range(100):
+        runs = [
+            wf
+            async for wf in stack.temporal.list_workflows(
+                f"WorkflowId='resize/default/{pod}'", limit=10
+            )
+        ]
+        if all(wf.status != WorkflowExecutionStatus.RUNNING for wf in runs):
+            break
+        await asyncio.sleep(0.1)
     assert len(runs) == 1  # finished by the second worker, exactly once
     assert runs[0].status == WorkflowExecutionStatus.COMPLETED
     assert state.outcome == ResizeOutcome.SUCCEEDED

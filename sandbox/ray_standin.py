@@ -1,0 +1,194 @@
+"""A Ray cluster without Ray processes: one GCS stand-in that reports a node per pod.
+
+For benchmarks that need many clusters (`bench/fleet_bench.py`): a real Ray cluster
+costs ~1 GB and several seconds per node, a hundred of them are out of reach. This one
+answers the three RPCs raysize uses, over real gRPC, from a small model:
+
+- a node per pod that `add_node` registered (its `instance_id` is the pod name, as
+  KubeRay sets it), RUNNING while it holds work, IDLE (with its idle time) otherwise;
+- pending demands (`add_demands`): a task shape waits until some node has room for it,
+  then it runs there for good (the node's `available` shrinks);
+- `ResizeRayletResourceInstances` sets the node's totals, as a Raylet does, and the
+  waiting demands that now fit are placed.
+
+The state version grows with every change, so raysize's wait sees the change."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
+from activities.ray_proto import ray_autoscaler_pb2_grpc as autoscaler_grpc
+from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
+from activities.ray_proto import ray_rpc_pb2_grpc as rpc_grpc
+
+
+@dataclass
+class _Node:
+    node_id: bytes
+    pod: str
+    group: str
+    total: dict[str, float]
+    used: dict[str, float] = field(default_factory=dict)
+    idle_since: float = field(default_factory=time.monotonic)
+
+    def fits(self, shape: dict[str, float]) -> bool:
+        return all(self.total.get(k, 0.0) - self.used.get(k, 0.0) >= v for k, v in shape.items())
+
+    def take(self, shape: dict[str, float]) -> None:
+        for k, v in shape.items():
+            self.used[k] = self.used.get(k, 0.0) + v
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.version = 1
+        self.nodes: dict[str, _Node] = {}  # by pod name
+        self.waiting: list[dict[str, float]] = []  # one entry per task
+        self.placed = 0  # tasks that found room
+        self.resizes = 0
+        self.state_reads = 0
+
+    def place(self) -> None:
+        """Put every waiting task that fits somewhere (callers hold the lock)."""
+        still: list[dict[str, float]] = []
+        for shape in self.waiting:
+            node = next((n for n in self.nodes.values() if n.fits(shape)), None)
+            if node is None:
+                still.append(shape)
+                continue
+            node.take(shape)
+            self.placed += 1
+        if len(still) != len(self.waiting):
+            self.version += 1
+        self.waiting = still
+
+
+class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
+    def __init__(self, model: _Model) -> None:
+        self.model = model
+
+    def GetClusterResourceState(self, request: Any, context: Any) -> Any:
+        m = self.model
+        now = time.monotonic()
+        with m.lock:
+            m.state_reads += 1
+            nodes = []
+            for n in m.nodes.values():
+                busy = any(v > 0 for v in n.used.values())
+                available = {k: v - n.used.get(k, 0.0) for k, v in n.total.items()}
+                nodes.append(
+                    autoscaler_pb2.NodeState(
+                        node_id=n.node_id,
+                        instance_id=n.pod,
+                        ray_node_type_name=n.group,
+                        node_ip_address="127.0.0.1",
+                        total_resources=n.total,
+                        available_resources=available,
+                        status=autoscaler_pb2.RUNNING if busy else autoscaler_pb2.IDLE,
+                        idle_duration_ms=0 if busy else int((now - n.idle_since) * 1000),
+                    )
+                )
+            counts: dict[tuple[tuple[str, float], ...], int] = {}
+            for shape in m.waiting:
+                key = tuple(sorted(shape.items()))
+                counts[key] = counts.get(key, 0) + 1
+            demands = [
+                autoscaler_pb2.ResourceRequestByCount(
+                    request=autoscaler_pb2.ResourceRequest(resources_bundle=dict(key)),
+                    count=count,
+                )
+                for key, count in counts.items()
+            ]
+            version = m.version
+        return autoscaler_pb2.GetClusterResourceStateReply(
+            cluster_resource_state=autoscaler_pb2.ClusterResourceState(
+                cluster_resource_state_version=version,
+                cluster_session_name="standin",
+                node_states=nodes,
+                pending_resource_requests=demands,
+            )
+        )
+
+    def ResizeRayletResourceInstances(self, request: Any, context: Any) -> Any:
+        m = self.model
+        with m.lock:
+            node = next((n for n in m.nodes.values() if n.node_id == request.node_id), None)
+            if node is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, "Raylet not found")
+            assert node is not None
+            node.total.update(dict(request.resources))
+            m.resizes += 1
+            m.version += 1
+            m.place()
+            reply = dict(node.total)
+        return autoscaler_pb2.ResizeRayletResourceInstancesReply(total_resources=reply)
+
+
+class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):
+    def GetAllNodeInfo(self, request: Any, context: Any) -> Any:
+        return rpc_pb2.GetAllNodeInfoReply()
+
+
+class RayStandIn:
+    """`with RayStandIn() as ray: ray.add_node(...)`; its server stops on exit, always."""
+
+    def __init__(self, host: str = "127.0.0.1", threads: int = 2) -> None:
+        self.model = _Model()
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads))
+        autoscaler_grpc.add_AutoscalerStateServiceServicer_to_server(
+            _Autoscaler(self.model), self._server
+        )
+        rpc_grpc.add_NodeInfoGcsServiceServicer_to_server(_NodeInfo(), self._server)
+        self.port = self._server.add_insecure_port(f"{host}:0")
+        self.address = f"{host}:{self.port}"
+        self._next_id = 1
+
+    def add_node(self, pod: str, group: str, cpu: float, memory: float) -> bool:
+        """A Raylet registers for `pod` (False: it already had one)."""
+        m = self.model
+        with m.lock:
+            if pod in m.nodes:
+                return False
+            node_id = self._next_id.to_bytes(28, "big")
+            self._next_id += 1
+            m.nodes[pod] = _Node(node_id, pod, group, {"CPU": cpu, "memory": memory})
+            m.version += 1
+            m.place()
+            return True
+
+    def remove_node(self, pod: str) -> None:
+        with self.model.lock:
+            if self.model.nodes.pop(pod, None) is not None:
+                self.model.version += 1
+
+    def add_demands(self, shape: dict[str, float], count: int) -> None:
+        with self.model.lock:
+            self.model.waiting.extend(dict(shape) for _ in range(count))
+            self.model.version += 1
+            self.model.place()
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """(tasks placed, tasks waiting, Raylet resizes, state reads)."""
+        m = self.model
+        with m.lock:
+            return m.placed, len(m.waiting), m.resizes, m.state_reads
+
+    def totals(self, pod: str) -> dict[str, float]:
+        with self.model.lock:
+            node = self.model.nodes.get(pod)
+            return dict(node.total) if node else {}
+
+    def __enter__(self) -> RayStandIn:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop(grace=None)
