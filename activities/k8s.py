@@ -203,7 +203,12 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
     if state is None and (spec.cpu, spec.memory) != (current.cpu, current.memory):
         state = ResizeState.IN_PROGRESS  # asked, and the kubelet has not reported yet
     if state is not None:
-        resize = PodResize(cpu=spec.cpu, memory=spec.memory, state=state)
+        asked = (
+            max(0.0, (time.time() if now is None else now) - status.resizing_at)
+            if status.resizing_at is not None
+            else None
+        )
+        resize = PodResize(cpu=spec.cpu, memory=spec.memory, state=state, asked_s=asked)
     running = (pod.get("status") or {}).get("phase") == "Running" and not meta.get(
         "deletionTimestamp"
     )

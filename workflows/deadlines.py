@@ -4,16 +4,66 @@ The reconcile loop waits for a change: a pod, the RayCluster, or what Ray report
 decisions come due with no change at all, only because time passed: an idle pod reaches
 its idle timeout, a pod whose resize failed may shrink back an idle timeout after the
 failure, a running pod whose Raylet never registered is replaced after the Raylet start
-timeout. `next_decision_in` says when the first of those falls, so the loop's wait ends
-then, and the fixed tick is only a safety net measured in minutes.
+timeout, a resize no saga works on any more is settled (`stuck_resizes`).
+`next_decision_in` says when the first of those falls, so the loop's wait ends then, and
+the fixed tick is only a safety net measured in minutes.
 """
 
 from __future__ import annotations
 
-from workflows.model import ClusterSnapshot, PodPhase
+from workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
+from workflows.resources import CPU, MEMORY, Resources, units_to_float
 
 # read the cluster a little after the deadline, so the timer never fires just before it
 MARGIN_S = 0.5
+DEFAULT_RESIZE_TIMEOUT_S = 60
+
+
+def stuck_after_s(timeout_s: int) -> float:
+    """A saga spends at most its attempts (3 × the group's resize-timeout) and a rollback
+    (one more) on a pod, and writes `resizing-at` at each; a resize raysize asked for
+    longer ago than this has no saga left working on it."""
+    return 4 * timeout_s + 120.0
+
+
+def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
+    group = snapshot.groups.get(p.group)
+    ippr = group.ippr if group is not None else None
+    return ippr.resize_timeout_s if ippr is not None else DEFAULT_RESIZE_TIMEOUT_S
+
+
+def _size(cpu: int, memory: int) -> str:
+    mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
+    return f"{units_to_float(cpu, CPU):g} CPU/{mem}"
+
+
+def stuck_resizes(snapshot: ClusterSnapshot) -> tuple[ResizeAction, ...]:
+    """Resizes Kubernetes still holds (its spec asks for a size the kubelet has not
+    given) that raysize asked for so long ago that no saga can still be working on them:
+    a saga that ended abnormally, or a lost one. Each is taken back to the size the pod
+    actually has, so spec, kubelet and Raylet agree again without a human."""
+    out = []
+    for p in sorted(snapshot.pods, key=lambda p: p.name):
+        r = p.resize
+        if p.phase != PodPhase.RUNNING or r is None or not r.state.in_flight:
+            continue
+        if r.asked_s is None or r.asked_s < stuck_after_s(_timeout(snapshot, p)):
+            continue
+        cpu, memory = p.total.cpu, p.total.memory
+        out.append(
+            ResizeAction(
+                pod=p.name,
+                group=p.group,
+                cpu=cpu,
+                memory=memory,
+                from_cpu=cpu,
+                from_memory=memory,
+                reason=f"stuck resize: Kubernetes asks {_size(r.cpu, r.memory)}, the kubelet "
+                f"has {_size(cpu, memory)} ({r.state.value}) {r.asked_s:.0f}s after raysize "
+                f"asked, and no resize is working on it → back to {_size(cpu, memory)}",
+            )
+        )
+    return tuple(out)
 
 
 def next_decision_in(snapshot: ClusterSnapshot) -> float | None:
@@ -25,6 +75,8 @@ def next_decision_in(snapshot: ClusterSnapshot) -> float | None:
     for p in snapshot.pods:
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
+        if p.resize is not None and p.resize.state.in_flight and p.resize.asked_s is not None:
+            due.append(stuck_after_s(_timeout(snapshot, p)) - p.resize.asked_s)
         if p.raylet_id is None:
             if p.running_s > 0:
                 due.append(start_timeout - p.running_s)

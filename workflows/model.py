@@ -62,6 +62,11 @@ class PodResize(_Frozen):
     cpu: int = Field(description="target millicores")
     memory: int = Field(description="target bytes")
     state: ResizeState = ResizeState.IN_PROGRESS
+    asked_s: float | None = Field(
+        default=None,
+        description="seconds since raysize last asked for it (ray.io/ippr-status resizing-at;"
+        " None: raysize did not, or does not know)",
+    )
 
 
 class PodView(_Frozen):

@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleInput,
         WaitInput,
     )
-    from workflows.deadlines import next_decision_in
+    from workflows.deadlines import next_decision_in, stuck_resizes
     from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
     from workflows.naming import (
         RECONCILE_WORKFLOW,
@@ -79,6 +79,8 @@ def describe_plan(p: Plan) -> list[str]:
 # workflow.patched() ids: a change to what a workflow does is taken only by runs that reach
 # it after the change; runs in flight replay their history as they recorded it
 ABANDON_WAIT_PATCH = "reconcile-wait-abandon"
+# runs that reach a stuck resize (no saga left on it) after this change settle it
+SETTLE_PATCH = "reconcile-settle-stuck"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -231,6 +233,9 @@ class ReconcileWorkflow:
             self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
         p = telemetry.timed_plan(plan, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
+        stuck = stuck_resizes(snapshot)
+        if stuck and workflow.patched(SETTLE_PATCH):
+            await self._settle(inp, snapshot, stuck)
         if p.is_empty:
             return
         telemetry.decision_span(inp.namespace, inp.cluster, self.carry.ticks, p)
@@ -280,10 +285,36 @@ class ReconcileWorkflow:
         )
         return sum(results)
 
+    async def _settle(
+        self, inp: ReconcileInput, snapshot: ClusterSnapshot, stuck: tuple[ResizeAction, ...]
+    ) -> None:
+        """A saga for each resize nobody works on any more: back to the pod's actual size.
+        Where a saga still runs (paused by an operator, say), it is left to finish."""
+        pods = {x.name: x for x in snapshot.pods}
+        for r in stuck:
+            started = await self._start_one(
+                inp, r, pods[r.pod].raylet_id or "", snapshot, retarget=False
+            )
+            if started:
+                line = f"settle {r.pod}: {r.reason}"
+                workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, line)
+                self.decisions.append(Decision(tick=self.carry.ticks, summary=line))
+                self.carry = self.carry.model_copy(
+                    update={"resizes_started": self.carry.resizes_started + 1}
+                )
+                await self._event(inp, "SettlingStuckResize", line[:1000], warning=True)
+
     async def _start_one(
-        self, inp: ReconcileInput, r: ResizeAction, node_id: str, snapshot: ClusterSnapshot
+        self,
+        inp: ReconcileInput,
+        r: ResizeAction,
+        node_id: str,
+        snapshot: ClusterSnapshot,
+        *,
+        retarget: bool = True,
     ) -> int:
-        """Start the pod's resize saga, or send the new target to the one running."""
+        """Start the pod's resize saga, or (with `retarget`) send the new target to the
+        one running."""
         ippr = snapshot.groups[r.group].ippr
         req = ResizeRequest(
             namespace=inp.namespace,
@@ -299,7 +330,9 @@ class ReconcileWorkflow:
             reason=r.reason,
             poll_interval_s=inp.resize_poll_interval_s,
             poll_window_s=inp.resize_poll_window_s,
-            demand_seen_at=None if r.shrinks else self.carry.demand_seen_at,
+            demand_seen_at=self.carry.demand_seen_at
+            if r.cpu > r.from_cpu or r.memory > r.from_memory
+            else None,
         )
         wf_id = resize_workflow_id(inp.namespace, r.pod)
         try:
@@ -319,9 +352,10 @@ class ReconcileWorkflow:
             )
             return 1
         except WorkflowAlreadyStartedError:
-            await workflow.get_external_workflow_handle(wf_id).signal(
-                PodResizeWorkflow.retarget, req
-            )
+            if retarget:
+                await workflow.get_external_workflow_handle(wf_id).signal(
+                    PodResizeWorkflow.retarget, req
+                )
             return 0
 
     async def _scale(self, inp: ReconcileInput, obs: Observation, p: Plan) -> bool:

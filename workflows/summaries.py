@@ -37,6 +37,8 @@ def _clip(text: str) -> str:
 
 
 def resize_verb(req: ResizeRequest) -> str:
+    if (req.cpu, req.memory) == (req.from_cpu, req.from_memory):
+        return "settle"  # a stuck resize taken back to the size the pod has
     return "shrink" if req.cpu <= req.from_cpu and req.memory <= req.from_memory else "grow"
 
 

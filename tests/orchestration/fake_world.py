@@ -49,7 +49,14 @@ class FakeWorld:
         for p in self.snapshot.pods:
             if p.name == name:
                 grow = Resources.of(cpu=cpu - p.total.cpu, memory=memory - p.total.memory)
-                p = p.model_copy(update={"total": p.total + grow, "available": p.available + grow})
+                # the kubelet has the size the spec asks: no resize in flight any more
+                p = p.model_copy(
+                    update={
+                        "total": p.total + grow,
+                        "available": p.available + grow,
+                        "resize": None,
+                    }
+                )
             pods.append(p)
         self.snapshot = self.snapshot.model_copy(update={"pods": tuple(pods), "demands": ()})
         self.version += 1

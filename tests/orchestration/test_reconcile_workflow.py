@@ -29,6 +29,7 @@ from workflows.contracts import (
     RayletResizeResult,
     ReconcileInput,
     ReconcileStatus,
+    ResizeOutcome,
     ResizeProgress,
     ResizeRequest,
     ResizeState,
@@ -36,9 +37,11 @@ from workflows.contracts import (
     WaitResizeInput,
 )
 from workflows.ippr import ConfigError
-from workflows.model import PlannerSettings, ResizePolicy
+from workflows.model import PlannerSettings, PodResize, ResizePolicy
+from workflows.model import ResizeState as PodResizeState
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
+from workflows.resources import GIB
 
 from ..workflows.kit import group, pod, res, snapshot
 from .fake_world import FakeWorld
@@ -374,3 +377,53 @@ async def test_the_temporal_ui_tells_each_resize_story(ts_env: WorkflowEnvironme
     ]
     assert any("patch pods/resize to 2 CPU/2Gi" in s for s in summaries), summaries
     assert any("Raylet to 2 CPU/2Gi, then ray.io/ippr-status" in s for s in summaries), summaries
+
+
+async def test_a_stuck_resize_with_no_saga_is_settled_and_a_live_saga_is_left_alone(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """A pod held spec 4 CPU / actuated 1 CPU for 600 s with no workflow on it: the loop
+    starts a saga that takes the pod back to what it has, says so, and never retargets a
+    saga that still runs (an operator may have paused it)."""
+    stuck = PodResize(cpu=4000, memory=2 * GIB, state=PodResizeState.DEFERRED, asked_s=600)
+    world = FakeWorld(snapshot([group()], [pod("w1", resize=stuck)]))
+    world.resizing.add("w1")
+    recorder = ResizeRecorder(world)
+    async with reconciling(ts_env, world, recorder) as handle:
+        await until(lambda: world.started == ["w1"])
+        ns = handle.id.split("/")[1]
+        child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+        state = await child.result()
+        status = await status_of(handle)
+        summary = await (await child.describe()).static_summary()
+    assert (state.from_cpu, state.cpu, state.outcome) == (1000, 1000, ResizeOutcome.SUCCEEDED)
+    assert summary is not None and summary.startswith("settle 1 → 1 CPU for stuck resize")
+    assert any(d.summary.startswith("settle w1: stuck resize") for d in status.decisions)
+    assert [e.reason for e in world.events] == ["SettlingStuckResize"]
+
+    # the same pod while a saga of its own still runs (paused, or slow): left to finish
+    world = FakeWorld(snapshot([group()], [pod("w1")]))
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder) as handle:
+        ns = handle.id.split("/")[1]
+        held = await ts_env.client.start_workflow(
+            PodResizeWorkflow.run,
+            ResizeRequest(
+                namespace=ns, cluster="demo", pod="w1", group="g1", node_id="n",
+                from_cpu=1000, from_memory=2 * GIB, cpu=4000, memory=2 * GIB, timeout_s=600,
+            ),
+            id=f"resize/{ns}/w1",
+            task_queue=(await handle.describe()).task_queue,
+        )  # fmt: skip
+        await until(lambda: world.started == ["w1"])  # its patch is being applied
+        world.snapshot = snapshot([group()], [pod("w1", resize=stuck)])
+        world.resizing.add("w1")
+        world.version += 1
+        before = world.observed
+        await until(lambda: world.observed >= before + 3)
+        status = await status_of(handle)
+        state = await held.query(PodResizeWorkflow.state)
+        await held.terminate("test over")
+    assert not any(d.summary.startswith("settle") for d in status.decisions)
+    assert state.cpu == 4000 and not any(a.result == "retargeted" for a in state.attempts)

@@ -3,9 +3,10 @@ so an idle pod still shrinks on time though the safety tick is minutes long."""
 
 from __future__ import annotations
 
-from workflows.deadlines import MARGIN_S, next_decision_in
-from workflows.model import PlannerSettings, PodPhase
+from workflows.deadlines import MARGIN_S, next_decision_in, stuck_after_s, stuck_resizes
+from workflows.model import PlannerSettings, PodPhase, PodResize, ResizeState
 from workflows.planner import plan
+from workflows.resources import GIB
 
 from .kit import group, pod, snapshot
 
@@ -62,3 +63,26 @@ def test_the_cluster_own_idle_timeout_counts():
         settings=SETTINGS.model_copy(update={"idle_timeout_s": 30}),
     )
     assert next_decision_in(snap) == 20 + MARGIN_S
+
+
+def stuck_pod(asked_s: float | None, state: ResizeState = ResizeState.DEFERRED):
+    return pod("w1", resize=PodResize(cpu=4000, memory=2 * GIB, state=state, asked_s=asked_s))
+
+
+def test_a_resize_nobody_works_on_is_taken_back_to_the_pods_actual_size():
+    """Under API faults a pod stayed 600 s with spec 4 CPU and 1 CPU actuated, with no
+    saga on it. Past what any saga can spend (4 × resize-timeout + 2 min), it is settled."""
+    limit = stuck_after_s(60)
+    assert limit == 360
+    fresh = snapshot([group()], [stuck_pod(100)], settings=SETTINGS)
+    assert stuck_resizes(fresh) == ()
+    assert next_decision_in(fresh) == limit - 100 + MARGIN_S  # ... and looked at then
+    (action,) = stuck_resizes(snapshot([group()], [stuck_pod(600)], settings=SETTINGS))
+    assert (action.pod, action.cpu, action.from_cpu) == ("w1", 1000, 1000)
+    assert action.reason.startswith(
+        "stuck resize: Kubernetes asks 4 CPU/2Gi, the kubelet has 1 CPU/2Gi (deferred) 600s"
+    )
+    # a resize raysize did not ask for (no resizing-at) is someone else's: left alone
+    assert stuck_resizes(snapshot([group()], [stuck_pod(None)], settings=SETTINGS)) == ()
+    done = pod("w1", resize=PodResize(cpu=4000, memory=2 * GIB, state=ResizeState.ERROR))
+    assert stuck_resizes(snapshot([group()], [done], settings=SETTINGS)) == ()
