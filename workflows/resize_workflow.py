@@ -194,6 +194,15 @@ class PodResizeWorkflow:
             self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
         except (asyncio.CancelledError, ActivityError) as exc:
             if not is_cancelled_exception(exc):
+                if isinstance(exc, ActivityError) and workflow.patched(ROLLBACK_ON_ERROR_PATCH):
+                    # an activity that gave up (its retries spent) must not end the saga
+                    # with the pod half-way: a patch may have landed. Put it back, as for
+                    # any failure, and end with an outcome instead of a failed workflow.
+                    back = await self._roll_back(
+                        req, f"activity failed: {_error_message(exc) or exc}"
+                    )
+                    self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
+                    return self.state()
                 telemetry.resize_finished(
                     req, ResizeOutcome.FAILED, f"activity failed: {exc}", self.cpu, self.memory
                 )
@@ -416,12 +425,20 @@ class PodResizeWorkflow:
         except _PodGone:
             self.detail = f"{reason}; the pod is gone"
             return True  # nothing left to put back
-        except _Failed as failure:  # the way back was refused too: say so, end anyway
+        except (_Failed, ActivityError) as failure:  # the way back failed too: say so, end
+            if isinstance(failure, ActivityError):
+                if is_cancelled_exception(failure) or not workflow.patched(ROLLBACK_ON_ERROR_PATCH):
+                    raise
+                failure = _Failed(f"activity failed: {_error_message(failure) or failure}")
             self.detail = f"{reason}; rolling back failed: {failure}"
             workflow.logger.warning("resize of %s: %s", req.pod, self.detail)
-            with contextlib.suppress(_Failed, _PodGone):
-                # still record the failure, so the planner never picks this pod again
-                await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
+            try:
+                with contextlib.suppress(_Failed, _PodGone):
+                    # still record the failure, so the planner never picks this pod again
+                    await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
+            except ActivityError as exc:
+                if is_cancelled_exception(exc) or not workflow.patched(ROLLBACK_ON_ERROR_PATCH):
+                    raise
             return False
 
     # --- steps ---------------------------------------------------------------------------
@@ -628,6 +645,9 @@ def _kubelet_says(progress: ResizeProgress, now: datetime) -> str:
 # while rolling back), and count only real failures as attempts; sagas recorded before it
 # replay as they ran
 CAREFUL_PATCH = "resize-rollback-verified"
+# sagas that start after this change roll back when an activity gives up, instead of
+# failing the workflow with the pod half-way
+ROLLBACK_ON_ERROR_PATCH = "resize-rollback-on-activity-error"
 
 
 def _careful() -> bool:

@@ -58,6 +58,9 @@ class FakeCluster:
         self.patch_in_flight_s = 0.0
         self.hold_rollback = False  # the kubelet takes its time putting a pod back
         self.raylet_gone = False  # the pod is there, its Raylet is not (its Ray died)
+        # the kubelet watch fails this many times with an error no retry helps (a bug, or
+        # an API server that refuses for good): the activity gives up
+        self.watch_failures = 0
         self.calls: list[str] = []
         self.patches: list[tuple[int, int]] = []
         self.raylet_calls: list[tuple[int, int]] = []
@@ -118,6 +121,13 @@ class FakeCluster:
 
         @activity.defn(name=Act.WAIT_RESIZE)
         async def wait(inp: WaitResizeInput) -> ResizeProgress:
+            if self.watch_failures:
+                self.watch_failures -= 1
+                raise ApplicationError(
+                    "the server has asked for the client to provide credentials",
+                    type="KubernetesUnavailable",
+                    non_retryable=True,
+                )
             return await watch(inp)
 
         async def watch(inp: WaitResizeInput) -> ResizeProgress:

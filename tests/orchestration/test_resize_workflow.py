@@ -313,3 +313,21 @@ async def test_a_raylet_gone_while_its_pod_stays_says_so(ts_env: WorkflowEnviron
     assert state.outcome == ResizeOutcome.RAYLET_GONE
     assert "its Raylet is gone" in state.detail and "the pod is gone" not in state.detail
     assert (cluster.pod.spec_cpu, cluster.pod.cpu) == (4000, 4000)
+
+
+async def test_an_activity_that_gives_up_mid_resize_rolls_back_instead_of_failing(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """An activity that gave up (retries spent, or an error no retry helps) used to fail
+    the workflow with the patch landed: spec 4 CPU, kubelet 1 CPU, Raylet 1 CPU, and no
+    workflow left on the pod. Now the saga rolls back, and ends with an outcome."""
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"  # the kubelet has not acted when the watch breaks
+    cluster.watch_failures = 1
+    async with running(ts_env, cluster, request()) as handle:
+        state = await asyncio.wait_for(handle.result(), 60)
+    assert state.outcome == ResizeOutcome.ROLLED_BACK
+    assert state.detail.startswith("activity failed: the server has asked for the client")
+    assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]  # the grow, then back
+    assert (cluster.pod.spec_cpu, cluster.pod.cpu) == (1000, 1000)
+    assert cluster.pod.status.resizing_at is None
