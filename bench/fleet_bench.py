@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from bench.clusters import small_raycluster
 from bench.idle_bench import cpu_seconds, rss_mib
 from bench.reaction_bench import DRIVER, Trial, median, report
 from bench.reaction_bench import raycluster as real_raycluster
@@ -62,36 +62,8 @@ MAX_BURST_S = 120.0
 
 
 def fleet_cluster(name: str, workers: int) -> dict[str, Any]:
-    container = {
-        "name": "ray-worker",
-        "image": "rayproject/ray:2.60.0",
-        "resources": {
-            "requests": {"cpu": "1", "memory": "1Gi"},
-            "limits": {"cpu": "1", "memory": "1Gi"},
-        },
-    }
-    head = {**container, "resources": {"requests": {"cpu": "0", "memory": "1Gi"}}}
-    ippr = {"groups": {"small": {"max-cpu": "4", "max-memory": "4Gi", "resize-timeout": 60}}}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": name, "annotations": {"ray.io/ippr": json.dumps(ippr)}},
-        "spec": {
-            # grown pods stay grown while the benchmark runs
-            "autoscalerOptions": {"idleTimeoutSeconds": 3600},
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [head]}}},
-            "workerGroupSpecs": [
-                {
-                    "groupName": "small",
-                    "replicas": workers,
-                    "minReplicas": workers,
-                    "maxReplicas": workers,
-                    "rayStartParams": {},
-                    "template": {"spec": {"containers": [container]}},
-                }
-            ],
-        },
-    }
+    # grown pods stay grown while the benchmark runs
+    return small_raycluster(name, workers=workers, idle_timeout_s=3600)
 
 
 class Registrar:

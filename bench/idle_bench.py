@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from bench.clusters import small_raycluster
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import NodeSpec
 from sandbox.localray import stop_group
@@ -52,34 +52,7 @@ MAX_STATE_READS_PER_S = 2.0
 
 
 def raycluster() -> dict[str, Any]:
-    container = {
-        "name": "ray-worker",
-        "image": "rayproject/ray:2.60.0",
-        "resources": {
-            "requests": {"cpu": "1", "memory": "1Gi"},
-            "limits": {"cpu": "1", "memory": "1Gi"},
-        },
-    }
-    head = {**container, "resources": {"requests": {"cpu": "0", "memory": "1Gi"}}}
-    ippr = {"groups": {"small": {"max-cpu": "4", "max-memory": "4Gi", "resize-timeout": 60}}}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": CLUSTER, "annotations": {"ray.io/ippr": json.dumps(ippr)}},
-        "spec": {
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [head]}}},
-            "workerGroupSpecs": [
-                {
-                    "groupName": "small",
-                    "replicas": 1,
-                    "minReplicas": 1,
-                    "maxReplicas": 2,
-                    "rayStartParams": {},
-                    "template": {"spec": {"containers": [container]}},
-                }
-            ],
-        },
-    }
+    return small_raycluster(CLUSTER, workers=1, max_workers=2)
 
 
 @dataclass

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import statistics
@@ -42,6 +41,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.k8s import gcs_address
 from activities.ray_gcs import RayGcsClient
+from bench.clusters import small_raycluster
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
 from worker.run import run_worker
@@ -73,35 +73,8 @@ DRIVER = textwrap.dedent(
 
 
 def raycluster() -> dict[str, Any]:
-    container = {
-        "name": "ray-worker",
-        "image": "rayproject/ray:2.60.0",
-        "resources": {
-            "requests": {"cpu": "1", "memory": "1Gi"},
-            "limits": {"cpu": "1", "memory": "1Gi"},
-        },
-    }
-    head = {**container, "resources": {"requests": {"cpu": "0", "memory": "1Gi"}}}
-    ippr = {"groups": {"small": {"max-cpu": "4", "max-memory": "4Gi", "resize-timeout": 30}}}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": "react", "annotations": {"ray.io/ippr": json.dumps(ippr)}},
-        "spec": {
-            "autoscalerOptions": {"idleTimeoutSeconds": 1},
-            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [head]}}},
-            "workerGroupSpecs": [
-                {
-                    "groupName": "small",
-                    "replicas": 1,
-                    "minReplicas": 1,
-                    "maxReplicas": 1,
-                    "rayStartParams": {},
-                    "template": {"spec": {"containers": [container]}},
-                }
-            ],
-        },
-    }
+    # the pod shrinks back a second after each trial, ready for the next
+    return small_raycluster("react", resize_timeout_s=30, idle_timeout_s=1)
 
 
 @dataclass

@@ -20,7 +20,6 @@ import pytest
 import pytest_asyncio
 from kubernetes import client, config
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.k8s import gcs_address
@@ -29,27 +28,20 @@ from sandbox.kubelet import KubeletTiming, NodeSpec
 from sandbox.realworld import RealSandbox
 from tests.deploy.conftest import DEPLOY, run_kubectl
 from tests.e2e.gcs_proxy import GcsProxy
-from tests.orchestration.temporal_env import venv_binary
+from tests.orchestration.temporal_env import start_dev_server
 from worker.run import run_worker
 from worker.settings import Settings
-from workflows.naming import SEARCH_ATTRIBUTES
 
 GIB = 1024**3
 
 
 @pytest_asyncio.fixture(scope="session")
 async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=venv_binary("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES),
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            "matching.numTaskqueueReadPartitions=1",
-            "--dynamic-config-value",
-            "matching.numTaskqueueWritePartitions=1",
-        ],
+    env = await start_dev_server(
+        "--dynamic-config-value",
+        "matching.numTaskqueueReadPartitions=1",
+        "--dynamic-config-value",
+        "matching.numTaskqueueWritePartitions=1",
     )
     try:
         yield env

@@ -37,7 +37,13 @@ def _keep(name: str, force: bool) -> bool:
 
 
 async def record_reconcile(
-    env: object, name: str, world: FakeWorld, observed: int, fix: bool = False, tick_s: float = 0.5
+    env: object,
+    name: str,
+    world: FakeWorld,
+    observed: int,
+    fix: bool = False,
+    tick_s: float = 0.5,
+    max_ticks: int = 8,
 ) -> None:
     """One reconcile run until `observed` observes (with `fix`, the config error goes
     away halfway), saved as `name`."""
@@ -54,7 +60,9 @@ async def record_reconcile(
     ):
         handle = await env.client.start_workflow(
             ReconcileWorkflow.run,
-            ReconcileInput(namespace="ns", cluster="demo", tick_s=tick_s, max_ticks_per_run=8),
+            ReconcileInput(
+                namespace="ns", cluster="demo", tick_s=tick_s, max_ticks_per_run=max_ticks
+            ),
             id=f"reconcile/ns/{name}",
             task_queue=queue,
         )
@@ -119,35 +127,10 @@ async def record(force: bool = False) -> None:
                 history = await handle.fetch_history()
             (HERE / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
 
-        if _keep("reconcile_grow", force):
-            return
-        world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
-        recorder = ResizeRecorder(world)
-        queue = f"q-{uuid.uuid4()}"
-        async with Worker(
-            env.client,
-            task_queue=queue,
-            workflows=[ReconcileWorkflow, PodResizeWorkflow],
-            activities=[*world.activities(), *recorder.workflow_activities()],
-        ):
-            handle = await env.client.start_workflow(
-                ReconcileWorkflow.run,
-                ReconcileInput(namespace="ns", cluster="demo", tick_s=0.5, max_ticks_per_run=4),
-                id="reconcile/ns/demo",
-                task_queue=queue,
-            )
-            first_run = handle.result_run_id
-            for _ in range(200):
-                if world.observed >= 5:
-                    break
-                await asyncio.sleep(0.05)
-            history = await env.client.get_workflow_handle(
-                "reconcile/ns/demo", run_id=first_run
-            ).fetch_history()
-            await handle.terminate("recorded")
-        (HERE / "reconcile_grow.json").write_text(
-            json.dumps(json.loads(history.to_json()), indent=1)
-        )
+        if not _keep("reconcile_grow", force):
+            world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+            # (recorded before as workflow id reconcile/ns/demo, 4 ticks a run)
+            await record_reconcile(env, "reconcile_grow", world, 5, max_ticks=4)
     finally:
         await env.shutdown()
 

@@ -42,3 +42,17 @@ async def start_time_skipping() -> WorkflowEnvironment:
     )
     await register_search_attributes(env.client)
     return env
+
+
+async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
+    """The CLI dev server (in memory), with raysize's search attributes; the caller
+    shuts it down (`await env.shutdown()`)."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=venv_binary("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES),
+        dev_server_log_level="error",
+        dev_server_extra_args=list(extra_args),
+    )

@@ -82,68 +82,54 @@ def test_awake_at_once_when_ray_cannot_be_read(env):
         acts.close()
 
 
-def test_an_edited_raycluster_wakes_the_wait(env):
-    """Fixing `ray.io/ippr` (or any spec change) is noticed at once, not at the tick: the
-    loop's tick is minutes long now."""
-    _, kube = env
+def wait_through(kube, tick_s: float, patch, body) -> tuple[bool, bool]:
+    """Start a wait (with the RayCluster's mark of now), `patch` the RayCluster `rc` with
+    `body` half a second in; (what that wait returned, what a wait started afterwards
+    with the same old mark returns)."""
     with GcsStandIn() as gcs:
         acts = ClusterActivities(kube=kube, ray=RaySettings())
         try:
-            inp = wait_input(kube, gcs.address, 60).model_copy(
+            inp = wait_input(kube, gcs.address, tick_s).model_copy(
                 update={"cluster_mark": kube.read_cluster("default", "rc").mark}
             )
 
-            async def edit_the_cluster() -> bool:
+            async def change() -> bool:
                 waiting = asyncio.ensure_future(
                     ActivityEnvironment().run(acts.wait_for_change, inp)
                 )
                 await asyncio.sleep(0.5)
-                await asyncio.to_thread(
-                    kube.custom.patch_namespaced_custom_object,
-                    "ray.io",
-                    "v1",
-                    "default",
-                    "rayclusters",
-                    "rc",
-                    {"metadata": {"annotations": {"ray.io/ippr": '{"groups": {}}'}}},
-                )
-                return await asyncio.wait_for(waiting, 20)  # not the 60 s tick
+                await asyncio.to_thread(patch, "ray.io", "v1", "default", "rayclusters", "rc", body)
+                return await asyncio.wait_for(waiting, 20)
 
-            assert asyncio.run(edit_the_cluster()) is True
-            # a wait that starts after the edit, with the mark of before it, returns at once
-            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, inp)) is True
+            during = asyncio.run(change())
+            after = asyncio.run(
+                ActivityEnvironment().run(
+                    acts.wait_for_change, inp.model_copy(update={"timeout_s": 1.0})
+                )
+            )
+            return during, after
         finally:
             acts.close()
+
+
+def test_an_edited_raycluster_wakes_the_wait(env):
+    """Fixing `ray.io/ippr` (or any spec change) is noticed at once, not at the tick: the
+    loop's tick is minutes long now. A wait that starts after the edit, with the mark of
+    before it, returns at once."""
+    _, kube = env
+    body = {"metadata": {"annotations": {"ray.io/ippr": '{"groups": {}}'}}}
+    # not the 60 s tick: within the 20 s wait_through allows
+    assert wait_through(kube, 60, kube.custom.patch_namespaced_custom_object, body) == (
+        True,
+        True,
+    )
 
 
 def test_a_status_write_by_kuberay_wakes_nobody(env):
     _, kube = env
-    with GcsStandIn() as gcs:
-        acts = ClusterActivities(kube=kube, ray=RaySettings())
-        try:
-            inp = wait_input(kube, gcs.address, 3).model_copy(
-                update={"cluster_mark": kube.read_cluster("default", "rc").mark}
-            )
-
-            async def write_status() -> bool:
-                waiting = asyncio.ensure_future(
-                    ActivityEnvironment().run(acts.wait_for_change, inp)
-                )
-                await asyncio.sleep(0.5)
-                await asyncio.to_thread(
-                    kube.custom.patch_namespaced_custom_object_status,
-                    "ray.io",
-                    "v1",
-                    "default",
-                    "rayclusters",
-                    "rc",
-                    {"status": {"reason": "touched by a test"}},
-                )
-                return await asyncio.wait_for(waiting, 20)
-
-            assert asyncio.run(write_status()) is False
-        finally:
-            acts.close()
+    body = {"status": {"reason": "touched by a test"}}
+    patch = kube.custom.patch_namespaced_custom_object_status
+    assert wait_through(kube, 3, patch, body) == (False, False)
 
 
 def test_a_cluster_raysize_may_not_act_on_costs_its_gcs_nothing(env):

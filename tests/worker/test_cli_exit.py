@@ -16,11 +16,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest_asyncio
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
-from tests.orchestration.temporal_env import venv_binary
-from workflows.naming import SEARCH_ATTRIBUTES
+from tests.orchestration.temporal_env import start_dev_server
 
 ROUNDS = 10
 RAYSIZE = str(Path(sys.executable).with_name("raysize"))
@@ -28,12 +25,7 @@ RAYSIZE = str(Path(sys.executable).with_name("raysize"))
 
 @pytest_asyncio.fixture(scope="module")
 async def server() -> AsyncIterator[str]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=venv_binary("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server()
     try:
         yield env.client.service_client.config.target_host
     finally:

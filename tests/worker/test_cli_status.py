@@ -11,30 +11,23 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest_asyncio
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from typer.testing import CliRunner
 
 from tests.orchestration.fake_world import FakeWorld
-from tests.orchestration.temporal_env import venv_binary
+from tests.orchestration.temporal_env import start_dev_server
 from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
 from tests.workflows.kit import group, pod, res, snapshot
 from worker.cli import app
 from workflows.contracts import ReconcileInput
-from workflows.naming import SEARCH_ATTRIBUTES
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
 
 @pytest_asyncio.fixture(scope="module")
 async def dev() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=venv_binary("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server()
     try:
         yield env
     finally:

@@ -1,0 +1,53 @@
+"""The RayCluster the benchmarks run: a CPU-less head and one group `small` of 1-CPU/1Gi
+workers that may grow in place to 4 CPU/4Gi (`ray.io/ippr`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def small_raycluster(
+    name: str,
+    *,
+    workers: int = 1,
+    max_workers: int | None = None,
+    resize_timeout_s: int = 60,
+    idle_timeout_s: int | None = None,
+) -> dict[str, Any]:
+    """`workers` pods (and at least that many: minReplicas), at most `max_workers`."""
+    container = {
+        "name": "ray-worker",
+        "image": "rayproject/ray:2.60.0",
+        "resources": {
+            "requests": {"cpu": "1", "memory": "1Gi"},
+            "limits": {"cpu": "1", "memory": "1Gi"},
+        },
+    }
+    head = {**container, "resources": {"requests": {"cpu": "0", "memory": "1Gi"}}}
+    ippr = {
+        "groups": {
+            "small": {"max-cpu": "4", "max-memory": "4Gi", "resize-timeout": resize_timeout_s}
+        }
+    }
+    spec: dict[str, Any] = {
+        "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [head]}}},
+        "workerGroupSpecs": [
+            {
+                "groupName": "small",
+                "replicas": workers,
+                "minReplicas": workers,
+                "maxReplicas": workers if max_workers is None else max_workers,
+                "rayStartParams": {},
+                "template": {"spec": {"containers": [container]}},
+            }
+        ],
+    }
+    if idle_timeout_s is not None:
+        spec["autoscalerOptions"] = {"idleTimeoutSeconds": idle_timeout_s}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "annotations": {"ray.io/ippr": json.dumps(ippr)}},
+        "spec": spec,
+    }
