@@ -43,7 +43,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import small_raycluster
 from bench.idle_bench import cpu_seconds, rss_mib
-from bench.reaction_bench import DRIVER, Trial, median, report
+from bench.reaction_bench import median, report, run_trials
 from bench.reaction_bench import raycluster as real_raycluster
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming
@@ -147,55 +147,11 @@ async def running_reconciles(temporal: Client, queue: str) -> int:
 
 
 async def reaction(temporal: Client, gcs: str, trials: int) -> list[float]:
-    """Demand → Raylet resized on the real cluster, per trial (seconds)."""
-    from activities.ray_gcs import RayGcsClient
-
-    ray = RayGcsClient(gcs, timeout=5)
-    driver = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, gcs],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert driver.stdin is not None and driver.stdout is not None
-        assert (await asyncio.to_thread(driver.stdout.readline)).strip() == "ready"
-
-        def observe() -> tuple[int, bool]:
-            try:
-                state = ray.cluster_state()
-            except Exception:
-                return 0, False
-            cpu = max((n.total.cpu for n in state.nodes if n.group == "small"), default=0)
-            return cpu, bool(state.demands)
-
-        seen_trials: list[Trial] = []
-        for trial in range(trials):
-            cpus = 2 + trial % 3
-            while observe()[0] != 1000:
-                await asyncio.sleep(0.05)
-            await asyncio.sleep(6)  # quiet first: raysize's wait has slowed its Ray reads
-            driver.stdin.write(f"{cpus}\n")
-            driver.stdin.flush()
-            submitted = float((await asyncio.to_thread(driver.stdout.readline)).split()[1])
-            seen = None
-            while True:
-                cpu, pending = observe()
-                if pending and seen is None:
-                    seen = time.time()
-                if cpu >= cpus * 1000:
-                    break
-                await asyncio.sleep(0.01)
-            in_gcs = time.time()
-            done = (await asyncio.to_thread(driver.stdout.readline)).split()
-            seen_trials.append(Trial(cpus, submitted, seen or in_gcs, in_gcs, float(done[1])))
-        await report(temporal, seen_trials, timeline=False)
-        return sorted(t.raylet_resized - t.demand_seen for t in seen_trials if t.raylet_resized)
-    finally:
-        stop_group(driver)  # type: ignore[arg-type]  # a text-mode Popen
-        ray.close()
+    """Demand → Raylet resized on the real cluster, per trial (seconds), each after six
+    quiet seconds (raysize's wait has slowed its Ray reads by then)."""
+    seen = await run_trials(gcs, trials, quiet_s=6)
+    await report(temporal, seen, timeline=False)
+    return sorted(t.raylet_resized - t.demand_seen for t in seen if t.raylet_resized)
 
 
 def verdict(ok: bool) -> str:

@@ -156,7 +156,6 @@ async def run(trials: int, tmp: Path, timeline: bool = False, quiet_s: float = 0
     ).start()
     stop = asyncio.Event()
     worker: asyncio.Task[None] | None = None
-    driver: subprocess.Popen[str] | None = None
     try:
         kubeconfig = sandbox.write_kubeconfig(tmp / "kubeconfig")
         custom = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
@@ -178,36 +177,50 @@ async def run(trials: int, tmp: Path, timeline: bool = False, quiet_s: float = 0
             )
             gcs = gcs_address(rc)
             await asyncio.sleep(0.2)
-        ray = RayGcsClient(gcs, timeout=5)
-
-        def worker_cpu() -> int:
-            return observe()[0]
-
-        def observe() -> tuple[int, bool]:
-            """(the worker Raylet's CPU total, whether Ray reports a pending demand)"""
+        trials_seen = await run_trials(gcs, trials, quiet_s)
+        await report(env.client, trials_seen, timeline)
+    finally:
+        stop.set()
+        if worker is not None:
             try:
-                state = ray.cluster_state()
+                await asyncio.wait_for(worker, 30)
             except Exception:
-                return 0, False
-            cpu = max((n.total.cpu for n in state.nodes if n.group == "small"), default=0)
-            return cpu, bool(state.demands)
+                worker.cancel()
+        await asyncio.to_thread(sandbox.close)
+        await env.shutdown()
 
-        while worker_cpu() != 1000:
-            await asyncio.sleep(0.2)
-        driver = subprocess.Popen(
-            [sys.executable, "-c", DRIVER, gcs],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
+
+async def run_trials(gcs: str, trials: int, quiet_s: float = 0.0) -> list[Trial]:
+    """Per trial, a task of 2, 3 or 4 CPUs for the one 1-CPU worker (the driver runs
+    `DRIVER`), timed from Ray's GCS; `quiet_s` of idleness before each."""
+    ray = RayGcsClient(gcs, timeout=5)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, gcs],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+
+    def observe() -> tuple[int, bool]:
+        """(the worker Raylet's CPU total, whether Ray reports a pending demand)"""
+        try:
+            state = ray.cluster_state()
+        except Exception:
+            return 0, False
+        cpu = max((n.total.cpu for n in state.nodes if n.group == "small"), default=0)
+        return cpu, bool(state.demands)
+
+    try:
         assert driver.stdin is not None and driver.stdout is not None
+        while observe()[0] != 1000:
+            await asyncio.sleep(0.2)
         assert (await asyncio.to_thread(driver.stdout.readline)).strip() == "ready"
-        trials_seen: list[Trial] = []
+        seen_trials: list[Trial] = []
         for trial in range(trials):
             cpus = 2 + trial % 3  # 2, 3 or 4 CPUs: always more than the pod has
-            while worker_cpu() != 1000:  # shrunk back after the last trial
+            while observe()[0] != 1000:  # shrunk back after the last trial
                 await asyncio.sleep(0.05)
             if quiet_s:  # the cluster idle first: raysize's wait has slowed its Ray reads
                 await asyncio.sleep(quiet_s)
@@ -226,21 +239,13 @@ async def run(trials: int, tmp: Path, timeline: bool = False, quiet_s: float = 0
             in_gcs = time.time()
             done = (await asyncio.to_thread(driver.stdout.readline)).split()
             assert done[0] == "done", done
-            trials_seen.append(Trial(cpus, submitted, seen or in_gcs, in_gcs, float(done[1])))
-        ray.close()
-        await report(env.client, trials_seen, timeline)
+            seen_trials.append(Trial(cpus, submitted, seen or in_gcs, in_gcs, float(done[1])))
+        return seen_trials
     finally:
-        if driver is not None and driver.poll() is None:
+        if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait(10)
-        stop.set()
-        if worker is not None:
-            try:
-                await asyncio.wait_for(worker, 30)
-            except Exception:
-                worker.cancel()
-        await asyncio.to_thread(sandbox.close)
-        await env.shutdown()
+        ray.close()
 
 
 def p99(values: list[float]) -> float:
