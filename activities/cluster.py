@@ -9,7 +9,6 @@ that fails raises: the workflow treats it as "unknown", never as "nothing".
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import threading
 import time
@@ -184,18 +183,10 @@ def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
 
 
 def fingerprint(state: ClusterState) -> int:
-    """What a decision depends on in Ray's state: demands, gangs, constraints and the
-    nodes with their totals. Ray bumps its version on every usage report; this changes
-    only when there may be something new to decide."""
-    key = repr(
-        (
-            [(d.shape, d.count, d.label_selectors) for d in state.demands],
-            [(g.placement_group_id, g.state) for g in state.gangs],
-            [(c.shape, c.count) for c in state.constraints],
-            sorted((n.node_id, n.status.value, repr(n.total)) for n in state.nodes),
-        )
-    )
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
+    """What a decision depends on in Ray's state (see `ray_state.state_fingerprint`). Ray
+    bumps its version on every usage report; this changes only when there may be
+    something new to decide."""
+    return state.fingerprint
 
 
 async def start_reconciler(
@@ -380,8 +371,8 @@ class ClusterActivities:
                     asked = time.monotonic()
                     reads += 1
                     try:
-                        state = await asyncio.to_thread(self.gcs(inp.gcs_address).cluster_state)
-                        if fingerprint(state) != inp.gcs_version:
+                        seen = await asyncio.to_thread(self.gcs(inp.gcs_address).state_fingerprint)
+                        if seen != inp.gcs_version:
                             return True
                     except RayError:
                         return True  # let the next observe say what is wrong

@@ -42,6 +42,7 @@ from activities.ray_state import (
     parse_cluster_state,
     parse_node_infos,
     ray_amounts,
+    state_fingerprint,
 )
 from workflows.resources import CPU, MEMORY, Resources
 
@@ -466,6 +467,17 @@ class RayGcsClient:
             timeout,
         )
         return parse_cluster_state(reply)
+
+    def state_fingerprint(self, *, timeout: float | None = None) -> int:
+        """`state_fingerprint` of the cluster state, read without building the typed
+        state: equal to `cluster_state().fingerprint` for the same state."""
+        reply = self._call(
+            self._get_cluster_resource_state,
+            autoscaler_pb2.GetClusterResourceStateRequest(),
+            "read cluster state",
+            timeout,
+        )
+        return state_fingerprint(reply)
 
     def nodes(
         self, *, alive_only: bool = False, timeout: float | None = None

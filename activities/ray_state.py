@@ -10,6 +10,7 @@ node died). Every amount is a `Resources` (millicores, bytes, 1/10000 units).
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
@@ -130,6 +131,9 @@ class ResourceConstraint(_Frozen):
 
 class ClusterState(_Frozen):
     version: int = Field(description="cluster_resource_state_version; grows on every change")
+    fingerprint: int = Field(
+        default=0, description="state_fingerprint of the reply it was read from (0: not read)"
+    )
     session_name: str = ""
     nodes: tuple[RayNode, ...] = ()
     demands: tuple[PendingDemand, ...] = ()
@@ -285,6 +289,35 @@ def _gang(gang: autoscaler_pb2.GangResourceRequest) -> PendingGang:
     )
 
 
+def state_fingerprint(reply: autoscaler_pb2.GetClusterResourceStateReply) -> int:
+    """What a decision depends on in a cluster state reply, hashed: pending demands,
+    placement groups and constraints, and each node with its totals, status (running or
+    idle), labels and address, but not its free resources, idle time or the versions,
+    which move with every usage report. Read from the reply itself, without building
+    the typed state: the reconcile's wait compares it several times a second."""
+    state = reply.cluster_resource_state
+    digest = hashlib.blake2b(digest_size=7)
+    nodes = []
+    for n in state.node_states:
+        node = autoscaler_pb2.NodeState()
+        node.CopyFrom(n)
+        node.ClearField("available_resources")
+        node.ClearField("idle_duration_ms")
+        node.DiscardUnknownFields()
+        nodes.append(node.SerializeToString(deterministic=True))
+    for blob in sorted(nodes):
+        digest.update(len(blob).to_bytes(4, "big"))
+        digest.update(blob)
+    wanted = autoscaler_pb2.ClusterResourceState(
+        pending_resource_requests=state.pending_resource_requests,
+        pending_gang_resource_requests=state.pending_gang_resource_requests,
+        cluster_resource_constraints=state.cluster_resource_constraints,
+    )
+    wanted.DiscardUnknownFields()
+    digest.update(wanted.SerializeToString(deterministic=True))
+    return int.from_bytes(digest.digest(), "big")
+
+
 def parse_cluster_state(reply: autoscaler_pb2.GetClusterResourceStateReply) -> ClusterState:
     state = reply.cluster_resource_state
     demands = tuple(
@@ -307,6 +340,7 @@ def parse_cluster_state(reply: autoscaler_pb2.GetClusterResourceStateReply) -> C
     )
     return ClusterState(
         version=state.cluster_resource_state_version,
+        fingerprint=state_fingerprint(reply),
         session_name=state.cluster_session_name,
         nodes=tuple(_node(n) for n in state.node_states),
         demands=demands,
