@@ -22,6 +22,7 @@ from sandbox.realworld import RealSandbox
 from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, find, render, run_kubectl
 from tests.deploy.test_apply_sandbox import NOT_RAYSIZES_CALLS, does_what_raysize_does
 from tests.sandbox.conftest import wait_for
+from worker.run import namespace_problem
 from workflows.ippr import IpprStatus
 from workflows.resources import GIB
 
@@ -407,3 +408,20 @@ def test_a_resize_changes_nothing_but_resources(world):
     )  # fmt: skip
     assert after.metadata.labels == before["metadata"]["labels"]
     assert after.spec.containers[0].image == before["spec"]["containers"][0]["image"]
+
+
+def test_the_worker_names_a_watched_namespace_it_cannot_act_in(world):
+    """The worker's start-up check (worker/run.py namespace_problem), on the real server:
+    its dry-run Event is valid where raysize has its Role, refused (403) where it has none,
+    and 404 for a namespace that does not exist when the grant is cluster-wide (here: the
+    admin, whom RBAC lets do anything)."""
+    kube = world.worker_kube()
+    assert namespace_problem(kube, "default") is None
+    assert "raysize may not act in namespace 'no-such-ns'" in str(
+        namespace_problem(kube, "no-such-ns")
+    )
+    admin = Kube(config.new_client_from_config(config_file=str(world.admin)), timeout_s=5.0)
+    assert "namespace 'no-such-ns' does not exist" in str(namespace_problem(admin, "no-such-ns"))
+    assert namespace_problem(admin, "default") is None
+    events = admin.core.list_namespaced_event("default").items
+    assert not [e for e in events if e.metadata.name == "raysize-namespace-check"]  # dry runs
