@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -137,12 +136,12 @@ def grants(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def cluster_wide() -> list[dict[str, Any]]:
-    return render(overlay_of(Path(tempfile.mkdtemp()), ["base"], ["components/cluster-wide"]))
+def cluster_wide(tmp: Path) -> list[dict[str, Any]]:
+    return render(overlay_of(tmp, ["base"], ["components/cluster-wide"]))
 
 
 @pytest.mark.parametrize("install", ["base", "namespaced", "trial", "cluster-wide"])
-def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install):
+def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install, tmp_path):
     """Each install grants raysize's rules exactly in the namespaces the worker watches:
     a Role in each (the default install: "default"), or one ClusterRole when it watches
     every namespace (the cluster-wide component)."""
@@ -150,7 +149,7 @@ def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install):
         "base": lambda: render(DEPLOY),
         "namespaced": lambda: render(NAMESPACED),
         "trial": lambda: render(TRIAL),
-        "cluster-wide": cluster_wide,
+        "cluster-wide": lambda: cluster_wide(tmp_path),
     }[install]()
     granted = grants(docs)
     namespaces = watched_namespaces(docs)
