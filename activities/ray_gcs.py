@@ -142,7 +142,11 @@ class TlsConfig:
                 server_name=env.get(TLS_SERVER_NAME_ENV, "").strip() or None,
             )
         except KeyError as exc:
-            raise RayInvalidArgument(f"RAY_USE_TLS is set but {exc.args[0]} is not") from None
+            raise RayInvalidArgument(
+                f"RAY_USE_TLS is set but {exc.args[0]} is not: Ray's TLS needs RAY_TLS_CA_CERT, "
+                f"RAY_TLS_SERVER_CERT and RAY_TLS_SERVER_KEY (set {exc.args[0]} to its file, or "
+                "unset RAY_USE_TLS)"
+            ) from None
 
     def credentials(self) -> grpc.ChannelCredentials:
         try:
@@ -167,10 +171,14 @@ def resolve_token(token: str | None = None, env: Mapping[str, str] | None = None
             text = Path(path).read_text().strip()
         except OSError as exc:
             raise RayUnauthenticated(
-                f"cannot read the token file {TOKEN_PATH_ENV}={path}: {exc.strerror}"
+                f"cannot read the token file {TOKEN_PATH_ENV}={path}: {exc.strerror} (point "
+                f"{TOKEN_PATH_ENV} at the file holding the Ray cluster's auth token, or unset it)"
             ) from None
         if not text:
-            raise RayUnauthenticated(f"the token file {TOKEN_PATH_ENV}={path} is empty")
+            raise RayUnauthenticated(
+                f"the token file {TOKEN_PATH_ENV}={path} is empty (point {TOKEN_PATH_ENV} at the "
+                "file holding the Ray cluster's auth token, or unset it)"
+            )
         return text
     return None
 

@@ -1,7 +1,8 @@
 """Plain stored kinds: what `kubectl apply -k deploy/` creates, kept but never acted on.
 
-ServiceAccounts, ConfigMaps, Secrets, Services, Deployments and RBAC objects have no
-controller in the sandbox (no Deployment makes pods, RBAC objects are not enforced): the
+ServiceAccounts, ConfigMaps, Secrets, Services, Deployments, RBAC objects and validating
+admission policies have no controller in the sandbox (no Deployment makes pods, RBAC
+objects and admission policies are not enforced; the real world enforces both): the
 store only keeps them, with the verbs, resourceVersions, watches and discovery entries
 every served kind has, and the few server-side defaults `kubectl` shows or relies on:
 
@@ -29,7 +30,8 @@ Obj = dict[str, Any]
 
 APPS = "apps"
 RBAC = "rbac.authorization.k8s.io"
-GROUP_VERSIONS = {APPS: "v1", RBAC: "v1"}
+ADMISSION = "admissionregistration.k8s.io"
+GROUP_VERSIONS = {APPS: "v1", RBAC: "v1", ADMISSION: "v1"}
 
 SERVICEACCOUNTS = ResourceType(
     "serviceaccounts", "ServiceAccount", "", "v1", True, "serviceaccount", ("sa",)
@@ -56,6 +58,22 @@ CLUSTERROLES = ResourceType("clusterroles", "ClusterRole", RBAC, "v1", False, "c
 CLUSTERROLEBINDINGS = ResourceType(
     "clusterrolebindings", "ClusterRoleBinding", RBAC, "v1", False, "clusterrolebinding"
 )
+VALIDATING_ADMISSION_POLICIES = ResourceType(
+    "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicy",
+    ADMISSION,
+    "v1",
+    False,
+    "validatingadmissionpolicy",
+)
+VALIDATING_ADMISSION_POLICY_BINDINGS = ResourceType(
+    "validatingadmissionpolicybindings",
+    "ValidatingAdmissionPolicyBinding",
+    ADMISSION,
+    "v1",
+    False,
+    "validatingadmissionpolicybinding",
+)
 
 KINDS = (
     SERVICEACCOUNTS,
@@ -67,6 +85,8 @@ KINDS = (
     ROLEBINDINGS,
     CLUSTERROLES,
     CLUSTERROLEBINDINGS,
+    VALIDATING_ADMISSION_POLICIES,
+    VALIDATING_ADMISSION_POLICY_BINDINGS,
 )
 # Plural → API group, for error messages (`deployments.apps "x" not found`).
 GROUP_OF = {r.name: r.group for r in KINDS if r.group}

@@ -286,7 +286,7 @@ class Api:
         if verb == "watch":
             return self._watch(route, query, headers, disconnect_after_s)
         if verb == "create":
-            return self._create(route, _decode(body))
+            return self._create(route, _decode(body), dry_run=query.get("dryRun") == "All")
         if verb == "update":
             return self._update(route, _decode(body))
         if verb == "patch":
@@ -424,7 +424,9 @@ class Api:
 
         return Response(200, b"", {"Content-Type": "application/json"}, lines())
 
-    def _create(self, route: Route, obj: Any) -> Response:
+    def _create(self, route: Route, obj: Any, dry_run: bool = False) -> Response:
+        """Create through the resource's strategy; a dry run (`dryRun=All`) checks
+        everything (the namespace exists, the object is valid) and stores nothing."""
         r = route.resource
         if route.name or route.sub:
             raise errors.method_not_allowed("create", r.name)
@@ -448,6 +450,10 @@ class Api:
         for key in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
             meta.pop(key, None)
         prepare_create(r, obj, self.minor)
+        if dry_run:
+            if self.store.find(r.name, ns, meta.get("name", "")) is not None:
+                raise errors.already_exists(r.name, meta.get("name", ""), r.group)
+            return Response(201, dumps(obj))
         created = self.store.create(r.name, ns, obj)
         return Response(201, dumps(created))
 

@@ -355,6 +355,8 @@ _GROUPS = {
     "rolebindings": "rbac.authorization.k8s.io",
     "clusterroles": "rbac.authorization.k8s.io",
     "clusterrolebindings": "rbac.authorization.k8s.io",
+    "validatingadmissionpolicies": "admissionregistration.k8s.io",
+    "validatingadmissionpolicybindings": "admissionregistration.k8s.io",
 }
 
 

@@ -47,14 +47,22 @@ GcsOption = Annotated[
     str,
     typer.Option("--gcs", help="The GCS address HOST:PORT (the head's --port, 6379 by default)."),
 ]
-TokenOption = Annotated[
-    str | None,
+TokenFileOption = Annotated[
+    Path | None,
     typer.Option(
-        "--token",
-        help="Ray auth token; default: $RAY_AUTH_TOKEN, or the file named by $RAY_AUTH_TOKEN_PATH.",
+        "--token-file",
+        help="File holding the Ray auth token; default: $RAY_AUTH_TOKEN, or the file named by "
+        "$RAY_AUTH_TOKEN_PATH.",
         show_default=False,
     ),
 ]
+# A token on the command line is in every `ps` listing and in shell history: the flag is
+# kept only to say what to use instead.
+TokenOption = Annotated[str | None, typer.Option("--token", hidden=True, show_default=False)]
+TOKEN_ON_COMMAND_LINE = (
+    "--token puts the token on the command line, where ps and shell history show it: use "
+    "--token-file PATH, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) in the environment"
+)
 TimeoutOption = Annotated[
     float, typer.Option("--timeout", min=0.001, help="Deadline of each call, in seconds.")
 ]
@@ -82,6 +90,24 @@ ServerNameOption = Annotated[
 def _fail(message: str, code: int) -> NoReturn:
     sys.stderr.write(f"error: {message}\n")
     raise typer.Exit(code=code)
+
+
+def read_token_file(path: Path | None) -> str | None:
+    """The token in `--token-file`, stripped; RayInvalidArgument if it cannot be read or
+    is empty. None without the flag (then the environment is used)."""
+    if path is None:
+        return None
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise RayInvalidArgument(
+            f"--token-file {path}: {exc.strerror or exc} (give the file holding the token)"
+        ) from None
+    except UnicodeDecodeError:
+        raise RayInvalidArgument(f"--token-file {path}: not a text file") from None
+    if not token:
+        raise RayInvalidArgument(f"--token-file {path} is empty")
+    return token
 
 
 def _client(
@@ -232,6 +258,7 @@ def status_cmd(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the cluster state as JSON.")
     ] = False,
+    token_file: TokenFileOption = None,
     token: TokenOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     tls_ca: CaOption = None,
@@ -240,8 +267,12 @@ def status_cmd(
     tls_server_name: ServerNameOption = None,
 ) -> None:
     """Nodes with totals, free resources and idle time; pending demands, gangs, constraints."""
+    if token is not None:
+        _fail(TOKEN_ON_COMMAND_LINE, 2)
     try:
-        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key, tls_server_name) as client:
+        with _client(
+            gcs, read_token_file(token_file), timeout, tls_ca, tls_cert, tls_key, tls_server_name
+        ) as client:
             state = client.cluster_state()
     except RayInvalidArgument as exc:
         _fail(str(exc), 2)
@@ -274,6 +305,7 @@ def resize_cmd(
             help="Required: you know this changes only the Raylet, behind raysize's back.",
         ),
     ] = False,
+    token_file: TokenFileOption = None,
     token: TokenOption = None,
     timeout: TimeoutOption = DEFAULT_TIMEOUT_S,
     tls_ca: CaOption = None,
@@ -287,6 +319,8 @@ def resize_cmd(
     records it, and a running saga or raysize's next reconcile may set the Raylet back. To
     resize a pod, let raysize do it (or pause its cluster first: raysize pause NS/CLUSTER).
     Refused without --outside-raysize."""
+    if token is not None:
+        _fail(TOKEN_ON_COMMAND_LINE, 2)
     if not outside_raysize:
         _fail(
             "ray resize changes the Raylet behind raysize's back (the pod keeps its size, "
@@ -303,7 +337,13 @@ def resize_cmd(
     except (QuantityError, RayInvalidArgument) as exc:
         _fail(str(exc), 2)
     try:
-        with _client(gcs, token, timeout, tls_ca, tls_cert, tls_key, tls_server_name) as client:
+        token_value = read_token_file(token_file)
+    except RayInvalidArgument as exc:
+        _fail(str(exc), 2)
+    try:
+        with _client(
+            gcs, token_value, timeout, tls_ca, tls_cert, tls_key, tls_server_name
+        ) as client:
             found = resolve_node(client.cluster_state(), node=node, pod=pod)
             applied = client.resize_raylet(
                 found.node_id, units_to_float(cpu_units, CPU), float(memory_units)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
@@ -17,6 +18,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.cluster import ClusterActivities, DiscoveryActivities, RaySettings
 from activities.k8s import Kube, KubeconfigError
+from activities.ray_errors import RayError
 from activities.ray_gcs import TlsConfig, resolve_token
 from worker.health import heartbeat
 from worker.settings import Settings
@@ -59,18 +61,92 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     )
 
 
+NAMESPACE_PROBE = "raysize-namespace-check"
+
+
+def namespace_problem(kube: Kube, namespace: str) -> str | None:
+    """Why raysize cannot act in a watched namespace, or None.
+
+    Listing a namespace that does not exist returns nothing, as an empty one does, so
+    discovery cannot tell. Creating an Event (which raysize may, in every namespace it
+    watches) can: as a dry run, which stores nothing, the API server answers 404 for a
+    namespace that does not exist and 403 where raysize has no Role (the per-namespace
+    install grants in namespaces that exist). Any other answer is left to the first observe,
+    which reports its own errors."""
+    body: Any = {  # the client takes a dict as well as its CoreV1Event
+        "metadata": {"name": NAMESPACE_PROBE, "namespace": namespace},
+        "involvedObject": {
+            "kind": "RayCluster",
+            "apiVersion": "ray.io/v1",
+            "namespace": namespace,
+            "name": NAMESPACE_PROBE,
+        },
+        "reason": "RaysizeNamespaceCheck",
+        "message": "dry run: does raysize's namespace exist",
+        "type": "Normal",
+        "source": {"component": "raysize"},
+    }
+    try:
+        kube.core.create_namespaced_event(
+            namespace, body, dry_run="All", _request_timeout=kube.timeout_s
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return (
+                f"RAYSIZE_NAMESPACES: namespace {namespace!r} does not exist; raysize keeps "
+                "watching it and manages its RayClusters once it is created (with raysize's "
+                "Role in it, deploy/watched-namespace)"
+            )
+        if exc.status == 403:
+            return (
+                f"RAYSIZE_NAMESPACES: raysize may not act in namespace {namespace!r}: it does "
+                "not exist yet, or raysize has no Role there (deploy/watched-namespace); nothing "
+                "in it is managed until both are there"
+            )
+    except Exception:  # unreachable or slow: the first observe says so, with its own error
+        return None
+    return None
+
+
+def warn_about_watched_namespaces(kube: Kube, namespaces: list[str]) -> None:
+    """One WARNING line for each watched namespace raysize cannot act in; it keeps running,
+    as the namespace may be created later."""
+    for namespace in namespaces:
+        problem = namespace_problem(kube, namespace)
+        if problem:
+            log.warning(problem)
+
+
 def discovery_id(settings: Settings) -> str:
     return f"discovery/{settings.task_queue}"
 
 
+def ray_settings(settings: Settings) -> RaySettings:
+    """How the worker talks to Ray, checked before it starts: a token file or TLS files
+    that cannot be read would otherwise fail every GCS call, over and over, later."""
+    try:
+        tls = TlsConfig.from_env()
+        token = resolve_token(settings.ray_token)
+    except RayError as exc:
+        raise SetupError(str(exc)) from None
+    if tls is not None:
+        for variable, path in (
+            ("RAY_TLS_CA_CERT", tls.ca_cert),
+            ("RAY_TLS_SERVER_CERT", tls.cert),
+            ("RAY_TLS_SERVER_KEY", tls.key),
+        ):
+            if not path.is_file():
+                raise SetupError(
+                    f"{variable}: {str(path)!r} is not a file (RAY_USE_TLS is set: point "
+                    f"{variable} at the file, or unset RAY_USE_TLS)"
+                )
+    return RaySettings(gcs_override=settings.gcs_address, token=token, tls=tls)
+
+
 def build_worker(
-    client: Client, settings: Settings, kube: Kube
+    client: Client, settings: Settings, kube: Kube, ray: RaySettings | None = None
 ) -> tuple[Worker, ClusterActivities]:
-    ray = RaySettings(
-        gcs_override=settings.gcs_address,
-        token=resolve_token(settings.ray_token),
-        tls=TlsConfig.from_env(),
-    )
+    ray = ray or ray_settings(settings)
     cluster = ClusterActivities(kube=kube, ray=ray, settings=settings.planner())
     discovery = DiscoveryActivities(
         kube=kube,
@@ -124,6 +200,7 @@ async def _serve(
         kube = Kube.from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
     except KubeconfigError as exc:
         raise SetupError(str(exc)) from None
+    ray = ray_settings(settings)
     client = await connect(settings, telemetry)
     log.info(
         "telemetry: traces %s, metrics %s",
@@ -133,7 +210,8 @@ async def _serve(
     added = await ensure_search_attributes(client, register=settings.register_search_attributes)
     if added:
         log.info("registered search attributes: %s", ", ".join(added))
-    worker, cluster = build_worker(client, settings, kube)
+    await asyncio.to_thread(warn_about_watched_namespaces, kube, settings.namespace_list())
+    worker, cluster = build_worker(client, settings, kube, ray)
     if settings.discover:
         await client.start_workflow(
             DiscoveryWorkflow.run,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
@@ -37,7 +40,7 @@ async def connect(settings: Settings, telemetry: Telemetry | None = None) -> Cli
             else None,
         )
     try:
-        return await Client.connect(
+        client = await Client.connect(
             settings.temporal_address,
             namespace=settings.temporal_namespace,
             tls=tls,
@@ -52,6 +55,27 @@ async def connect(settings: Settings, telemetry: Telemetry | None = None) -> Cli
             f"(namespace {settings.temporal_namespace!r}): {exc}. Set RAYSIZE_TEMPORAL_ADDRESS "
             "or start a dev server with `temporal server start-dev`."
         ) from exc
+    await check_namespace(client, settings)
+    return client
+
+
+async def check_namespace(client: Client, settings: Settings) -> None:
+    """Refuse a Temporal namespace that does not exist: the worker would otherwise fail
+    with a traceback, and a client command would report "no such workflow". Any other
+    answer (no permission to describe it, say) is left to the calls that follow."""
+    try:
+        await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=settings.temporal_namespace),
+            timeout=timedelta(seconds=10),
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise SetupError(
+                f"RAYSIZE_TEMPORAL_NAMESPACE: namespace {settings.temporal_namespace!r} does not "
+                f"exist on Temporal at {settings.temporal_address}. Set RAYSIZE_TEMPORAL_NAMESPACE "
+                "to an existing namespace, or create it: temporal operator namespace create "
+                f"--namespace {settings.temporal_namespace}"
+            ) from None
 
 
 def search_attribute_command(namespace: str) -> str:

@@ -24,6 +24,7 @@ TRIAL = DEPLOY / "overlays" / "trial"
 NAMESPACED = DEPLOY / "overlays" / "namespaced"
 EXAMPLE = DEPLOY / "examples" / "raycluster-ippr.yaml"
 SA_USER = "system:serviceaccount:raysize:raysize"
+ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
 def run_kubectl(*args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:

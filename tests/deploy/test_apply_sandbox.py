@@ -32,16 +32,21 @@ def test_apply_base_then_trial_then_example(kubectl):
     got = kubectl(
         "get",
         "namespace/raysize",
-        "clusterrole/raysize",
-        "clusterrolebinding/raysize",
+        "validatingadmissionpolicy/raysize-ray-pods",
+        "validatingadmissionpolicybinding/raysize-rayclusters",
         "-o",
         "name",
     )
     assert got.returncode == 0, got.stderr
     assert names(got.stdout) == {
         "namespace/raysize",
-        "clusterrole.rbac.authorization.k8s.io/raysize",
-        "clusterrolebinding.rbac.authorization.k8s.io/raysize",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/raysize-ray-pods",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/raysize-rayclusters",
+    }
+    got = kubectl("get", "role,rolebinding", "-n", "default", "-o", "name")
+    assert names(got.stdout) == {
+        "role.rbac.authorization.k8s.io/raysize",
+        "rolebinding.rbac.authorization.k8s.io/raysize",
     }
     got = kubectl("get", "serviceaccount,configmap,deployment", "-n", "raysize", "-o", "name")
     assert got.returncode == 0, got.stderr
@@ -51,9 +56,11 @@ def test_apply_base_then_trial_then_example(kubectl):
     assert table.returncode == 0 and "raysize-worker" in table.stdout, table.stderr
 
     # what the server stores is what was rendered
-    stored = json.loads(kubectl("get", "clusterrole", "raysize", "-o", "json").stdout or "{}")
+    stored = json.loads(
+        kubectl("get", "role", "raysize", "-n", "default", "-o", "json").stdout or "{}"
+    )
     rendered = {d["kind"]: d for d in render(DEPLOY)}
-    assert stored["rules"] == rendered["ClusterRole"]["rules"]
+    assert stored["rules"] == rendered["Role"]["rules"]
     worker = json.loads(
         kubectl("get", "deploy/raysize-worker", "-n", "raysize", "-o", "json").stdout
     )
@@ -148,7 +155,7 @@ def does_what_raysize_does(
 
 def test_service_account_can_do_what_raysize_does(as_service_account):
     _, kube = as_service_account
-    does_what_raysize_does(kube)
+    does_what_raysize_does(kube, every_namespace=False)  # the base watches "default"
 
 
 NOT_RAYSIZES_CALLS = [

@@ -121,6 +121,6 @@ def test_probes_run_in_the_image(stages):
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["exec"]["command"][:3] == ["python", "-m", "worker.health"]
     assert (ROOT / "worker" / "health.py").exists()
-    assert yaml.safe_load((DEPLOY / "base" / "kustomization.yaml").read_text())["images"] == [
+    assert yaml.safe_load((DEPLOY / "worker" / "kustomization.yaml").read_text())["images"] == [
         {"name": "raysize", "newName": "raysize", "newTag": "0.1.0"}
     ]

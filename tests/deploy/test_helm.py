@@ -15,6 +15,7 @@ import yaml
 
 from sandbox.realworld import DEFAULT_KUBERNETES_VERSION, parts
 from tests.deploy.conftest import (
+    ADMISSION_KINDS,
     DEPLOY,
     KUBECTL,
     MONITORING,
@@ -116,12 +117,16 @@ def test_the_chart_renders_what_kustomize_renders_for_deploy():
     rename[cm_key] = ("ConfigMap", "raysize", "raysize-config")
     assert sorted(chart) == sorted(rename.values())
     assert (
-        chart[("ClusterRole", "", "raysize")]["rules"]
-        == base[("ClusterRole", "", "raysize")]["rules"]
+        chart[("Role", "default", "raysize")]["rules"]
+        == base[("Role", "default", "raysize")]["rules"]
     )
-    for key in (("ClusterRoleBinding", "", "raysize"),):
+    for key in (("RoleBinding", "default", "raysize"),):
         assert chart[key]["roleRef"] == base[key]["roleRef"]
         assert chart[key]["subjects"] == base[key]["subjects"]
+    assert not [k for k in chart if k[0].startswith("Cluster")]
+    for kind in ADMISSION_KINDS:  # the same policies, for the release's ServiceAccount
+        for name in ("raysize-ray-pods", "raysize-rayclusters"):
+            assert chart[(kind, "", name)]["spec"] == base[(kind, "", name)]["spec"]
     assert config_data(docs_of()) == config_data(render(DEPLOY))
     key = ("Deployment", "raysize", "raysize-worker")
     same_pod(chart[key], base[key])
@@ -142,6 +147,45 @@ def test_watch_namespaces_renders_the_namespaced_overlay():
             assert chart[key]["roleRef"] == role["roleRef"]
             assert chart[key]["subjects"] == role["subjects"]
     assert config_data(docs_of(*NAMESPACED_VALUES)) == config_data(render(NAMESPACED))
+
+
+def test_cluster_wide_renders_the_cluster_wide_component(tmp_path: Path):
+    chart = by_key(docs_of("--set", "clusterWide=true"))
+    component = by_key(render(overlay_of(tmp_path, ["base"], ["components/cluster-wide"])))
+    rbac = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    assert sorted(k for k in chart if k[0] in rbac) == sorted(k for k in component if k[0] in rbac)
+    assert (
+        chart[("ClusterRole", "", "raysize")]["rules"]
+        == component[("ClusterRole", "", "raysize")]["rules"]
+    )
+    key = ("ClusterRoleBinding", "", "raysize")
+    assert chart[key]["subjects"] == component[key]["subjects"]
+    assert config_data(list(chart.values())) == config_data(list(component.values()))
+    assert config_data(list(chart.values()))["RAYSIZE_NAMESPACES"] == ""
+
+
+def test_the_policy_names_the_release_namespaces_service_account():
+    out = helm(
+        "template", "raysize", str(CHART), "--namespace", "ops",
+        "--kube-version", DEFAULT_KUBERNETES_VERSION,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    for policy in find(docs, "ValidatingAdmissionPolicy"):
+        (condition,) = policy["spec"]["matchConditions"]
+        assert condition["expression"] == (
+            "request.userInfo.username == 'system:serviceaccount:ops:raysize'"
+        )
+
+
+def test_an_empty_namespace_list_is_refused_not_cluster_wide():
+    out = helm(
+        "template", "raysize", str(CHART), "--namespace", "raysize",
+        "--kube-version", DEFAULT_KUBERNETES_VERSION, "--set", "watchNamespaces={}",
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "watchNamespaces is empty: list the namespaces raysize watches, or set " in out.stderr
+    assert "clusterWide=true" in out.stderr
 
 
 def test_monitoring_renders_the_monitoring_component(tmp_path: Path):
@@ -176,8 +220,12 @@ def test_mtls_and_image_values(tmp_path: Path):
 
 @pytest.mark.parametrize(
     "values",
-    [[], [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"]],
-    ids=["defaults", "namespaced-monitoring-mtls"],
+    [
+        [],
+        [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"],
+        ["--set", "clusterWide=true"],
+    ],
+    ids=["defaults", "namespaced-monitoring-mtls", "cluster-wide"],
 )
 def test_the_real_api_server_accepts_the_chart(dry_run_api, values):
     for ns in ("team-a", "team-b"):  # a namespaced install grants in existing namespaces
@@ -193,6 +241,11 @@ def test_the_real_api_server_accepts_the_chart(dry_run_api, values):
     lines = applied.stdout.splitlines()
     assert "deployment.apps/raysize-worker created (server dry run)" in lines
     assert len(lines) == len([d for d in yaml.safe_load_all(rendered) if d])
-    if values:
+    assert (
+        "validatingadmissionpolicy.admissionregistration.k8s.io/raysize-ray-pods created "
+        "(server dry run)"
+    ) in lines
+    if "monitoring.enabled=true,temporal.mtls=true" in values:
         assert "podmonitor.monitoring.coreos.com/raysize-worker created (server dry run)" in lines
-        assert "role.rbac.authorization.k8s.io/raysize created (server dry run)" in lines
+    role = "clusterrole" if "clusterWide=true" in values else "role"
+    assert f"{role}.rbac.authorization.k8s.io/raysize created (server dry run)" in lines

@@ -10,7 +10,18 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, EXAMPLE, NAMESPACED, ROOT, TRIAL, find, one, render
+from tests.deploy.conftest import (
+    ADMISSION_KINDS,
+    DEPLOY,
+    EXAMPLE,
+    NAMESPACED,
+    ROOT,
+    TRIAL,
+    find,
+    one,
+    overlay_of,
+    render,
+)
 from worker.settings import Settings
 from workflows.ippr import IPPR_ANNOTATION, read_group_specs
 
@@ -69,47 +80,105 @@ def worker_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return container
 
 
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", *ADMISSION_KINDS)
+
+
 def test_base_renders_the_expected_objects(base):
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in base)
     configmaps = [n for k, n in kinds if k == "ConfigMap"]
     assert len(configmaps) == 1 and configmaps[0].startswith("raysize-config-")
     assert sorted(k for k in kinds if k[0] != "ConfigMap") == [
-        ("ClusterRole", "raysize"),
-        ("ClusterRoleBinding", "raysize"),
         ("Deployment", "raysize-worker"),
         ("Namespace", "raysize"),
+        ("Role", "raysize"),
+        ("RoleBinding", "raysize"),
         ("ServiceAccount", "raysize"),
+        ("ValidatingAdmissionPolicy", "raysize-ray-pods"),
+        ("ValidatingAdmissionPolicy", "raysize-rayclusters"),
+        ("ValidatingAdmissionPolicyBinding", "raysize-ray-pods"),
+        ("ValidatingAdmissionPolicyBinding", "raysize-rayclusters"),
     ]
     for d in base:
-        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] in ("Role", "RoleBinding"):
+            assert d["metadata"]["namespace"] == "default", d["kind"]  # the watched namespace
+        elif d["kind"] not in CLUSTER_SCOPED:
             assert d["metadata"]["namespace"] == "raysize", d["kind"]
 
 
-def test_rbac_is_exactly_what_raysize_needs(base):
-    roles = find(base, "ClusterRole") + find(base, "Role")
-    bindings = find(base, "ClusterRoleBinding") + find(base, "RoleBinding")
-    assert [r["kind"] for r in roles] == ["ClusterRole"]
-    assert [b["kind"] for b in bindings] == ["ClusterRoleBinding"]
-    rules = roles[0]["rules"]
-    for rule in rules:
-        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames/URLs
-        for key in ("apiGroups", "resources", "verbs"):
-            assert "*" not in rule[key], rule
-    assert rule_set(rules) == EXPECTED_RULES
-    assert len(rule_set(rules)) == sum(
-        len(r["apiGroups"]) * len(r["resources"]) * len(r["verbs"]) for r in rules
-    ), "a permission is listed twice"
-    binding = bindings[0]
-    assert binding["roleRef"] == {
-        "apiGroup": "rbac.authorization.k8s.io",
-        "kind": "ClusterRole",
-        "name": roles[0]["metadata"]["name"],
-    }
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "raysize", "namespace": "raysize"}
-    ]
-    spec = one(base, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
+def watched_namespaces(docs: list[dict[str, Any]]) -> list[str]:
+    (cm,) = find(docs, "ConfigMap")
+    settings = Settings(**{k.removeprefix("RAYSIZE_").lower(): v for k, v in cm["data"].items()})
+    return settings.namespace_list()
+
+
+def grants(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Where the install grants raysize's rules: namespace → rules ("" for every namespace),
+    checking each binding names the role and only raysize's ServiceAccount."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for kind, binding_kind in (("ClusterRole", "ClusterRoleBinding"), ("Role", "RoleBinding")):
+        for role in find(docs, kind):
+            ns = role["metadata"].get("namespace", "")
+            (binding,) = [
+                b for b in find(docs, binding_kind) if b["metadata"].get("namespace", "") == ns
+            ]
+            assert binding["roleRef"] == {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": kind,
+                "name": role["metadata"]["name"],
+            }
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": "raysize", "namespace": "raysize"}
+            ]
+            assert ns not in out, f"two grants in {ns!r}"
+            out[ns] = role["rules"]
+    bindings = find(docs, "RoleBinding") + find(docs, "ClusterRoleBinding")
+    assert len(bindings) == len(out), "a binding without its role"
+    return out
+
+
+def cluster_wide(tmp: Path) -> list[dict[str, Any]]:
+    return render(overlay_of(tmp, ["base"], ["components/cluster-wide"]))
+
+
+@pytest.mark.parametrize("install", ["base", "namespaced", "trial", "cluster-wide"])
+def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install, tmp_path):
+    """Each install grants raysize's rules exactly in the namespaces the worker watches:
+    a Role in each (the default install: "default"), or one ClusterRole when it watches
+    every namespace (the cluster-wide component)."""
+    docs = {
+        "base": lambda: render(DEPLOY),
+        "namespaced": lambda: render(NAMESPACED),
+        "trial": lambda: render(TRIAL),
+        "cluster-wide": lambda: cluster_wide(tmp_path),
+    }[install]()
+    granted = grants(docs)
+    namespaces = watched_namespaces(docs)
+    assert sorted(granted) == (namespaces or [""])
+    assert (
+        namespaces
+        == {
+            "base": ["default"],
+            "namespaced": ["team-a", "team-b"],
+            "trial": ["default"],
+            "cluster-wide": [],
+        }[install]
+    )
+    for rules in granted.values():
+        for rule in rules:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], rule
+        assert rule_set(rules) == EXPECTED_RULES
+        assert len(rule_set(rules)) == sum(
+            len(r["apiGroups"]) * len(r["resources"]) * len(r["verbs"]) for r in rules
+        ), "a permission is listed twice"
+    spec = one(docs, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "raysize"
+    # every install keeps the admission policy, cluster-wide most of all
+    assert sorted(d["metadata"]["name"] for d in find(docs, "ValidatingAdmissionPolicy")) == [
+        "raysize-ray-pods",
+        "raysize-rayclusters",
+    ]
 
 
 def test_every_kubernetes_call_in_the_code_is_granted():
@@ -192,7 +261,7 @@ def test_configmap_holds_valid_settings(base):
     fields = {f"RAYSIZE_{name.upper()}" for name in Settings.model_fields}
     assert set(cm["data"]) <= fields, set(cm["data"]) - fields
     settings = Settings(**{k.removeprefix("RAYSIZE_").lower(): v for k, v in cm["data"].items()})
-    assert settings.namespace_list() == []  # every namespace: the ClusterRole is needed
+    assert settings.namespace_list() == ["default"]  # where the base's Role is
 
 
 def test_mtls_component_points_the_worker_at_the_mounted_secret(tmp_path: Path):
@@ -257,8 +326,7 @@ def test_trial_overlay_adds_a_temporal_dev_server_and_points_the_worker_at_it(ba
     assert init["command"][:4] == ["python", "-m", "worker.health", "ready"]
     assert init["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
     # the overlay grants nothing more
-    assert find(trial, "ClusterRole") == find(base, "ClusterRole")
-    assert find(trial, "Role") == find(trial, "RoleBinding") == []
+    assert grants(trial) == grants(base)
 
 
 def test_example_raycluster_passes_raysize_validation():
@@ -293,9 +361,9 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
     roles = {r["metadata"]["namespace"]: r for r in find(namespaced, "Role")}
     bindings = {b["metadata"]["namespace"]: b for b in find(namespaced, "RoleBinding")}
     assert sorted(roles) == sorted(bindings) == watched
-    cluster_rules = one(base, "ClusterRole", "raysize")["rules"]
+    base_rules = one(base, "Role", "raysize")["rules"]
     for ns in watched:
-        assert roles[ns]["rules"] == cluster_rules  # the same grant, confined to ns
+        assert roles[ns]["rules"] == base_rules  # the same grant, in another namespace
         assert bindings[ns]["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "Role",
@@ -307,12 +375,12 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
     # everything else is the base's, in raysize's namespace
     others = [d for d in namespaced if d["kind"] not in ("Role", "RoleBinding")]
     for d in others:
-        if d["kind"] != "Namespace":
+        if d["kind"] not in CLUSTER_SCOPED:
             assert d["metadata"]["namespace"] == "raysize", d["kind"]
     expected = [
         (d["kind"], d["metadata"]["name"])
         for d in base
-        if d["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ConfigMap")
+        if d["kind"] not in ("Role", "RoleBinding", "ConfigMap")
     ]
     assert sorted((d["kind"], d["metadata"]["name"]) for d in others) == sorted(
         [*expected, ("ConfigMap", cm["metadata"]["name"])]

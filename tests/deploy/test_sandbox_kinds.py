@@ -44,6 +44,8 @@ def test_groups_and_discovery_know_every_kind(kubectl):
         "rolebindings.rbac.authorization.k8s.io",
         "clusterroles.rbac.authorization.k8s.io",
         "clusterrolebindings.rbac.authorization.k8s.io",
+        "validatingadmissionpolicies.admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings.admissionregistration.k8s.io",
         "rayclusters.ray.io",
     } <= listed
     assert strategic_merge_allowed(generic.DEPLOYMENTS)

@@ -65,9 +65,20 @@ def test_a_wrong_token_is_unauthenticated_for_reads_and_resizes(secured: LocalRa
             client.resize_raylet(os.urandom(28).hex(), 1, 1e9)
 
 
-def test_the_cli_says_so_in_one_line(secured: LocalRayCluster) -> None:
+def test_the_cli_reads_the_token_from_a_file(secured: LocalRayCluster, tmp_path: Path) -> None:
+    assert secured.token
+    (tmp_path / "token").write_text(secured.token + "\n")
     result = CliRunner().invoke(
-        app, ["ray", "status", "--gcs", secured.address, "--token", "not-the-token"]
+        app, ["ray", "status", "--gcs", secured.address, "--token-file", str(tmp_path / "token")]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert "head-0" in result.stdout
+
+
+def test_the_cli_says_so_in_one_line(secured: LocalRayCluster, tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("not-the-token")
+    result = CliRunner().invoke(
+        app, ["ray", "status", "--gcs", secured.address, "--token-file", str(tmp_path / "token")]
     )
     assert result.exit_code == 1
     assert result.stdout == ""

@@ -350,3 +350,46 @@ def test_a_malformed_address_is_bad_input() -> None:
     result = run("status", "--gcs", "localhost")
     assert result.exit_code == 2
     assert "is not host:port" in one_error_line(result)
+
+
+@pytest.mark.parametrize("command", ["status", "resize"])
+def test_a_token_on_the_command_line_is_refused_with_what_to_use_instead(command) -> None:
+    """`--token` put the token in every `ps` listing and in shell history. Nothing is
+    sent: nothing listens at the address."""
+    args = ["--pod", "w", "--cpu", "1", "--memory", "2Gi"] if command == "resize" else []
+    result = run(command, "--gcs", f"127.0.0.1:{free_port()}", "--token", "s3cret", *args)
+    assert result.exit_code == 2
+    line = one_error_line(result)
+    assert line == (
+        "error: --token puts the token on the command line, where ps and shell history show "
+        "it: use --token-file PATH, or set RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH) in the "
+        "environment"
+    )
+    assert "s3cret" not in result.stdout + result.stderr
+    assert "--token " not in run(command, "--help").stdout  # no longer offered
+
+
+@pytest.mark.parametrize("command", ["status", "resize"])
+def test_a_token_file_that_cannot_be_used_is_bad_input(command, tmp_path) -> None:
+    args = ["--pod", "w", "--cpu", "1", "--memory", "2Gi"] if command == "resize" else []
+    gcs = f"127.0.0.1:{free_port()}"
+    missing = run(command, "--gcs", gcs, "--token-file", str(tmp_path / "nope"), *args)
+    assert missing.exit_code == 2
+    assert one_error_line(missing) == (
+        f"error: --token-file {tmp_path / 'nope'}: No such file or directory (give the file "
+        "holding the token)"
+    )
+    (tmp_path / "empty").write_text("\n")
+    empty = run(command, "--gcs", gcs, "--token-file", str(tmp_path / "empty"), *args)
+    assert empty.exit_code == 2
+    assert one_error_line(empty) == f"error: --token-file {tmp_path / 'empty'} is empty"
+
+
+def test_a_missing_token_path_file_is_one_line(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "token"))
+    monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
+    result = run("status", "--gcs", f"127.0.0.1:{free_port()}")
+    assert result.exit_code == 1
+    line = one_error_line(result)
+    assert f"cannot read the token file RAY_AUTH_TOKEN_PATH={tmp_path / 'token'}" in line
+    assert "point RAY_AUTH_TOKEN_PATH at the file holding the Ray cluster's auth token" in line

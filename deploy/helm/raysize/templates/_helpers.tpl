@@ -7,7 +7,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
-{{/* Exactly what raysize's Kubernetes calls need: the rules of deploy/base/rbac.yaml. */}}
+{{/* Exactly what raysize's Kubernetes calls need: the rules of deploy/watched-namespace/role.yaml. */}}
 {{- define "raysize.rules" -}}
 - apiGroups: [""]
   resources: ["pods"]
