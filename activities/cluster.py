@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.k8s import K8sActivities, Kube, KubeCluster
-from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
+from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError, NotFound
 from activities.pod_watch import PodWatch
 from activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
 from activities.ray_gcs import RayGcsClient, TlsConfig
@@ -446,6 +446,11 @@ class DiscoveryActivities:
         for ns in namespaces or [""]:
             try:
                 items = await asyncio.to_thread(list_rayclusters, self.kube, ns)
+            except (Forbidden, NotFound) as exc:
+                # one namespace raysize may not read (no Role there, or not created yet)
+                # must not stop discovery in the others: say so, and go on
+                log.warning("discovery skips namespace %r: %s", ns, exc)
+                continue
             except KubeError as exc:  # one line, typed: "cannot reach … at …: refused"
                 raise exc.to_application_error() from None
             for rc in items:

@@ -146,3 +146,24 @@ def test_in_an_unwatched_namespace_every_call_is_refused(world):
         p for p in admin.read_cluster(UNWATCHED, "raysize-example").pods if p.name == pod.name
     )
     assert after.total == pod.total
+
+
+async def test_a_namespace_raysize_may_not_read_does_not_stop_discovery_elsewhere(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RAYSIZE_NAMESPACES naming a namespace without its Role (403) made every discovery
+    round fail, so no cluster was found in any namespace. It is skipped, and said so."""
+    from activities.cluster import DiscoveryActivities
+    from workflows.contracts import ReconcileInput
+
+    discovery = DiscoveryActivities(
+        kube=world.worker_kube(),
+        temporal=None,  # type: ignore[arg-type]  # listing needs no Temporal
+        task_queue="unused",
+        start_input=lambda ns, name: ReconcileInput(namespace=ns, cluster=name),
+    )
+    found = await discovery.list_rayclusters([UNWATCHED, WATCHED])
+    assert found == [(WATCHED, "raysize-example")]
+    skipped = [r.getMessage() for r in caplog.records if "discovery skips" in r.getMessage()]
+    assert len(skipped) == 1 and f"namespace {UNWATCHED!r}" in skipped[0]
+    assert "forbidden" in skipped[0].lower()
