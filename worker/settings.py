@@ -83,6 +83,12 @@ class Settings(BaseSettings):
         "own deadlines such as an idle pod's expiry, wake it at once)",
     )
     max_concurrent_resizes: int = Field(100, ge=1, description="resize sagas per cluster at once")
+    max_concurrent_activities: int = Field(
+        2000,
+        ge=10,
+        description="activities this worker runs at once; every managed cluster holds one "
+        "(its wait, mostly asleep), so a fleet needs more than Temporal's default of 100",
+    )
     resize_policy: ResizePolicy = Field(ResizePolicy.RIGHT_SIZE, description="right-size or max")
     cpu_step: str = Field("1", description="CPU rounding step of a resize target (quantity)")
     memory_step: str = Field("1Gi", description="memory rounding step (quantity)")
