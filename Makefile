@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit bench bench-ray clean install demo control-plane conformance-1.33
+.PHONY: test lint typecheck unit suite bench bench-ray clean install demo control-plane conformance-1.33
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +31,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy workflows activities worker sandbox
 
-unit: $(STAMP) control-plane
+# every test, every tier (tests/conftest.py): what CI runs
+suite: $(STAMP) control-plane
 	$(BIN)/pytest
 
-test: lint typecheck unit
+# the unit tier alone: pure code and offline parsing, no server (seconds)
+unit: $(STAMP)
+	$(BIN)/pytest -m unit
+
+test: lint typecheck suite
 
 # The API conformance suite against the first Kubernetes with pods/resize (README lists
 # the results); `make test` runs it against $(KUBERNETES_VERSION) and the sandbox.

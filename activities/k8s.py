@@ -653,10 +653,6 @@ class K8sActivities:
             self.record_event,
         ]
 
-    async def read_cluster(self, namespace: str, cluster: str) -> KubeCluster:
-        """For the observe activity, which adds what Ray reports."""
-        return await self._run(self.kube.read_cluster, namespace, cluster)
-
     @activity.defn(name=Act.APPLY_RESIZE)
     async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         """PATCH pods/resize (absolute, so a retry repeats nothing), record

@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from worker.run import workflow_runner
 from workflows.contracts import (
     Act,
     ApplyResizeInput,
@@ -103,6 +104,7 @@ async def reconciling(
         workflows=[ReconcileWorkflow, PodResizeWorkflow],
         activities=[*world.activities(), *recorder.workflow_activities()],
         max_cached_workflows=0,  # every task replays: non-determinism fails here
+        workflow_runner=workflow_runner(),  # as the worker runs them
     ):
         ns = f"ns-{uuid.uuid4().hex[:6]}"
         handle = await env.client.start_workflow(

@@ -14,6 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from worker.run import workflow_runner
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 
@@ -31,6 +32,7 @@ async def test_history_replays_without_nondeterminism(path: Path) -> None:
     replayer = Replayer(
         workflows=[PodResizeWorkflow, ReconcileWorkflow],
         data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),  # the worker's own sandbox configuration
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure

@@ -12,6 +12,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from worker.run import workflow_runner
 from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeState
 from workflows.naming import resize_workflow_id
 from workflows.resize_workflow import PodResizeWorkflow
@@ -52,6 +53,7 @@ async def running(
         workflows=[PodResizeWorkflow],
         activities=cluster.activities(),
         max_cached_workflows=1000 if cached else 0,
+        workflow_runner=workflow_runner(),  # as the worker runs them
     ):
         handle = await env.client.start_workflow(
             PodResizeWorkflow.run,
