@@ -14,14 +14,28 @@ the headroom of pods that may grow in place, then on new pods (counted at their 
 maximum so no more are launched than needed). Finally idle pods are shrunk back to
 their template size if they were grown, else removed.
 
+Work that needs no GPU keeps off pods with GPUs (Ray's `RAY_scheduler_avoid_gpu_nodes`):
+each of those steps runs in two rounds. In the first, such work may use only pods and
+groups without GPUs (free room, growth, new pods); GPU work may use any pod. Only what is
+still left then takes GPU pods, in the second round.
+
+A pod whose grow is in flight (`in_progress`) counts at its target and may grow further up
+to its group's IPPR maximum: the plan then retargets the running resize (`ResizeAction.
+retarget`) rather than launching a pod.
+
+Task and actor demands that name a placement group's own resources (`CPU_group_<id>`,
+`CPU_group_<i>_<id>`, `bundle_group_<id>`, ...) wait for a bundle of that group, which
+already holds their room: they are dropped, as Ray's autoscaler drops them.
+
 Amounts are integer vectors indexed by resource name; a shape is stored sparsely as
 ((index, amount), ...) because Ray shapes name one to three resources.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workflows.model import (
@@ -38,6 +52,7 @@ from workflows.model import (
     PodView,
     ResizeAction,
     ResizePolicy,
+    ResizeState,
     TerminateAction,
     UpscalingMode,
 )
@@ -47,6 +62,16 @@ Shape = tuple[tuple[int, int], ...]
 Selector = tuple[tuple[str, str], ...]
 
 DEMAND, GANG, CONSTRAINT = "pending", "gang bundle", "requested"
+GPU = "GPU"
+
+# Ray names a placement group's resources `<name>_group_<pg id>` and
+# `<name>_group_<bundle index>_<pg id>` (ray/_private/utils.py); the id is hex
+_PG_RESOURCE = re.compile(r"^.+_group_(?:\d+_)?[0-9a-fA-F]{16,}$")
+
+
+def is_placement_group_resource(name: str) -> bool:
+    """A resource only a placement group's bundle offers (`CPU_group_0_<id>`, ...)."""
+    return bool(_PG_RESOURCE.match(name))
 
 
 # --- label selectors (Ray syntax: "v", "!v", "in(a,b)", "!in(a,b)") ------------------
@@ -88,6 +113,7 @@ class _Bin:
     placed: Counter[tuple[str, Shape]] = field(default_factory=Counter)
     match_cache: dict[Selector, bool] = field(default_factory=dict)
     special: frozenset[int] = frozenset()  # resources other than CPU/memory (GPU, …)
+    gpu: bool = False  # it has GPUs: work that needs none comes here last
 
     def matches(self, selector: Selector) -> bool:
         if not selector:
@@ -111,19 +137,23 @@ class _Item:
     shape: Shape
     selector: Selector
     remaining: int
+    gpu: bool = False  # it needs a GPU
 
 
 class _Planner:
     def __init__(self, snap: ClusterSnapshot) -> None:
         self.snap = snap
         self.settings = snap.settings
+        # tasks waiting inside a placement group: its bundle holds their room
+        self.demands = [d for d in snap.demands if not _in_placement_group(d)]
+        self.in_groups = [d for d in snap.demands if _in_placement_group(d)]
         names: set[str] = {CPU, MEMORY}
         for g in snap.groups.values():
             names.update(g.resources)
         for p in snap.pods:
             names.update(p.total)
             names.update(p.available)
-        for d in snap.demands:
+        for d in self.demands:
             names.update(d.shape)
         for c in snap.constraints:
             names.update(c.shape)
@@ -134,6 +164,9 @@ class _Planner:
         self.idx = {n: i for i, n in enumerate(self.names)}
         self.ci = self.idx[CPU]
         self.mi = self.idx[MEMORY]
+        self.gi = self.idx.get(GPU)
+        # False: work that needs no GPU may not use pods or groups with GPUs (round one)
+        self.spare_gpu = False
         self.width = len(self.names)
         # reference size per resource, to compare shapes of different kinds
         self.ref = [1] * self.width
@@ -286,12 +319,28 @@ class _Planner:
 
     # --- bins -------------------------------------------------------------------------------
     def eligible_for_growth(self, p: PodView, g: GroupSpec) -> bool:
+        """May grow: a running pod of an IPPR group with no failure on record, and no
+        resize in flight other than a grow the kubelet is carrying out (which the plan
+        may retarget further up)."""
         return (
             g.ippr is not None
             and p.phase == PodPhase.RUNNING
             and p.raylet_id is not None
-            and p.resize is None
+            and (p.resize is None or self.retargetable(p))
             and not p.failed
+        )
+
+    @staticmethod
+    def retargetable(p: PodView) -> bool:
+        """A grow in progress: the saga running it takes a higher target (`retarget`).
+        A deferred or infeasible one waits for room on the node: asking for more would
+        not help."""
+        r = p.resize
+        return (
+            r is not None
+            and r.state == ResizeState.IN_PROGRESS
+            and r.cpu >= p.total.cpu
+            and r.memory >= p.total.memory
         )
 
     def pod_bins(self, *, capacity_view: bool) -> list[_Bin]:
@@ -342,6 +391,7 @@ class _Planner:
             bins.append(_Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p))
         for b in bins:
             b.special = self._special(b.ceiling)
+            b.gpu = self.gi is not None and b.ceiling[self.gi] > 0
         return bins
 
     def _special(self, capacity: list[int]) -> frozenset[int]:
@@ -350,6 +400,7 @@ class _Planner:
     def new_bins(self, g: GroupSpec, count: int) -> list[_Bin]:
         cap = self._new_pod_capacity(g)
         special = self._special(cap)
+        gpu = self.gi is not None and cap[self.gi] > 0
         out = []
         for _ in range(count):
             self.new_serial += 1
@@ -363,6 +414,7 @@ class _Planner:
                     list(cap),
                     list(cap),
                     special=special,
+                    gpu=gpu,
                 )
             )
         return out
@@ -372,6 +424,23 @@ class _Planner:
         return [self.new_bins(cb.group, 1)[0] for cb in capacity_bins if cb.pod is None]
 
     # --- placing -----------------------------------------------------------------------------
+    def needs_gpu(self, shape: Shape) -> bool:
+        return self.gi is not None and any(i == self.gi for i, _ in shape)
+
+    def kept_off(self, has_gpu: bool, needs_gpu: bool) -> bool:
+        """Work that needs no GPU stays off GPU pods and groups in round one."""
+        return has_gpu and not needs_gpu and not self.spare_gpu
+
+    def gpu_rounds(self, left: Callable[[], bool]) -> Iterator[None]:
+        """Round one keeps work that needs no GPU off GPU pods; round two, only when such
+        work is still `left`, lets it use them."""
+        self.spare_gpu = False
+        yield
+        if self.gi is not None and left():
+            self.spare_gpu = True
+            yield
+        self.spare_gpu = False
+
     @staticmethod
     def fit(b: _Bin, shape: Shape, grow: bool) -> int:
         best = 1 << 62
@@ -457,9 +526,12 @@ class _Planner:
             for b in bins:
                 if grow and not (b.headroom[self.ci] or b.headroom[self.mi]):
                     continue
+                if b.gpu and self.kept_off(True, item.gpu):
+                    continue
                 n = self.fit(b, shape, grow)
                 if n and b.matches(selector):
-                    # work that needs no GPU goes to pods without one first
+                    # work that needs no GPU (or other special resource) goes to pods
+                    # without one first
                     cands.append((bool(b.special - needs), n, b.key, b))
             cands.sort(key=lambda c: (c[0], c[1], c[2]))
             for _, n, _, b in cands:
@@ -523,8 +595,11 @@ class _Planner:
             fill: list[tuple[_Item, int]] = []
             volume = 0.0
             wanted: set[int] = set()
+            has_gpu = self.gi is not None and cap[self.gi] > 0
             for it in live:
                 if it.selector and not selector_matches(it.selector, g.labels):
+                    continue
+                if self.kept_off(has_gpu, it.gpu):
                     continue
                 k = min(it.remaining, min(free[i] // a for i, a in it.shape))
                 if k <= 0:
@@ -553,11 +628,14 @@ class _Planner:
     ) -> tuple[GroupSpec, int] | None:
         best: tuple[tuple[int, float, str], GroupSpec, int] | None = None
         wanted = {i for i, _ in shape}
+        gpu = self.needs_gpu(shape)
         cluster_room = self._cluster_room(rate_limited=True)
         for g in groups:
             if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
                 continue
             cap = self._new_pod_capacity(g)
+            if self.kept_off(self.gi is not None and cap[self.gi] > 0, gpu):
+                continue
             per_pod = min((cap[i] // a for i, a in shape), default=0)
             if per_pod <= 0:
                 continue
@@ -683,19 +761,26 @@ class _Planner:
     def _pick_bin(
         self, bins: Sequence[_Bin], shape: Shape, sel: Selector, grow: bool, exclude: set[int]
     ) -> _Bin | None:
-        best: tuple[int, str, _Bin] | None = None
+        best: tuple[bool, int, str, _Bin] | None = None
         i0, a0 = shape[0] if shape else (0, 0)
         fit = self.fit
+        gpu = self.needs_gpu(shape)
         for b in bins:
             # cheap first test on one resource before the full fit
             if b.free[i0] + (b.headroom[i0] if grow else 0) < a0 or id(b) in exclude:
                 continue
+            if b.gpu and self.kept_off(True, gpu):
+                continue
             n = fit(b, shape, grow)
-            if n and b.matches(sel) and (best is None or (n, b.key) < best[:2]):
-                best = (n, b.key, b)
-                if n == 1:  # the tightest possible fit: in list order, deterministic
+            if not n or not b.matches(sel):
+                continue
+            # GPU pods last for work that needs none (round two lets it use them)
+            rank = (b.gpu and not gpu, n, b.key)
+            if best is None or rank < best[:3]:
+                best = (*rank, b)
+                if rank[:2] == (False, 1):  # the tightest possible fit: in list order
                     break
-        return best[2] if best else None
+        return best[3] if best else None
 
     def _launch_one(self, bins: list[_Bin], shape: Shape, sel: Selector) -> _Bin | None:
         groups = sorted(
@@ -739,9 +824,10 @@ class _Planner:
         for g_name, count in sorted(min_new.items()):
             cbins.extend(self.new_bins(self.snap.groups[g_name], count))
         c_items = self._items(self.snap.constraints, CONSTRAINT)
-        self.place_items(c_items, cbins, grow=False)
-        self.place_items(c_items, cbins, grow=True)
-        self.launch_for_items(c_items, cbins)
+        for _ in self.gpu_rounds(lambda: _left_without_gpu(c_items)):
+            self.place_items(c_items, cbins, grow=False)
+            self.place_items(c_items, cbins, grow=True)
+            self.launch_for_items(c_items, cbins)
 
         # demands: on free room; growth and launches from the constraints carry over
         dbins = self.pod_bins(capacity_view=False)
@@ -773,23 +859,27 @@ class _Planner:
         unique = [list(t) for t in sorted({tuple(t) for t in registered})]
         growable = {id(g): self._fits_totals(g, unique) for g in self.snap.gangs}
 
-        pending_gangs = [
-            (gang, self._fill_gang(gang, gang.count, dbins, grow=False, launch=False))
-            for gang in self.snap.gangs
-        ]
-        d_items = self._items(self.snap.demands, DEMAND)
-        self.place_items(d_items, dbins, grow=False)
-        for i, (gang, left) in enumerate(pending_gangs):
-            if growable[id(gang)]:
-                pending_gangs[i] = (
-                    gang,
-                    self._fill_gang(gang, left, dbins, grow=True, launch=False),
-                )
-        self.place_items(d_items, dbins, grow=True)
-        for i, (gang, left) in enumerate(pending_gangs):
-            grow = growable[id(gang)]
-            pending_gangs[i] = (gang, self._fill_gang(gang, left, dbins, grow=grow, launch=True))
-        self.launch_for_items(d_items, dbins)
+        pending_gangs = [(gang, gang.count) for gang in self.snap.gangs]
+        d_items = self._items(self.demands, DEMAND)
+
+        def left() -> bool:
+            return _left_without_gpu(d_items) or any(n for _, n in pending_gangs)
+
+        for _ in self.gpu_rounds(left):
+            for i, (gang, n) in enumerate(pending_gangs):
+                pending_gangs[i] = (gang, self._fill_gang(gang, n, dbins, grow=False, launch=False))
+            self.place_items(d_items, dbins, grow=False)
+            for i, (gang, n) in enumerate(pending_gangs):
+                if growable[id(gang)]:
+                    pending_gangs[i] = (
+                        gang,
+                        self._fill_gang(gang, n, dbins, grow=True, launch=False),
+                    )
+            self.place_items(d_items, dbins, grow=True)
+            for i, (gang, n) in enumerate(pending_gangs):
+                grow = growable[id(gang)]
+                pending_gangs[i] = (gang, self._fill_gang(gang, n, dbins, grow=grow, launch=True))
+            self.launch_for_items(d_items, dbins)
 
         self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
         resizes = self._resizes(cbins, dbins)
@@ -803,17 +893,30 @@ class _Planner:
             # waiting now, not a tick later once the removal is seen
             # (on new pods and pods that stay: never on a pod this plan removes)
             planned = len(cbins)
-            self.launch_for_items(c_items, cbins)
+            for _ in self.gpu_rounds(lambda: _left_without_gpu(c_items)):
+                self.launch_for_items(c_items, cbins)
             dbins.extend(self._empty_bins(cbins[planned:]))
             live = [b for b in dbins if b.pod is None or b.pod.name not in self.terminate]
             known = len(live)
-            for i, (gang, left) in enumerate(pending_gangs):
-                pending_gangs[i] = (
-                    gang,
-                    self._fill_gang(gang, left, live, grow=False, launch=True),
-                )
-            self.launch_for_items(d_items, live)
+            for _ in self.gpu_rounds(left):
+                for i, (gang, n) in enumerate(pending_gangs):
+                    pending_gangs[i] = (
+                        gang,
+                        self._fill_gang(gang, n, live, grow=False, launch=True),
+                    )
+                self.launch_for_items(d_items, live)
             dbins.extend(live[known:])
+        if self.in_groups:
+            units = sum(d.count for d in self.in_groups)
+            names = sorted(
+                {n for d in self.in_groups for n in d.shape if is_placement_group_resource(n)}
+            )
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            self.notes.append(
+                f"{units} task/actor unit(s) wait inside their placement group ({shown}): "
+                "the group's bundles hold their room, so they are left to it, as Ray's "
+                "autoscaler does"
+            )
         left_c = sum(it.remaining for it in c_items)
         if left_c:
             self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
@@ -856,7 +959,9 @@ class _Planner:
             shape = self.shape(e.shape)
             if shape and e.count > 0:
                 merged[(shape, sel)] += e.count
-        items = [_Item(kind, shape, sel, n) for (shape, sel), n in merged.items()]
+        items = [
+            _Item(kind, shape, sel, n, self.needs_gpu(shape)) for (shape, sel), n in merged.items()
+        ]
         # most constrained first (label selectors leave fewer pods to choose from), then
         # largest first
         items.sort(key=lambda it: (not it.selector, self.size_key(it.shape), it.selector))
@@ -876,6 +981,14 @@ class _Planner:
                 f"{n} × {self.res(shape).describe()} {kind}"
                 for (kind, shape), n in sorted(b.placed_by_growth.items())
             )
+            grow = f"grow {_size_text(from_cpu, from_mem)} → {_size_text(cpu, mem)}"
+            retarget = b.pod.resize is not None
+            if retarget:
+                # the saga started from the pod's size now: that stays its way back
+                grow = f"retarget the grow in flight to {_size_text(from_cpu, from_mem)} → " + (
+                    _size_text(cpu, mem)
+                )
+                from_cpu, from_mem = b.pod.total.cpu, b.pod.total.memory
             out[b.key] = ResizeAction(
                 pod=b.key,
                 group=b.group.name,
@@ -883,7 +996,8 @@ class _Planner:
                 memory=mem,
                 from_cpu=from_cpu,
                 from_memory=from_mem,
-                reason=f"{what} → grow {_size_text(from_cpu, from_mem)} → {_size_text(cpu, mem)}",
+                reason=f"{what} → {grow}",
+                retarget=retarget,
             )
         return out
 
@@ -928,6 +1042,14 @@ class _Planner:
             self.terminate[p.name] = TerminateAction(
                 pod=p.name, group=g.name, reason=f"idle {p.idle_s:g}s ≥ {timeout:g}s"
             )
+
+
+def _left_without_gpu(items: Iterable[_Item]) -> bool:
+    return any(it.remaining and not it.gpu for it in items)
+
+
+def _in_placement_group(d: Demand) -> bool:
+    return any(is_placement_group_resource(name) for name in d.shape)
 
 
 def _size_text(cpu: int, memory: int) -> str:

@@ -74,6 +74,9 @@ def describe_plan(p: Plan) -> list[str]:
 # workflow.patched() ids: a change to what a workflow does is taken only by runs that reach
 # it after the change; runs in flight replay their history as they recorded it
 ABANDON_WAIT_PATCH = "reconcile-wait-abandon"
+# a planned resize that grows a resize in flight further (`ResizeAction.retarget`) goes to
+# the running saga (`retarget`) instead of being skipped; older runs keep skipping it
+RETARGET_IN_FLIGHT_PATCH = "reconcile-retarget-in-flight"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -245,6 +248,10 @@ class ReconcileWorkflow:
         snapshot = obs.snapshot
         assert snapshot is not None
         pods = {x.name: x for x in snapshot.pods}
+        # a grow in flight taken further goes to its saga: no new resize, outside the budget
+        retargets = [r for r in p.resize if r.pod in in_flight and r.retarget]
+        if retargets and not workflow.patched(RETARGET_IN_FLIGHT_PATCH):
+            retargets = []
         todo: list[ResizeAction] = []
         for r in p.resize:
             if r.pod in in_flight:
@@ -260,7 +267,10 @@ class ReconcileWorkflow:
                 break
             todo.append(r)
         results = await asyncio.gather(
-            *(self._start_one(inp, r, pods[r.pod].raylet_id or "", snapshot) for r in todo)
+            *(
+                self._start_one(inp, r, pods[r.pod].raylet_id or "", snapshot)
+                for r in (*retargets, *todo)
+            )
         )
         return sum(results)
 

@@ -288,3 +288,41 @@ async def test_right_size_policy_comes_from_the_worker_settings(
             PodResizeWorkflow.run, f"resize/{ns}/w1"
         ).result()
     assert state.cpu == 4000
+
+
+async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    # issue 13: w1 (1 CPU, may grow to 4) is growing to 2 for a task when another task of
+    # {CPU: 1} arrives. The running saga is sent the new target 3; no pod is launched.
+    from workflows.model import PodResize
+    from workflows.model import ResizeState as PodResizeState
+
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder) as handle:
+        ns = handle.id.split("/")[1]
+        await until(lambda: "w1" in world.resizing)
+        growing = PodResize(cpu=2000, memory=2 * 1024**3, state=PodResizeState.IN_PROGRESS)
+        w1 = world.snapshot.pods[1].model_copy(update={"resize": growing})
+        world.snapshot = world.snapshot.model_copy(update={"pods": (world.snapshot.pods[0], w1)})
+        world.set_demands((res(2), 1), (res(1), 1))
+        child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+
+        async def retargeted() -> bool:
+            state = await child.query(PodResizeWorkflow.state)
+            return state.cpu == 3000
+
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while not await retargeted():
+            assert loop.time() < end, "the running saga was never sent the new target"
+            await asyncio.sleep(0.05)
+        recorder.hold = False
+        state = await child.result()
+        status = await status_of(handle)
+    assert (state.from_cpu, state.cpu) == (1000, 3000)
+    assert world.scales == []  # no pod launched
+    assert status.resizes_started == 1
+    assert any("retarget the grow in flight" in d.summary for d in status.decisions)
