@@ -14,10 +14,11 @@ the headroom of pods that may grow in place, then on new pods (counted at their 
 maximum so no more are launched than needed). Finally idle pods are shrunk back to
 their template size if they were grown, else removed.
 
-Work that needs no GPU keeps off pods with GPUs (Ray's `RAY_scheduler_avoid_gpu_nodes`):
-each of those steps runs in two rounds. In the first, such work may use only pods and
-groups without GPUs (free room, growth, new pods); GPU work may use any pod. Only what is
-still left then takes GPU pods, in the second round.
+GPU pods are kept for GPU work (Ray's `RAY_scheduler_avoid_gpu_nodes`): each of those
+steps runs in up to three stages (`gpu_stages`). GPU work may use any pod from the first.
+Work that needs no GPU uses, in turn, (1) the free room and growth of pods without GPUs,
+(2) the spare room of running GPU pods, once GPU work has had its pick, and new pods
+without GPUs, (3) pending GPU pods (counted empty at their maximum) and new GPU pods.
 
 A pod whose grow is in flight (`in_progress`) counts at its target and may grow further up
 to its group's IPPR maximum: the plan then retargets the running resize (`ResizeAction.
@@ -63,6 +64,8 @@ Selector = tuple[tuple[str, str], ...]
 
 DEMAND, GANG, CONSTRAINT = "pending", "gang bundle", "requested"
 GPU = "GPU"
+# how far work that needs no GPU may go onto GPU pods (`_Planner.gpu_stages`)
+OWN_PODS, RUNNING_GPU, ANY_GPU = 0, 1, 2
 
 # Ray names a placement group's resources `<name>_group_<pg id>` and
 # `<name>_group_<bundle index>_<pg id>` (ray/_private/utils.py); the id is hex
@@ -165,8 +168,10 @@ class _Planner:
         self.ci = self.idx[CPU]
         self.mi = self.idx[MEMORY]
         self.gi = self.idx.get(GPU)
-        # False: work that needs no GPU may not use pods or groups with GPUs (round one)
-        self.spare_gpu = False
+        # how far work that needs no GPU may go onto GPU pods (`gpu_stages`)
+        self.gpu_stage = ANY_GPU
+        # GPU work is still waiting after its pick (unknown: assume so)
+        self.gpu_waiting = True
         self.width = len(self.names)
         # reference size per resource, to compare shapes of different kinds
         self.ref = [1] * self.width
@@ -182,6 +187,9 @@ class _Planner:
         self.txn: dict[int, tuple[_Bin, _BinState]] | None = None
         self.capacity_bins: list[_Bin] = []
         self.free_bins: list[_Bin] = []
+        # what the plan leaves waiting (for `plan_with_trace`)
+        self.left_items: list[_Item] = []
+        self.left_gangs: list[tuple[Gang, int]] = []
         # groups' live worker counts, used for caps
         self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}
         for p in sorted(snap.pods, key=lambda p: p.name):
@@ -341,6 +349,9 @@ class _Planner:
             and r.state == ResizeState.IN_PROGRESS
             and r.cpu >= p.total.cpu
             and r.memory >= p.total.memory
+            # a kubelet suggestion below the target: the node has no room for more
+            and (p.suggested_max_cpu is None or p.suggested_max_cpu >= r.cpu)
+            and (p.suggested_max_memory is None or p.suggested_max_memory >= r.memory)
         )
 
     def pod_bins(self, *, capacity_view: bool) -> list[_Bin]:
@@ -427,19 +438,48 @@ class _Planner:
     def needs_gpu(self, shape: Shape) -> bool:
         return self.gi is not None and any(i == self.gi for i, _ in shape)
 
-    def kept_off(self, has_gpu: bool, needs_gpu: bool) -> bool:
-        """Work that needs no GPU stays off GPU pods and groups in round one."""
-        return has_gpu and not needs_gpu and not self.spare_gpu
+    def may_use(self, b: _Bin, needs_gpu: bool) -> bool:
+        """May work place on this pod at the current GPU stage (see `gpu_stages`)?"""
+        if not b.gpu or needs_gpu or self.gpu_stage == ANY_GPU:
+            return True
+        if self.gpu_stage == OWN_PODS:
+            return False
+        # RUNNING_GPU: the spare room of a GPU pod that runs already, once GPU work has
+        # had its pick; a pending GPU pod (counted empty at its maximum) comes last, and
+        # so does an unused one idle past the timeout while GPU work waits: removing it
+        # makes room under the group's maximum for a GPU pod that work fits
+        p = b.pod
+        if p is None or p.phase != PodPhase.RUNNING:
+            return False
+        idle_out = p.idle_s > 0 and self.settings.idle_timeout_s <= p.idle_s
+        return not (self.gpu_waiting and idle_out and not b.used)
 
-    def gpu_rounds(self, left: Callable[[], bool]) -> Iterator[None]:
-        """Round one keeps work that needs no GPU off GPU pods; round two, only when such
-        work is still `left`, lets it use them."""
-        self.spare_gpu = False
-        yield
-        if self.gi is not None and left():
-            self.spare_gpu = True
+    def may_launch(self, group_has_gpu: bool, needs_gpu: bool) -> bool:
+        """May work launch a pod of such a group at the current GPU stage?"""
+        if needs_gpu or self.gpu_stage == ANY_GPU:
+            return True
+        return self.gpu_stage == RUNNING_GPU and not group_has_gpu
+
+    def gpu_stages(
+        self, left: Callable[[], bool], gpu_left: Callable[[], bool] = lambda: True
+    ) -> Iterator[None]:
+        """GPU work may go anywhere from the start. Work that needs no GPU goes first to
+        pods without GPUs (free room, growth: OWN_PODS); what is left then to the spare
+        room of running GPU pods and to new pods without GPUs (RUNNING_GPU); only what is
+        still `left` to pending GPU pods and new GPU pods (ANY_GPU)."""
+        if self.gi is None:  # no GPUs anywhere: one pass with everything allowed
+            self.gpu_stage = ANY_GPU
             yield
-        self.spare_gpu = False
+            return
+        for stage in (OWN_PODS, RUNNING_GPU, ANY_GPU):
+            if stage != OWN_PODS and not left():
+                break
+            if stage == RUNNING_GPU:
+                self.gpu_waiting = gpu_left()
+            self.gpu_stage = stage
+            yield
+        self.gpu_stage = ANY_GPU
+        self.gpu_waiting = True
 
     @staticmethod
     def fit(b: _Bin, shape: Shape, grow: bool) -> int:
@@ -526,7 +566,7 @@ class _Planner:
             for b in bins:
                 if grow and not (b.headroom[self.ci] or b.headroom[self.mi]):
                     continue
-                if b.gpu and self.kept_off(True, item.gpu):
+                if not self.may_use(b, item.gpu):
                     continue
                 n = self.fit(b, shape, grow)
                 if n and b.matches(selector):
@@ -599,7 +639,7 @@ class _Planner:
             for it in live:
                 if it.selector and not selector_matches(it.selector, g.labels):
                     continue
-                if self.kept_off(has_gpu, it.gpu):
+                if not self.may_launch(has_gpu, it.gpu):
                     continue
                 k = min(it.remaining, min(free[i] // a for i, a in it.shape))
                 if k <= 0:
@@ -634,7 +674,7 @@ class _Planner:
             if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
                 continue
             cap = self._new_pod_capacity(g)
-            if self.kept_off(self.gi is not None and cap[self.gi] > 0, gpu):
+            if not self.may_launch(self.gi is not None and cap[self.gi] > 0, gpu):
                 continue
             per_pod = min((cap[i] // a for i, a in shape), default=0)
             if per_pod <= 0:
@@ -769,7 +809,7 @@ class _Planner:
             # cheap first test on one resource before the full fit
             if b.free[i0] + (b.headroom[i0] if grow else 0) < a0 or id(b) in exclude:
                 continue
-            if b.gpu and self.kept_off(True, gpu):
+            if not self.may_use(b, gpu):
                 continue
             n = fit(b, shape, grow)
             if not n or not b.matches(sel):
@@ -824,7 +864,7 @@ class _Planner:
         for g_name, count in sorted(min_new.items()):
             cbins.extend(self.new_bins(self.snap.groups[g_name], count))
         c_items = self._items(self.snap.constraints, CONSTRAINT)
-        for _ in self.gpu_rounds(lambda: _left_without_gpu(c_items)):
+        for _ in self.gpu_stages(lambda: _left_without_gpu(c_items)):
             self.place_items(c_items, cbins, grow=False)
             self.place_items(c_items, cbins, grow=True)
             self.launch_for_items(c_items, cbins)
@@ -865,7 +905,13 @@ class _Planner:
         def left() -> bool:
             return _left_without_gpu(d_items) or any(n for _, n in pending_gangs)
 
-        for _ in self.gpu_rounds(left):
+        def gpu_left() -> bool:
+            return any(it.remaining and it.gpu for it in d_items) or any(
+                n and any(self.needs_gpu(self.shape(b)) for b in gang.bundles)
+                for gang, n in pending_gangs
+            )
+
+        for _ in self.gpu_stages(left, gpu_left):
             for i, (gang, n) in enumerate(pending_gangs):
                 pending_gangs[i] = (gang, self._fill_gang(gang, n, dbins, grow=False, launch=False))
             self.place_items(d_items, dbins, grow=False)
@@ -893,12 +939,12 @@ class _Planner:
             # waiting now, not a tick later once the removal is seen
             # (on new pods and pods that stay: never on a pod this plan removes)
             planned = len(cbins)
-            for _ in self.gpu_rounds(lambda: _left_without_gpu(c_items)):
+            for _ in self.gpu_stages(lambda: _left_without_gpu(c_items)):
                 self.launch_for_items(c_items, cbins)
             dbins.extend(self._empty_bins(cbins[planned:]))
             live = [b for b in dbins if b.pod is None or b.pod.name not in self.terminate]
             known = len(live)
-            for _ in self.gpu_rounds(left):
+            for _ in self.gpu_stages(left, gpu_left):
                 for i, (gang, n) in enumerate(pending_gangs):
                     pending_gangs[i] = (
                         gang,
@@ -931,6 +977,8 @@ class _Planner:
                 if it.remaining
             )
             self.notes.append(f"cannot place: {shapes}")
+        self.left_items = [it for it in (*c_items, *d_items) if it.remaining]
+        self.left_gangs = [(gang, n) for gang, n in pending_gangs if n]
         infeasible = Infeasible(demands=left_d, gangs=gangs_left, constraints=left_c)
         return Plan(
             launch=tuple(
@@ -1061,3 +1109,81 @@ def _size_text(cpu: int, memory: int) -> str:
 def plan(snapshot: ClusterSnapshot) -> Plan:
     """Decide one reconcile tick. Pure: the same snapshot always gives the same plan."""
     return _Planner(snapshot).run()
+
+
+# --- where the plan puts the work (for people: `raysize plan --explain`) -------------------
+
+FREE_ROOM, GROWN, PENDING_POD, NEW_POD = "free room", "grown", "pending pod", "new pod"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`count` units of one shape that the plan puts on one pod."""
+
+    pod: str  # a pod's name, or "<group>#new<i>" for a pod the plan launches
+    group: str
+    where: str  # FREE_ROOM, GROWN (needs the pod's resize), PENDING_POD or NEW_POD
+    kind: str  # "pending" (task/actor), "gang bundle" or "requested" (request_resources)
+    shape: Resources
+    count: int
+
+
+@dataclass(frozen=True)
+class Left:
+    """`count` units of one shape (or placement groups) the plan leaves waiting."""
+
+    kind: str  # "pending", "requested" or "placement group"
+    shape: Resources  # a placement group's bundles added up
+    count: int
+    selector: tuple[tuple[str, str], ...] = ()
+    strategy: str = ""  # a placement group's strategy
+    bundles: int = 0  # a placement group's bundle count
+
+
+@dataclass(frozen=True)
+class Trace:
+    placements: tuple[Placement, ...]
+    left: tuple[Left, ...]
+    in_groups: tuple[Demand, ...]  # demands left to their placement group (dropped)
+
+
+def plan_with_trace(snapshot: ClusterSnapshot) -> tuple[Plan, Trace]:
+    """The plan, and where it puts each unit: the same decision as `plan()`."""
+    planner = _Planner(snapshot)
+    result = planner.run()
+    placements: list[Placement] = []
+
+    def add(bins: Iterable[_Bin], kinds: set[str]) -> None:
+        for b in bins:
+            if b.pod is None:
+                where = NEW_POD
+            elif b.pod.phase == PodPhase.PENDING:
+                where = PENDING_POD
+            else:
+                where = FREE_ROOM
+            for (kind, shape), n in sorted(b.placed.items()):
+                if kind not in kinds:
+                    continue
+                grown = b.placed_by_growth.get((kind, shape), 0) if where == FREE_ROOM else 0
+                for part, k in ((GROWN, grown), (where, n - grown)):
+                    if k > 0:
+                        placements.append(
+                            Placement(b.key, b.group.name, part, kind, planner.res(shape), k)
+                        )
+
+    add(planner.capacity_bins, {CONSTRAINT})
+    add(planner.free_bins, {DEMAND, GANG})
+    left = [
+        Left(it.kind, planner.res(it.shape), it.remaining, it.selector) for it in planner.left_items
+    ]
+    left += [
+        Left(
+            "placement group",
+            sum(gang.bundles, Resources()),
+            n,
+            strategy=gang.strategy.value,
+            bundles=len(gang.bundles),
+        )
+        for gang, n in planner.left_gangs
+    ]
+    return result, Trace(tuple(placements), tuple(left), tuple(planner.in_groups))

@@ -412,10 +412,21 @@ def test_cpu_tasks_grow_a_cpu_pod_rather_than_fill_a_gpu_pod() -> None:
     assert p.launch == () and p.infeasible.demands == 0
 
 
-def test_cpu_tasks_launch_a_cpu_pod_rather_than_fill_a_gpu_pod() -> None:
-    p = plan(snapshot(CPU_AND_GPU, [gpu_pod()], [(res(1), 3)]))
+def test_cpu_tasks_launch_a_cpu_pod_rather_than_fill_a_pending_gpu_pod() -> None:
+    # a pending GPU pod counts empty at its full size, but it is kept for GPU work
+    pending = gpu_pod(phase=PodPhase.PENDING)
+    p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3)]))
     assert p.launch_by_group == {"cpu": 1}
-    assert "cpu" in p.launch[0].group
+
+
+def test_gpu_work_has_the_first_pick_of_a_running_gpu_pods_room() -> None:
+    # 2 free CPUs on the GPU pod: the GPU task takes them, the CPU tasks launch a CPU pod;
+    # without the GPU task the CPU tasks use the GPU pod's spare CPUs (as Ray does)
+    pods = [gpu_pod(free_cpu=2)]
+    p = plan(snapshot(CPU_AND_GPU, pods, [(res(2), 1), (res(2, GPU=1), 1)]))
+    assert p.launch_by_group == {"cpu": 1} and p.infeasible.demands == 0
+    p = plan(snapshot(CPU_AND_GPU, pods, [(res(2), 1)]))
+    assert p.is_empty and p.infeasible.demands == 0
 
 
 def test_cpu_work_takes_a_gpu_pod_only_when_nothing_else_fits() -> None:
@@ -442,18 +453,17 @@ def test_cpu_placement_groups_keep_off_gpu_pods_for_every_strategy(
     assert "gpu" not in p.launch_by_group
 
 
-def test_request_resources_counts_gpu_pods_last() -> None:
-    # the GPU pod's 8 CPUs would hold the request, but a CPU pod is what it should bring
-    p = plan(
-        snapshot(
-            CPU_AND_GPU,
-            [gpu_pod()],
-            constraints=(Constraint(shape=res(1), count=2),),
-        )
-    )
+def test_request_resources_counts_pending_gpu_pods_last() -> None:
+    # a CPU pod that may grow holds the request before the GPU pods do; a pending GPU
+    # pod's capacity is never what a CPU request is counted on while a CPU pod can be
+    request = (Constraint(shape=res(4), count=1),)
+    pods = [gpu_pod(phase=PodPhase.PENDING), pod("c1", g="cpu")]
+    p = plan(snapshot(CPU_AND_GPU, pods, constraints=request))
+    assert sizes(p) == {"c1": (4, 2)} and p.launch == ()
+    p = plan(snapshot(CPU_AND_GPU, [gpu_pod(phase=PodPhase.PENDING)], constraints=request))
     assert p.launch_by_group == {"cpu": 1}
     full = [group("cpu", max_workers=0), CPU_AND_GPU[1]]
-    p = plan(snapshot(full, [gpu_pod()], constraints=(Constraint(shape=res(1), count=2),)))
+    p = plan(snapshot(full, [gpu_pod(phase=PodPhase.PENDING)], constraints=request))
     assert p.is_empty and p.infeasible.constraints == 0
 
 
