@@ -117,6 +117,8 @@ class _Bin:
     match_cache: dict[Selector, bool] = field(default_factory=dict)
     special: frozenset[int] = frozenset()  # resources other than CPU/memory (GPU, …)
     gpu: bool = False  # it has GPUs: work that needs none comes here last
+    sels: set[Selector] = field(default_factory=set)  # label selectors of what it holds
+    launch_reason: str | None = None  # a new pod launched for work: why
 
     def matches(self, selector: Selector) -> bool:
         if not selector:
@@ -502,7 +504,7 @@ class _Planner:
                         return 0
         return best
 
-    def take(self, b: _Bin, shape: Shape, k: int, kind: str) -> None:
+    def take(self, b: _Bin, shape: Shape, k: int, kind: str, sel: Selector = ()) -> None:
         """Put k copies on b, growing it into its headroom where its free room ends."""
         if self.txn is not None and id(b) not in self.txn:
             self.txn[id(b)] = (
@@ -528,6 +530,8 @@ class _Planner:
                 b.free[i] -= need
         b.used = True
         b.placed[(kind, shape)] += k
+        if sel:
+            b.sels.add(sel)
         if grew:
             b.grown = True
             b.placed_by_growth[(kind, shape)] += k
@@ -576,7 +580,7 @@ class _Planner:
             cands.sort(key=lambda c: (c[0], c[1], c[2]))
             for _, n, _, b in cands:
                 k = min(n, remaining)
-                self.take(b, shape, k, kind)
+                self.take(b, shape, k, kind, selector)
                 remaining -= k
                 if not remaining:
                     break
@@ -584,7 +588,7 @@ class _Planner:
                     more = self.fit(b, shape, grow)
                     if more:
                         k = min(more, remaining)
-                        self.take(b, shape, k, kind)
+                        self.take(b, shape, k, kind, selector)
                         remaining -= k
                         if not remaining:
                             break
@@ -611,12 +615,13 @@ class _Planner:
             copies = max(1, min(room, min(it.remaining // k for it, k in fill)))
             fresh = self.new_bins(g, copies)
             bins.extend(fresh)
+            what = ", ".join(f"{self.res(it.shape).describe()} {it.kind}" for it, _ in fill)
             for b in fresh:
+                b.launch_reason = what
                 for it, k in fill:
-                    self.take(b, it.shape, k, it.kind)
+                    self.take(b, it.shape, k, it.kind, it.selector)
             for it, k in fill:
                 it.remaining -= k * copies
-            what = ", ".join(f"{self.res(it.shape).describe()} {it.kind}" for it, _ in fill)
             self.add_launch(g, copies, what)
 
     def _best_fill(
@@ -750,8 +755,8 @@ class _Planner:
             if b is None and launch:
                 b = self._launch_one(bins, whole, sel)
             if b is not None:
-                for shape, _ in bundles:
-                    self.take(b, shape, 1, GANG)
+                for shape, bundle_sel in bundles:
+                    self.take(b, shape, 1, GANG, bundle_sel)
                 return True
             if strategy == GangStrategy.STRICT_PACK:
                 return False
@@ -771,7 +776,7 @@ class _Planner:
                 b = self._launch_one(bins, shape, sel)
             if b is None:
                 return False
-            self.take(b, shape, 1, GANG)
+            self.take(b, shape, 1, GANG, sel)
             used.add(id(b))
         return True
 
@@ -832,8 +837,54 @@ class _Planner:
         g = choice[0]
         b = self.new_bins(g, 1)[0]
         bins.append(b)
-        self.add_launch(g, 1, f"{GANG} {self.res(shape).describe()}")
+        b.launch_reason = f"{GANG} {self.res(shape).describe()}"
+        self.add_launch(g, 1, b.launch_reason)
         return b
+
+    def smaller_launches(self, bins: Iterable[_Bin]) -> None:
+        """A pod launched for work that a smaller group's new pod (at its IPPR maximum)
+        also holds is launched in that group instead: as many pods, less capacity."""
+        groups = [g for g in self.snap.groups.values() if not g.is_head]
+        size = {g.name: self._template_size(g) for g in groups}
+        by_size = sorted(groups, key=lambda g: (size[g.name], g.name))
+        for b in bins:
+            if b.pod is not None or b.launch_reason is None:
+                continue
+            used = [c - f for c, f in zip(b.ceiling, b.free, strict=True)]
+            needs_gpu = self.gi is not None and used[self.gi] > 0
+            for g in by_size:
+                if size[g.name] >= size[b.group.name]:
+                    break
+                cap = self._new_pod_capacity(g)
+                if (self.gi is not None and cap[self.gi] > 0 and not needs_gpu) or any(
+                    u > c for u, c in zip(used, cap, strict=True)
+                ):
+                    continue
+                if not all(selector_matches(sel, g.labels) for sel in b.sels):
+                    continue
+                if g.max_workers is not None and self.worker_count(g.name) >= g.max_workers:
+                    continue
+                old = b.group.name
+                self.launch[old] -= 1
+                reasons = self.launch_reasons[old]
+                reasons[b.launch_reason] -= 1
+                if reasons[b.launch_reason] <= 0:
+                    del reasons[b.launch_reason]
+                self.add_launch(g, 1, b.launch_reason)
+                b.group, b.labels = g, g.labels
+                b.free = [c - u for c, u in zip(cap, used, strict=True)]
+                b.base, b.ceiling = list(cap), list(cap)
+                b.special = self._special(cap)
+                b.gpu = self.gi is not None and cap[self.gi] > 0
+                b.match_cache.clear()
+                break
+
+    def _template_size(self, g: GroupSpec) -> tuple[float, float]:
+        """How big a new pod of the group is: its size at launch, then at its maximum."""
+        return (
+            sum(v / self.ref[i] for i, v in enumerate(self.vec(g.resources))),
+            sum(v / self.ref[i] for i, v in enumerate(self._new_pod_capacity(g))),
+        )
 
     # --- the whole plan ------------------------------------------------------------------------
     def replace_silent_pods(self) -> None:
@@ -963,6 +1014,7 @@ class _Planner:
                 "the group's bundles hold their room, so they are left to it, as Ray's "
                 "autoscaler does"
             )
+        self.smaller_launches(dbins)
         left_c = sum(it.remaining for it in c_items)
         if left_c:
             self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
