@@ -568,7 +568,8 @@ class _Planner:
             needs = frozenset(i for i, _ in shape)
             cands = []
             for b in bins:
-                if grow and not (b.headroom[self.ci] or b.headroom[self.mi]):
+                # a pod grown in this plan may have room left from rounding its growth up
+                if grow and not (b.headroom[self.ci] or b.headroom[self.mi] or b.grown):
                     continue
                 if not self.may_use(b, item.gpu):
                     continue

@@ -326,3 +326,23 @@ async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
     assert world.scales == []  # no pod launched
     assert status.resizes_started == 1
     assert any("retarget the grow in flight" in d.summary for d in status.decisions)
+
+
+async def test_tasks_waiting_inside_a_placement_group_are_not_reported_unplaceable(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    # a bundle's node died: Ray reports the group's waiting tasks with the group's own
+    # resource names; no pod can offer those, and the group (not raysize) holds their room
+    from workflows.resources import Resources
+
+    pg = "6f1b4a2de0c3417a9b2c8d7e5f60718293a4"
+    world = FakeWorld(snapshot([group()], [pod("w1")]))
+    world.set_demands((Resources({f"CPU_group_0_{pg}": 10_000, f"bundle_group_0_{pg}": 10}), 3))
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 2)
+        status = await status_of(handle)
+    assert status.last_plan is not None
+    assert status.last_plan.infeasible.demands == 0
+    assert not any("cannot place" in n for n in status.last_plan.notes)
+    assert any("wait inside their placement group" in n for n in status.last_plan.notes)
+    assert world.scales == [] and not world.started

@@ -346,6 +346,16 @@ def test_gang_grows_a_pod_in_place_before_launching() -> None:
     assert sizes(p) == {"w1": (3, 2)} and p.launch == ()
 
 
+def test_room_left_by_rounding_a_gangs_growth_up_takes_waiting_tasks() -> None:
+    # found by property (d): the placement group grows w1 to its maximum (the max policy),
+    # which leaves 2.5 CPUs free; the {CPU: 2} task goes there, not unplaced
+    g = gang(GangStrategy.PACK, res(1))
+    one = group(max_workers=1)
+    p = plan(snapshot([one], [pod("w1", free_cpu=0.5)], [(res(2), 1)], gangs=(g,), settings=RAY))
+    assert sizes(p) == {"w1": (4, 8)}
+    assert p.infeasible.demands == 0 and p.infeasible.gangs == 0
+
+
 def test_gang_that_fits_no_registered_node_gets_a_new_pod_not_a_resize() -> None:
     # Ray only retries such a placement group when a node registers: growing w1 to 3
     # CPUs would leave it pending forever (docs/ray-infeasible-pg.md)
