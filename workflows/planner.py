@@ -174,6 +174,8 @@ class _Planner:
         self.gpu_stage = ANY_GPU
         # GPU work is still waiting after its pick (unknown: assume so)
         self.gpu_waiting = True
+        # the placement group being placed has a GPU bundle (`place_gang`)
+        self.gang_gpu = False
         self.width = len(self.names)
         # reference size per resource, to compare shapes of different kinds
         self.ref = [1] * self.width
@@ -674,7 +676,7 @@ class _Planner:
     ) -> tuple[GroupSpec, int] | None:
         best: tuple[tuple[int, float, str], GroupSpec, int] | None = None
         wanted = {i for i, _ in shape}
-        gpu = self.needs_gpu(shape)
+        gpu = self.needs_gpu(shape) or self.gang_gpu
         cluster_room = self._cluster_room(rate_limited=True)
         for g in groups:
             if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
@@ -721,11 +723,15 @@ class _Planner:
             for i, b in enumerate(gang.bundles)
         ]
         order = sorted(range(len(bundles)), key=lambda i: self.size_key(bundles[i][0]))
+        # a placement group with a GPU bundle is GPU work, its other bundles included:
+        # they may go where GPU work may (a pod without GPUs still comes first for them)
+        self.gang_gpu = any(self.needs_gpu(shape) for shape, _ in bundles)
         self.txn = {}
         launched_before = Counter(self.launch)
         reasons_before = {k: Counter(v) for k, v in self.launch_reasons.items()}
         n_bins = len(bins)
         ok = self._place_bundles(gang.strategy, bundles, order, bins, grow, launch)
+        self.gang_gpu = False
         saved, self.txn = self.txn, None
         if ok:
             return True
@@ -815,7 +821,7 @@ class _Planner:
             # cheap first test on one resource before the full fit
             if b.free[i0] + (b.headroom[i0] if grow else 0) < a0 or id(b) in exclude:
                 continue
-            if not self.may_use(b, gpu):
+            if not self.may_use(b, gpu or self.gang_gpu):
                 continue
             n = fit(b, shape, grow)
             if not n or not b.matches(sel):

@@ -667,7 +667,38 @@ CPU_GANG_ON_A_PENDING_GPU_POD = load_scenario(
 )
 
 
+# found by (d): CPU tasks took the running GPU pod's spare CPUs before the STRICT_SPREAD
+# group with a GPU bundle could launch a pod for its other bundle, and the group waited
+GPU_GANG_OUTRUN_BY_CPU_TASKS = load_scenario(
+    {
+        "version": 1,
+        "idle_timeout_s": 0,
+        "groups": {
+            "g0": {
+                "resources": {"CPU": 4, "memory": 2 * GIB, "GPU": 1},
+                "max_workers": 1,
+                "ippr": {"max_cpu": 4, "max_memory": 2 * GIB, "resize_timeout_s": 60},
+            }
+        },
+        "pods": [
+            {
+                "name": "p1",
+                "group": "g0",
+                "raylet_id": "r1",
+                "total": {"CPU": 4, "memory": 2 * GIB, "GPU": 1},
+                "available": {"CPU": 1.5, "memory": 2 * GIB, "GPU": 1},
+            }
+        ],
+        "demands": [{"shape": {"CPU": 0.25}, "count": 5}],
+        "gangs": [
+            {"bundles": [{"CPU": 0.5}, {"CPU": 0.5, "GPU": 0.5}], "strategy": "STRICT_SPREAD"}
+        ],
+    }
+)
+
+
 @PROPS
+@example(GPU_GANG_OUTRUN_BY_CPU_TASKS)
 @example(CPU_GANG_ON_A_PENDING_GPU_POD)
 @given(scenarios())
 def test_d_no_gpu_work_waits_while_cpu_work_that_could_go_elsewhere_sits_on_a_gpu_pod(
