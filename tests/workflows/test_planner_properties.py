@@ -707,7 +707,7 @@ def test_d_no_gpu_work_waits_while_cpu_work_that_could_go_elsewhere_sits_on_a_gp
     """Every piece of work that needs no GPU could be hosted by a pod without GPUs (a
     `spare` group with no cap; the cluster's cap and the Conservative mode, which GPU and
     CPU launches share, are off). Then the CPU work takes no GPU room that GPU work could
-    use: the GPU work left waiting is exactly what is left when there is no CPU work."""
+    use: no more GPU work is left waiting than when there is no CPU work."""
     cpu_demands = [
         d
         for d in snap.demands
@@ -737,7 +737,10 @@ def test_d_no_gpu_work_waits_while_cpu_work_that_could_go_elsewhere_sits_on_a_gp
             "constraints": tuple(gpu_constraints),
         }
     )
-    assert gpu_left(both) == gpu_left(alone)
+    # CPU work never leaves GPU work waiting that would be placed without it (with it, the
+    # GPU work may even do better: the later stages give it more passes)
+    with_cpu, without = gpu_left(both), gpu_left(alone)
+    assert with_cpu[0] <= without[0] and with_cpu[1] <= without[1], (with_cpu, without)
     # and all the CPU work found room
     _, trace = plan_with_trace(both)
     assert not [x for x in trace.left if not needs_gpu(x.shape) and x.kind != "requested"]
