@@ -1,20 +1,38 @@
 """Our planner against Ray 2.60's autoscaler v2 scheduler (with IPPR), on the same scenarios.
 
-    python -m bench.ray_compare                          # generated 200 and 2,000 pods
-    python -m bench.ray_compare --sizes 200,2000,5000 --ray-timeout 600
-    python -m bench.ray_compare --scenario bench/scenarios/x.json --repeat 5
+    python -m bench.ray_compare                          # 10 seeds at 200 pods, 2 at 2,000
+    python -m bench.ray_compare --sizes 200x10           # only the 200-pod seeds (~3 min)
+    python -m bench.ray_compare --sizes 200x3,5000x1 --ray-timeout 1800
+    python -m bench.ray_compare --scenario bench/examples/small.json --repeat 5
 
-For each scenario it prints one line per planner: median wall time per plan, demand
-units placed and left, gangs (placement groups) placed and left, `request_resources`
-bundles given capacity, pods launched, in-place resizes and terminations; then a verdict:
-how much faster ours is, whether ours placed at least as much and launched no more pods.
+Generated scenarios are `bench.plan_bench.generate(pods, 10 × pods, seed)` for seeds
+1, 2, … (`PODSxSEEDS`). For each scenario it prints one line per planner (median wall time
+per plan, demand units, gangs and `request_resources` bundles placed and left, pods
+launched, resizes, terminations), then one line of figures and a verdict; at the end a
+Markdown table of every scenario (the one in the README).
+
+Figures, the same for both planners:
+
+- *placed*: demand units, placement groups and requested bundles placed;
+- *new pods*: pods launched;
+- *resized*: pods grown in place;
+- *added CPU / memory*: launched pods at their group's size, plus each grow over the
+  pod's size before it. A resize already in flight counts at its target capped by the
+  kubelet's suggestion (Ray queues a follow-up resize to that size; raysize's saga asks
+  again at it), so neither planner is charged for it. Shrinks are not subtracted.
+
+Verdict: placed ≥ Ray (all three), new pods ≤ Ray, added CPU and memory ≤ Ray, and at
+least 100× faster. When ours places more than Ray and so needs more pods or capacity,
+the same figures are taken again for only the demand Ray placed, and the verdict says so.
 
 Ray's `ResourceDemandScheduler.schedule()` runs in a child process (`bench.ray_scheduler`,
 which explains the translation): Ray's protobuf modules and raysize's
 `activities.ray_proto` both define `ray.rpc` and cannot share a process, and a child can
 be stopped when it exceeds `--ray-timeout`. Only `schedule()` is timed on Ray's side and
-only `plan()` on ours; parsing and translation are not. Sizes are pods; each gets
-10 demand units per pod, as in `bench.plan_bench`.
+only `plan()` on ours; parsing and translation are not. Ray's outcome is cached on disk
+by the hash of the scenario, Ray's version and `bench/ray_scheduler.py`
+(`~/.cache/raysize/ray_compare/`, `RAYSIZE_RAY_COMPARE_CACHE` to move it,
+`--no-cache` to ignore it): a 2,000-pod schedule takes Ray 10 minutes or more.
 
 Scenario features Ray's scheduler cannot be given are removed for *both* planners, and
 the output says which (`dropped for both: ...`).
@@ -24,6 +42,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
+import importlib.metadata
 import json
 import os
 import queue
@@ -37,14 +57,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workflows.model import ClusterSnapshot, Plan
+from workflows.model import ClusterSnapshot, Plan, PodView
 from workflows.planner import plan
-from workflows.resources import CPU, units_to_float
+from workflows.resources import CPU, GIB, units_to_float
 from workflows.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SIZES = (200, 2_000)
+DEFAULT_RUNS = ((200, 10), (2_000, 2))  # (pods, seeds)
 UNITS_PER_POD = 10
+SPEED_TARGET = 100.0
 
 
 # --- what a planner did, in the same terms for both -------------------------------------
@@ -122,6 +143,49 @@ def scenario_totals(snap: ClusterSnapshot) -> tuple[int, int, int]:
     )
 
 
+@dataclass(frozen=True)
+class Added:
+    """What a plan adds to the cluster (the counting rule in the module docstring)."""
+
+    new_pods: int
+    resized: int  # pods grown in place
+    cpu: float  # cores
+    memory: int  # bytes
+
+
+def size_before(p: PodView) -> tuple[float, int]:
+    """The size a pod is counted at before the plan: a resize in flight at its target,
+    capped by the kubelet's suggestion (never below the pod's size now)."""
+    cpu, memory = p.total.cpu, p.total.memory
+    r = p.resize
+    if r is not None and r.state.in_flight:
+        cpu, memory = r.cpu, r.memory
+        if p.suggested_max_cpu is not None:
+            cpu = min(cpu, max(p.suggested_max_cpu, p.total.cpu))
+        if p.suggested_max_memory is not None:
+            memory = min(memory, max(p.suggested_max_memory, p.total.memory))
+    return units_to_float(cpu, CPU), memory
+
+
+def added(snap: ClusterSnapshot, o: Outcome) -> Added:
+    before = {p.name: size_before(p) for p in snap.pods}
+    cpu = 0.0
+    memory = 0
+    for group, n in o.launched.items():
+        size = snap.groups[group].resources
+        cpu += units_to_float(size.cpu, CPU) * n
+        memory += size.memory * n
+    resized = 0
+    for r in o.resizes:
+        was_cpu, was_memory = before.get(r.pod, (r.from_cpu, r.from_memory))
+        more_cpu, more_memory = r.cpu - was_cpu, r.memory - was_memory
+        if more_cpu > 0 or more_memory > 0:
+            resized += 1
+            cpu += max(0.0, more_cpu)
+            memory += max(0, more_memory)
+    return Added(new_pods=o.pods_launched, resized=resized, cpu=round(cpu, 3), memory=memory)
+
+
 def our_outcome(snap: ClusterSnapshot, result: Plan, seconds: list[float]) -> Outcome:
     demand_units, gangs, constraint_units = scenario_totals(snap)
     return Outcome(
@@ -185,6 +249,13 @@ def comparable(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         for p in doc["pods"]:
             if p["name"] in pending_labels:
                 p["labels"] = {}
+    over = over_maximum(doc)
+    if over:
+        dropped.append(
+            f"{len(over)} pod(s) above their group's max_workers, which both remove (Ray "
+            "also schedules work onto the pods it removes for that)"
+        )
+        doc["pods"] = [p for p in doc["pods"] if p["name"] not in over]
     no_raylet = [
         p
         for p in doc.get("pods", [])
@@ -198,6 +269,24 @@ def comparable(doc: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         for i, p in enumerate(no_raylet):
             p["raylet_id"] = f"{0xFFFF0000 + i:056x}"
     return doc, dropped
+
+
+def over_maximum(doc: dict[str, Any]) -> set[str]:
+    """The pods both planners remove because their group has more than `max_workers`:
+    pending first, then the longest idle, by name; never a busy pod (the planner's rule,
+    and the ones Ray picks on the generated scenarios)."""
+    out: set[str] = set()
+    for name, group in (doc.get("groups") or {}).items():
+        cap = group.get("max_workers")
+        if cap is None or name == "headgroup":
+            continue
+        pods = [p for p in doc.get("pods", []) if p.get("group") == name]
+        removable = sorted(
+            (p for p in pods if p.get("phase") == "pending" or p.get("idle_s", 0) > 0),
+            key=lambda p: (p.get("phase") != "pending", -p.get("idle_s", 0), p["name"]),
+        )
+        out.update(p["name"] for p in removable[: max(0, len(pods) - cap)])
+    return out
 
 
 # --- Ray's scheduler, in a child process -----------------------------------------------
@@ -296,6 +385,57 @@ class RayScheduler:
         self.stop()
 
 
+# --- Ray's outcomes, cached on disk -------------------------------------------------------
+
+
+class RayCache:
+    """Ray's outcome per scenario, keyed by the scenario, Ray's version and the translation
+    (`bench/ray_scheduler.py`); a stopped (timed-out) schedule is not kept."""
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+
+    @staticmethod
+    def default_root() -> Path:
+        env = os.environ.get("RAYSIZE_RAY_COMPARE_CACHE")
+        return Path(env) if env else Path.home() / ".cache" / "raysize" / "ray_compare"
+
+    @staticmethod
+    def key(doc: dict[str, Any], ray_repeat: int) -> str:
+        try:
+            ray_version = importlib.metadata.version("ray")
+        except importlib.metadata.PackageNotFoundError:
+            ray_version = "none"
+        translation = (ROOT / "bench" / "ray_scheduler.py").read_bytes()
+        blob = json.dumps(
+            {
+                "doc": doc,
+                "ray": ray_version,
+                "ray_repeat": ray_repeat,
+                "translation": hashlib.sha256(translation).hexdigest(),
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def get(self, key: str) -> Outcome | None:
+        if self.root is None:
+            return None
+        path = self.root / f"{key}.json"
+        try:
+            return Outcome.from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None  # absent, or written by another version: schedule again
+
+    def put(self, key: str, outcome: Outcome) -> None:
+        if self.root is None or outcome.seconds is None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f"{key}.json.tmp"
+        tmp.write_text(json.dumps(outcome.to_json()))
+        tmp.replace(self.root / f"{key}.json")
+
+
 # --- report ------------------------------------------------------------------------------
 
 
@@ -380,25 +520,197 @@ def compare(
     repeat: int,
     ray_repeat: int,
     ray_timeout_s: float,
+    cache: RayCache | None = None,
 ) -> tuple[Outcome, Outcome, list[str]]:
     doc, dropped = comparable(doc)
     ours = run_ours(doc, repeat)
-    theirs = ray.run(doc, ray_repeat, ray_timeout_s)
+    cache = cache or RayCache(None)
+    key = RayCache.key(doc, ray_repeat)
+    theirs = cache.get(key)
+    if theirs is None:
+        theirs = ray.run(doc, ray_repeat, ray_timeout_s)
+        cache.put(key, theirs)
     return ours, theirs, dropped
 
 
-def _sizes(text: str) -> list[int]:
-    return [int(s) for s in text.replace("_", "").split(",") if s.strip()]
+@dataclass(frozen=True)
+class Row:
+    """One scenario's figures for both planners, and whether ours met every target."""
+
+    name: str
+    pods: int
+    seed: int | None
+    ours: Outcome
+    ray: Outcome
+    ours_added: Added
+    ray_added: Added
+    # ours on only the demand Ray placed (None: ours placed no more than Ray)
+    ours_on_rays: Added | None = None
+    cached: bool = False
+
+    @property
+    def speed(self) -> float | None:
+        if self.ray.median is None or self.ours.median is None:
+            return None
+        return self.ray.median / self.ours.median if self.ours.median > 0 else float("inf")
+
+    @property
+    def placed_ok(self) -> bool:
+        o, r = self.ours, self.ray
+        return (
+            o.demand_placed >= r.demand_placed
+            and o.gangs_placed >= r.gangs_placed
+            and o.constraint_placed >= r.constraint_placed
+        )
+
+    @staticmethod
+    def _no_more(ours: Added, ray: Added) -> list[str]:
+        missed = []
+        if ours.new_pods > ray.new_pods:
+            missed.append("new pods")
+        if ours.cpu > ray.cpu + 1e-9 or ours.memory > ray.memory:
+            missed.append("added capacity")
+        return missed
+
+    def missed(self) -> list[str]:
+        """The targets ours did not meet (empty: all met)."""
+        if self.ray.seconds is None:
+            return ["Ray stopped: not compared"]
+        out = [] if self.placed_ok else ["placed"]
+        more = self._no_more(self.ours_added, self.ray_added)
+        if (
+            more
+            and self.ours_on_rays is not None
+            and not self._no_more(self.ours_on_rays, self.ray_added)
+        ):
+            more = []  # the extra serves demand Ray left waiting
+        out += more
+        speed = self.speed
+        if speed is None or speed < SPEED_TARGET:
+            out.append(f"speed ≥ {SPEED_TARGET:g}×")
+        return out
+
+    def verdict(self) -> str:
+        missed = self.missed()
+        if missed:
+            return "NOT met: " + ", ".join(missed)
+        if self.ours_on_rays is not None and self._no_more(self.ours_added, self.ray_added):
+            return "met (more placed; on what Ray placed: no more pods or capacity)"
+        return "met"
+
+
+def _placed(o: Outcome) -> str:
+    return f"{o.demand_placed}/{o.gangs_placed}/{o.constraint_placed}"
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.0f}"
+
+
+def row_line(row: Row) -> str:
+    o, r, oa, ra = row.ours, row.ray, row.ours_added, row.ray_added
+    speed = row.speed
+    ratio = f"{speed:,.0f}×" if speed is not None else "n/a"
+    return (
+        f"{row.name:<22} placed {_placed(o)} vs {_placed(r)} | new pods {oa.new_pods} vs "
+        f"{ra.new_pods} | resized {oa.resized} vs {ra.resized} | added CPU {oa.cpu:g} vs "
+        f"{ra.cpu:g} | added memory {_gib(oa.memory)} vs {_gib(ra.memory)} GiB | {ratio} | "
+        f"{row.verdict()}"
+    )
+
+
+TABLE_HEAD = (
+    "| pods | seed | placed (units/gangs/requested) ours · Ray | new pods ours · Ray | "
+    "resized ours · Ray | added CPU ours · Ray | added memory GiB ours · Ray | "
+    "plan time ours · Ray | speed | verdict |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+)
+
+
+def table_row(row: Row) -> str:
+    o, r, oa, ra = row.ours, row.ray, row.ours_added, row.ray_added
+    speed = row.speed
+    ours_t = f"{o.median:.3f} s" if o.median is not None else "n/a"
+    ray_t = f"{r.median:.1f} s" if r.median is not None else f"> {r.timeout_s:g} s"
+    extra = ""
+    if row.ours_on_rays is not None:
+        extra = f" ({row.ours_on_rays.new_pods} for what Ray placed)"
+    return (
+        f"| {row.pods:,} | {row.seed if row.seed is not None else row.name} | "
+        f"{_placed(o)} · {_placed(r)} | {oa.new_pods}{extra} · {ra.new_pods} | "
+        f"{oa.resized} · {ra.resized} | {oa.cpu:g} · {ra.cpu:g} | "
+        f"{_gib(oa.memory)} · {_gib(ra.memory)} | {ours_t} · {ray_t} | "
+        f"{f'{speed:,.0f}×' if speed is not None else 'n/a'} | {row.verdict()} |"
+    )
+
+
+def compare_row(
+    name: str,
+    doc: dict[str, Any],
+    ray: RayScheduler,
+    *,
+    pods: int,
+    seed: int | None,
+    repeat: int,
+    ray_repeat: int,
+    ray_timeout_s: float,
+    cache: RayCache,
+) -> tuple[Row, list[str]]:
+    cached = cache.get(RayCache.key(comparable(doc)[0], ray_repeat)) is not None
+    ours, theirs, dropped = compare(
+        doc, ray, repeat=repeat, ray_repeat=ray_repeat, ray_timeout_s=ray_timeout_s, cache=cache
+    )
+    doc = comparable(doc)[0]
+    snap = load_scenario(doc)
+    on_rays = None
+    if ours.demand_placed > theirs.demand_placed:
+        rest = only_what_ray_placed(doc, theirs)
+        if rest is not None:
+            on_rays = added(load_scenario(rest), run_ours(rest, 1))
+    row = Row(
+        name=name,
+        pods=pods,
+        seed=seed,
+        ours=ours,
+        ray=theirs,
+        ours_added=added(snap, ours),
+        ray_added=added(snap, theirs),
+        ours_on_rays=on_rays,
+        cached=cached,
+    )
+    return row, dropped
+
+
+def runs(text: str) -> list[tuple[int, int]]:
+    """`200x10,2000x2` → [(200, 10), (2000, 2)]: pods and seeds; `200` is one seed."""
+    out = []
+    for part in text.replace("_", "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        pods, _, seeds = part.partition("x")
+        try:
+            out.append((int(pods), int(seeds) if seeds else 1))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--sizes: {part!r} is not PODS or PODSxSEEDS (e.g. 200x10,2000x2)"
+            ) from None
+        if out[-1][0] < 1 or out[-1][1] < 1:
+            raise argparse.ArgumentTypeError(f"--sizes: {part!r}: pods and seeds must be ≥ 1")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=(__doc__ or "").splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--sizes",
-        type=_sizes,
+        type=runs,
         default=None,
-        help="generated scenarios, in pods, comma-separated (default 200,2000 unless "
-        "--scenario is given); each has 10 demand units per pod",
+        help="generated scenarios as PODSxSEEDS, comma-separated (default 200x10,2000x2 "
+        "unless --scenario is given); seeds are 1, 2, …; 10 demand units per pod",
     )
     parser.add_argument(
         "--scenario", type=Path, nargs="*", default=[], metavar="FILE", help="scenario JSON"
@@ -410,41 +722,56 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--ray-timeout",
         type=float,
-        default=600.0,
+        default=1800.0,
         help="stop Ray's scheduler after this many seconds per schedule",
     )
+    parser.add_argument(
+        "--no-cache", action="store_true", help="schedule with Ray again, ignoring the cache"
+    )
     args = parser.parse_args(argv)
-    sizes = args.sizes if args.sizes is not None else ([] if args.scenario else DEFAULT_SIZES)
+    sizes = args.sizes if args.sizes is not None else ([] if args.scenario else DEFAULT_RUNS)
+    cache = RayCache(None if args.no_cache else RayCache.default_root())
 
     from bench.plan_bench import generate
 
-    jobs: list[tuple[str, dict[str, Any]]] = [
-        (f"bench-{n}-{n * UNITS_PER_POD}", generate(n, n * UNITS_PER_POD)) for n in sizes
-    ]
+    jobs: list[tuple[str, int, int | None, dict[str, Any]]] = []
+    for pods, seeds in sizes:
+        for seed in range(1, seeds + 1):
+            jobs.append(
+                (f"bench-{pods}-s{seed}", pods, seed, generate(pods, pods * UNITS_PER_POD, seed))
+            )
     for path in args.scenario:
         doc = json.loads(path.read_text())
-        jobs.append((str(doc.get("name") or path.stem), doc))
+        pods = sum(1 for p in doc.get("pods", []) if p.get("group") != "headgroup")
+        jobs.append((str(doc.get("name") or path.stem), pods, None, doc))
 
+    rows: list[Row] = []
     with RayScheduler() as ray:
-        for name, doc in jobs:
-            ours, theirs, dropped = compare(
+        for name, pods, seed, doc in jobs:
+            row, dropped = compare_row(
+                name,
                 doc,
                 ray,
+                pods=pods,
+                seed=seed,
                 repeat=args.repeat,
                 ray_repeat=args.ray_repeat,
                 ray_timeout_s=args.ray_timeout,
+                cache=cache,
             )
+            rows.append(row)
             if dropped:
                 print(f"{name:<22} dropped for both: {'; '.join(dropped)}")
-            print(describe(name, theirs), flush=True)
-            print(describe(name, ours))
-            ours_on_rays = None
-            if ours.demand_placed > theirs.demand_placed:
-                rays = only_what_ray_placed(comparable(doc)[0], theirs)
-                if rays is not None:
-                    ours_on_rays = run_ours(rays, args.repeat)
-                    print(describe(f"{name} (Ray's placed)", ours_on_rays))
-            print(verdict(name, ours, theirs, ours_on_rays), flush=True)
+            note = " (Ray's outcome from the cache)" if row.cached else ""
+            print(describe(name, row.ray) + note, flush=True)
+            print(describe(name, row.ours))
+            print(row_line(row), flush=True)
+    print()
+    print(TABLE_HEAD)
+    for row in rows:
+        print(table_row(row))
+    met = sum(1 for row in rows if not row.missed())
+    print(f"\ntargets met on {met} of {len(rows)} scenario(s)")
 
 
 if __name__ == "__main__":

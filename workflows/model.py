@@ -169,6 +169,10 @@ class ResizeAction(_Frozen):
     from_cpu: int
     from_memory: int
     reason: str
+    retarget: bool = Field(
+        default=False,
+        description="grows a resize in flight further: its saga takes the new target",
+    )
 
     @property
     def shrinks(self) -> bool:

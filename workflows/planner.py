@@ -14,14 +14,29 @@ the headroom of pods that may grow in place, then on new pods (counted at their 
 maximum so no more are launched than needed). Finally idle pods are shrunk back to
 their template size if they were grown, else removed.
 
+GPU pods are kept for GPU work (Ray's `RAY_scheduler_avoid_gpu_nodes`): each of those
+steps runs in up to three stages (`gpu_stages`). GPU work may use any pod from the first.
+Work that needs no GPU uses, in turn, (1) the free room and growth of pods without GPUs,
+(2) the spare room of running GPU pods, once GPU work has had its pick, and new pods
+without GPUs, (3) pending GPU pods (counted empty at their maximum) and new GPU pods.
+
+A pod whose grow is in flight (`in_progress`) counts at its target and may grow further up
+to its group's IPPR maximum: the plan then retargets the running resize (`ResizeAction.
+retarget`) rather than launching a pod.
+
+Task and actor demands that name a placement group's own resources (`CPU_group_<id>`,
+`CPU_group_<i>_<id>`, `bundle_group_<id>`, ...) wait for a bundle of that group, which
+already holds their room: they are dropped, as Ray's autoscaler drops them.
+
 Amounts are integer vectors indexed by resource name; a shape is stored sparsely as
 ((index, amount), ...) because Ray shapes name one to three resources.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workflows.model import (
@@ -38,6 +53,7 @@ from workflows.model import (
     PodView,
     ResizeAction,
     ResizePolicy,
+    ResizeState,
     TerminateAction,
     UpscalingMode,
 )
@@ -47,6 +63,18 @@ Shape = tuple[tuple[int, int], ...]
 Selector = tuple[tuple[str, str], ...]
 
 DEMAND, GANG, CONSTRAINT = "pending", "gang bundle", "requested"
+GPU = "GPU"
+# how far work that needs no GPU may go onto GPU pods (`_Planner.gpu_stages`)
+OWN_PODS, RUNNING_GPU, ANY_GPU = 0, 1, 2
+
+# Ray names a placement group's resources `<name>_group_<pg id>` and
+# `<name>_group_<bundle index>_<pg id>` (ray/_private/utils.py); the id is hex
+_PG_RESOURCE = re.compile(r"^.+_group_(?:\d+_)?[0-9a-fA-F]{16,}$")
+
+
+def is_placement_group_resource(name: str) -> bool:
+    """A resource only a placement group's bundle offers (`CPU_group_0_<id>`, ...)."""
+    return bool(_PG_RESOURCE.match(name))
 
 
 # --- label selectors (Ray syntax: "v", "!v", "in(a,b)", "!in(a,b)") ------------------
@@ -88,6 +116,9 @@ class _Bin:
     placed: Counter[tuple[str, Shape]] = field(default_factory=Counter)
     match_cache: dict[Selector, bool] = field(default_factory=dict)
     special: frozenset[int] = frozenset()  # resources other than CPU/memory (GPU, …)
+    gpu: bool = False  # it has GPUs: work that needs none comes here last
+    sels: set[Selector] = field(default_factory=set)  # label selectors of what it holds
+    launch_reason: str | None = None  # a new pod launched for work: why
 
     def matches(self, selector: Selector) -> bool:
         if not selector:
@@ -111,19 +142,23 @@ class _Item:
     shape: Shape
     selector: Selector
     remaining: int
+    gpu: bool = False  # it needs a GPU
 
 
 class _Planner:
     def __init__(self, snap: ClusterSnapshot) -> None:
         self.snap = snap
         self.settings = snap.settings
+        # tasks waiting inside a placement group: its bundle holds their room
+        self.demands = [d for d in snap.demands if not _in_placement_group(d)]
+        self.in_groups = [d for d in snap.demands if _in_placement_group(d)]
         names: set[str] = {CPU, MEMORY}
         for g in snap.groups.values():
             names.update(g.resources)
         for p in snap.pods:
             names.update(p.total)
             names.update(p.available)
-        for d in snap.demands:
+        for d in self.demands:
             names.update(d.shape)
         for c in snap.constraints:
             names.update(c.shape)
@@ -134,6 +169,13 @@ class _Planner:
         self.idx = {n: i for i, n in enumerate(self.names)}
         self.ci = self.idx[CPU]
         self.mi = self.idx[MEMORY]
+        self.gi = self.idx.get(GPU)
+        # how far work that needs no GPU may go onto GPU pods (`gpu_stages`)
+        self.gpu_stage = ANY_GPU
+        # GPU work is still waiting after its pick (unknown: assume so)
+        self.gpu_waiting = True
+        # the placement group being placed has a GPU bundle (`place_gang`)
+        self.gang_gpu = False
         self.width = len(self.names)
         # reference size per resource, to compare shapes of different kinds
         self.ref = [1] * self.width
@@ -149,6 +191,9 @@ class _Planner:
         self.txn: dict[int, tuple[_Bin, _BinState]] | None = None
         self.capacity_bins: list[_Bin] = []
         self.free_bins: list[_Bin] = []
+        # what the plan leaves waiting (for `plan_with_trace`)
+        self.left_items: list[_Item] = []
+        self.left_gangs: list[tuple[Gang, int]] = []
         # groups' live worker counts, used for caps
         self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}
         for p in sorted(snap.pods, key=lambda p: p.name):
@@ -286,12 +331,31 @@ class _Planner:
 
     # --- bins -------------------------------------------------------------------------------
     def eligible_for_growth(self, p: PodView, g: GroupSpec) -> bool:
+        """May grow: a running pod of an IPPR group with no failure on record, and no
+        resize in flight other than a grow the kubelet is carrying out (which the plan
+        may retarget further up)."""
         return (
             g.ippr is not None
             and p.phase == PodPhase.RUNNING
             and p.raylet_id is not None
-            and p.resize is None
+            and (p.resize is None or self.retargetable(p))
             and not p.failed
+        )
+
+    @staticmethod
+    def retargetable(p: PodView) -> bool:
+        """A grow in progress: the saga running it takes a higher target (`retarget`).
+        A deferred or infeasible one waits for room on the node: asking for more would
+        not help."""
+        r = p.resize
+        return (
+            r is not None
+            and r.state == ResizeState.IN_PROGRESS
+            and r.cpu >= p.total.cpu
+            and r.memory >= p.total.memory
+            # a kubelet suggestion below the target: the node has no room for more
+            and (p.suggested_max_cpu is None or p.suggested_max_cpu >= r.cpu)
+            and (p.suggested_max_memory is None or p.suggested_max_memory >= r.memory)
         )
 
     def pod_bins(self, *, capacity_view: bool) -> list[_Bin]:
@@ -342,6 +406,7 @@ class _Planner:
             bins.append(_Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p))
         for b in bins:
             b.special = self._special(b.ceiling)
+            b.gpu = self.gi is not None and b.ceiling[self.gi] > 0
         return bins
 
     def _special(self, capacity: list[int]) -> frozenset[int]:
@@ -350,6 +415,7 @@ class _Planner:
     def new_bins(self, g: GroupSpec, count: int) -> list[_Bin]:
         cap = self._new_pod_capacity(g)
         special = self._special(cap)
+        gpu = self.gi is not None and cap[self.gi] > 0
         out = []
         for _ in range(count):
             self.new_serial += 1
@@ -363,6 +429,7 @@ class _Planner:
                     list(cap),
                     list(cap),
                     special=special,
+                    gpu=gpu,
                 )
             )
         return out
@@ -372,6 +439,52 @@ class _Planner:
         return [self.new_bins(cb.group, 1)[0] for cb in capacity_bins if cb.pod is None]
 
     # --- placing -----------------------------------------------------------------------------
+    def needs_gpu(self, shape: Shape) -> bool:
+        return self.gi is not None and any(i == self.gi for i, _ in shape)
+
+    def may_use(self, b: _Bin, needs_gpu: bool) -> bool:
+        """May work place on this pod at the current GPU stage (see `gpu_stages`)?"""
+        if not b.gpu or needs_gpu or self.gpu_stage == ANY_GPU:
+            return True
+        if self.gpu_stage == OWN_PODS:
+            return False
+        # RUNNING_GPU: the spare room of a GPU pod that runs already, once GPU work has
+        # had its pick; a pending GPU pod (counted empty at its maximum) comes last, and
+        # so does an unused one idle past the timeout while GPU work waits: removing it
+        # makes room under the group's maximum for a GPU pod that work fits
+        p = b.pod
+        if p is None or p.phase != PodPhase.RUNNING:
+            return False
+        idle_out = p.idle_s > 0 and self.settings.idle_timeout_s <= p.idle_s
+        return not (self.gpu_waiting and idle_out and not b.used)
+
+    def may_launch(self, group_has_gpu: bool, needs_gpu: bool) -> bool:
+        """May work launch a pod of such a group at the current GPU stage?"""
+        if needs_gpu or self.gpu_stage == ANY_GPU:
+            return True
+        return self.gpu_stage == RUNNING_GPU and not group_has_gpu
+
+    def gpu_stages(
+        self, left: Callable[[], bool], gpu_left: Callable[[], bool] = lambda: True
+    ) -> Iterator[None]:
+        """GPU work may go anywhere from the start. Work that needs no GPU goes first to
+        pods without GPUs (free room, growth: OWN_PODS); what is left then to the spare
+        room of running GPU pods and to new pods without GPUs (RUNNING_GPU); only what is
+        still `left` to pending GPU pods and new GPU pods (ANY_GPU)."""
+        if self.gi is None:  # no GPUs anywhere: one pass with everything allowed
+            self.gpu_stage = ANY_GPU
+            yield
+            return
+        for stage in (OWN_PODS, RUNNING_GPU, ANY_GPU):
+            if stage != OWN_PODS and not left():
+                break
+            if stage == RUNNING_GPU:
+                self.gpu_waiting = gpu_left()
+            self.gpu_stage = stage
+            yield
+        self.gpu_stage = ANY_GPU
+        self.gpu_waiting = True
+
     @staticmethod
     def fit(b: _Bin, shape: Shape, grow: bool) -> int:
         best = 1 << 62
@@ -393,7 +506,7 @@ class _Planner:
                         return 0
         return best
 
-    def take(self, b: _Bin, shape: Shape, k: int, kind: str) -> None:
+    def take(self, b: _Bin, shape: Shape, k: int, kind: str, sel: Selector = ()) -> None:
         """Put k copies on b, growing it into its headroom where its free room ends."""
         if self.txn is not None and id(b) not in self.txn:
             self.txn[id(b)] = (
@@ -419,6 +532,8 @@ class _Planner:
                 b.free[i] -= need
         b.used = True
         b.placed[(kind, shape)] += k
+        if sel:
+            b.sels.add(sel)
         if grew:
             b.grown = True
             b.placed_by_growth[(kind, shape)] += k
@@ -455,16 +570,20 @@ class _Planner:
             needs = frozenset(i for i, _ in shape)
             cands = []
             for b in bins:
-                if grow and not (b.headroom[self.ci] or b.headroom[self.mi]):
+                # a pod grown in this plan may have room left from rounding its growth up
+                if grow and not (b.headroom[self.ci] or b.headroom[self.mi] or b.grown):
+                    continue
+                if not self.may_use(b, item.gpu):
                     continue
                 n = self.fit(b, shape, grow)
                 if n and b.matches(selector):
-                    # work that needs no GPU goes to pods without one first
+                    # work that needs no GPU (or other special resource) goes to pods
+                    # without one first
                     cands.append((bool(b.special - needs), n, b.key, b))
             cands.sort(key=lambda c: (c[0], c[1], c[2]))
             for _, n, _, b in cands:
                 k = min(n, remaining)
-                self.take(b, shape, k, kind)
+                self.take(b, shape, k, kind, selector)
                 remaining -= k
                 if not remaining:
                     break
@@ -472,7 +591,7 @@ class _Planner:
                     more = self.fit(b, shape, grow)
                     if more:
                         k = min(more, remaining)
-                        self.take(b, shape, k, kind)
+                        self.take(b, shape, k, kind, selector)
                         remaining -= k
                         if not remaining:
                             break
@@ -499,12 +618,13 @@ class _Planner:
             copies = max(1, min(room, min(it.remaining // k for it, k in fill)))
             fresh = self.new_bins(g, copies)
             bins.extend(fresh)
+            what = ", ".join(f"{self.res(it.shape).describe()} {it.kind}" for it, _ in fill)
             for b in fresh:
+                b.launch_reason = what
                 for it, k in fill:
-                    self.take(b, it.shape, k, it.kind)
+                    self.take(b, it.shape, k, it.kind, it.selector)
             for it, k in fill:
                 it.remaining -= k * copies
-            what = ", ".join(f"{self.res(it.shape).describe()} {it.kind}" for it, _ in fill)
             self.add_launch(g, copies, what)
 
     def _best_fill(
@@ -523,8 +643,11 @@ class _Planner:
             fill: list[tuple[_Item, int]] = []
             volume = 0.0
             wanted: set[int] = set()
+            has_gpu = self.gi is not None and cap[self.gi] > 0
             for it in live:
                 if it.selector and not selector_matches(it.selector, g.labels):
+                    continue
+                if not self.may_launch(has_gpu, it.gpu):
                     continue
                 k = min(it.remaining, min(free[i] // a for i, a in it.shape))
                 if k <= 0:
@@ -553,11 +676,14 @@ class _Planner:
     ) -> tuple[GroupSpec, int] | None:
         best: tuple[tuple[int, float, str], GroupSpec, int] | None = None
         wanted = {i for i, _ in shape}
+        gpu = self.needs_gpu(shape) or self.gang_gpu
         cluster_room = self._cluster_room(rate_limited=True)
         for g in groups:
             if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
                 continue
             cap = self._new_pod_capacity(g)
+            if not self.may_launch(self.gi is not None and cap[self.gi] > 0, gpu):
+                continue
             per_pod = min((cap[i] // a for i, a in shape), default=0)
             if per_pod <= 0:
                 continue
@@ -597,11 +723,15 @@ class _Planner:
             for i, b in enumerate(gang.bundles)
         ]
         order = sorted(range(len(bundles)), key=lambda i: self.size_key(bundles[i][0]))
+        # a placement group with a GPU bundle is GPU work, its other bundles included:
+        # they may go where GPU work may (a pod without GPUs still comes first for them)
+        self.gang_gpu = any(self.needs_gpu(shape) for shape, _ in bundles)
         self.txn = {}
         launched_before = Counter(self.launch)
         reasons_before = {k: Counter(v) for k, v in self.launch_reasons.items()}
         n_bins = len(bins)
         ok = self._place_bundles(gang.strategy, bundles, order, bins, grow, launch)
+        self.gang_gpu = False
         saved, self.txn = self.txn, None
         if ok:
             return True
@@ -632,8 +762,8 @@ class _Planner:
             if b is None and launch:
                 b = self._launch_one(bins, whole, sel)
             if b is not None:
-                for shape, _ in bundles:
-                    self.take(b, shape, 1, GANG)
+                for shape, bundle_sel in bundles:
+                    self.take(b, shape, 1, GANG, bundle_sel)
                 return True
             if strategy == GangStrategy.STRICT_PACK:
                 return False
@@ -653,7 +783,7 @@ class _Planner:
                 b = self._launch_one(bins, shape, sel)
             if b is None:
                 return False
-            self.take(b, shape, 1, GANG)
+            self.take(b, shape, 1, GANG, sel)
             used.add(id(b))
         return True
 
@@ -683,19 +813,26 @@ class _Planner:
     def _pick_bin(
         self, bins: Sequence[_Bin], shape: Shape, sel: Selector, grow: bool, exclude: set[int]
     ) -> _Bin | None:
-        best: tuple[int, str, _Bin] | None = None
+        best: tuple[bool, int, str, _Bin] | None = None
         i0, a0 = shape[0] if shape else (0, 0)
         fit = self.fit
+        gpu = self.needs_gpu(shape)
         for b in bins:
             # cheap first test on one resource before the full fit
             if b.free[i0] + (b.headroom[i0] if grow else 0) < a0 or id(b) in exclude:
                 continue
+            if not self.may_use(b, gpu or self.gang_gpu):
+                continue
             n = fit(b, shape, grow)
-            if n and b.matches(sel) and (best is None or (n, b.key) < best[:2]):
-                best = (n, b.key, b)
-                if n == 1:  # the tightest possible fit: in list order, deterministic
+            if not n or not b.matches(sel):
+                continue
+            # GPU pods last for work that needs none (round two lets it use them)
+            rank = (b.gpu and not gpu, n, b.key)
+            if best is None or rank < best[:3]:
+                best = (*rank, b)
+                if rank[:2] == (False, 1):  # the tightest possible fit: in list order
                     break
-        return best[2] if best else None
+        return best[3] if best else None
 
     def _launch_one(self, bins: list[_Bin], shape: Shape, sel: Selector) -> _Bin | None:
         groups = sorted(
@@ -707,8 +844,54 @@ class _Planner:
         g = choice[0]
         b = self.new_bins(g, 1)[0]
         bins.append(b)
-        self.add_launch(g, 1, f"{GANG} {self.res(shape).describe()}")
+        b.launch_reason = f"{GANG} {self.res(shape).describe()}"
+        self.add_launch(g, 1, b.launch_reason)
         return b
+
+    def smaller_launches(self, bins: Iterable[_Bin]) -> None:
+        """A pod launched for work that a smaller group's new pod (at its IPPR maximum)
+        also holds is launched in that group instead: as many pods, less capacity."""
+        groups = [g for g in self.snap.groups.values() if not g.is_head]
+        size = {g.name: self._template_size(g) for g in groups}
+        by_size = sorted(groups, key=lambda g: (size[g.name], g.name))
+        for b in bins:
+            if b.pod is not None or b.launch_reason is None:
+                continue
+            used = [c - f for c, f in zip(b.ceiling, b.free, strict=True)]
+            needs_gpu = self.gi is not None and used[self.gi] > 0
+            for g in by_size:
+                if size[g.name] >= size[b.group.name]:
+                    break
+                cap = self._new_pod_capacity(g)
+                if (self.gi is not None and cap[self.gi] > 0 and not needs_gpu) or any(
+                    u > c for u, c in zip(used, cap, strict=True)
+                ):
+                    continue
+                if not all(selector_matches(sel, g.labels) for sel in b.sels):
+                    continue
+                if g.max_workers is not None and self.worker_count(g.name) >= g.max_workers:
+                    continue
+                old = b.group.name
+                self.launch[old] -= 1
+                reasons = self.launch_reasons[old]
+                reasons[b.launch_reason] -= 1
+                if reasons[b.launch_reason] <= 0:
+                    del reasons[b.launch_reason]
+                self.add_launch(g, 1, b.launch_reason)
+                b.group, b.labels = g, g.labels
+                b.free = [c - u for c, u in zip(cap, used, strict=True)]
+                b.base, b.ceiling = list(cap), list(cap)
+                b.special = self._special(cap)
+                b.gpu = self.gi is not None and cap[self.gi] > 0
+                b.match_cache.clear()
+                break
+
+    def _template_size(self, g: GroupSpec) -> tuple[float, float]:
+        """How big a new pod of the group is: its size at launch, then at its maximum."""
+        return (
+            sum(v / self.ref[i] for i, v in enumerate(self.vec(g.resources))),
+            sum(v / self.ref[i] for i, v in enumerate(self._new_pod_capacity(g))),
+        )
 
     # --- the whole plan ------------------------------------------------------------------------
     def replace_silent_pods(self) -> None:
@@ -739,9 +922,10 @@ class _Planner:
         for g_name, count in sorted(min_new.items()):
             cbins.extend(self.new_bins(self.snap.groups[g_name], count))
         c_items = self._items(self.snap.constraints, CONSTRAINT)
-        self.place_items(c_items, cbins, grow=False)
-        self.place_items(c_items, cbins, grow=True)
-        self.launch_for_items(c_items, cbins)
+        for _ in self.gpu_stages(lambda: _left_without_gpu(c_items)):
+            self.place_items(c_items, cbins, grow=False)
+            self.place_items(c_items, cbins, grow=True)
+            self.launch_for_items(c_items, cbins)
 
         # demands: on free room; growth and launches from the constraints carry over
         dbins = self.pod_bins(capacity_view=False)
@@ -773,23 +957,33 @@ class _Planner:
         unique = [list(t) for t in sorted({tuple(t) for t in registered})]
         growable = {id(g): self._fits_totals(g, unique) for g in self.snap.gangs}
 
-        pending_gangs = [
-            (gang, self._fill_gang(gang, gang.count, dbins, grow=False, launch=False))
-            for gang in self.snap.gangs
-        ]
-        d_items = self._items(self.snap.demands, DEMAND)
-        self.place_items(d_items, dbins, grow=False)
-        for i, (gang, left) in enumerate(pending_gangs):
-            if growable[id(gang)]:
-                pending_gangs[i] = (
-                    gang,
-                    self._fill_gang(gang, left, dbins, grow=True, launch=False),
-                )
-        self.place_items(d_items, dbins, grow=True)
-        for i, (gang, left) in enumerate(pending_gangs):
-            grow = growable[id(gang)]
-            pending_gangs[i] = (gang, self._fill_gang(gang, left, dbins, grow=grow, launch=True))
-        self.launch_for_items(d_items, dbins)
+        pending_gangs = [(gang, gang.count) for gang in self.snap.gangs]
+        d_items = self._items(self.demands, DEMAND)
+
+        def left() -> bool:
+            return _left_without_gpu(d_items) or any(n for _, n in pending_gangs)
+
+        def gpu_left() -> bool:
+            return any(it.remaining and it.gpu for it in d_items) or any(
+                n and any(self.needs_gpu(self.shape(b)) for b in gang.bundles)
+                for gang, n in pending_gangs
+            )
+
+        for _ in self.gpu_stages(left, gpu_left):
+            for i, (gang, n) in enumerate(pending_gangs):
+                pending_gangs[i] = (gang, self._fill_gang(gang, n, dbins, grow=False, launch=False))
+            self.place_items(d_items, dbins, grow=False)
+            for i, (gang, n) in enumerate(pending_gangs):
+                if growable[id(gang)]:
+                    pending_gangs[i] = (
+                        gang,
+                        self._fill_gang(gang, n, dbins, grow=True, launch=False),
+                    )
+            self.place_items(d_items, dbins, grow=True)
+            for i, (gang, n) in enumerate(pending_gangs):
+                grow = growable[id(gang)]
+                pending_gangs[i] = (gang, self._fill_gang(gang, n, dbins, grow=grow, launch=True))
+            self.launch_for_items(d_items, dbins)
 
         self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
         resizes = self._resizes(cbins, dbins)
@@ -803,17 +997,31 @@ class _Planner:
             # waiting now, not a tick later once the removal is seen
             # (on new pods and pods that stay: never on a pod this plan removes)
             planned = len(cbins)
-            self.launch_for_items(c_items, cbins)
+            for _ in self.gpu_stages(lambda: _left_without_gpu(c_items)):
+                self.launch_for_items(c_items, cbins)
             dbins.extend(self._empty_bins(cbins[planned:]))
             live = [b for b in dbins if b.pod is None or b.pod.name not in self.terminate]
             known = len(live)
-            for i, (gang, left) in enumerate(pending_gangs):
-                pending_gangs[i] = (
-                    gang,
-                    self._fill_gang(gang, left, live, grow=False, launch=True),
-                )
-            self.launch_for_items(d_items, live)
+            for _ in self.gpu_stages(left, gpu_left):
+                for i, (gang, n) in enumerate(pending_gangs):
+                    pending_gangs[i] = (
+                        gang,
+                        self._fill_gang(gang, n, live, grow=False, launch=True),
+                    )
+                self.launch_for_items(d_items, live)
             dbins.extend(live[known:])
+        if self.in_groups:
+            units = sum(d.count for d in self.in_groups)
+            names = sorted(
+                {n for d in self.in_groups for n in d.shape if is_placement_group_resource(n)}
+            )
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            self.notes.append(
+                f"{units} task/actor unit(s) wait inside their placement group ({shown}): "
+                "the group's bundles hold their room, so they are left to it, as Ray's "
+                "autoscaler does"
+            )
+        self.smaller_launches(dbins)
         left_c = sum(it.remaining for it in c_items)
         if left_c:
             self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
@@ -828,6 +1036,8 @@ class _Planner:
                 if it.remaining
             )
             self.notes.append(f"cannot place: {shapes}")
+        self.left_items = [it for it in (*c_items, *d_items) if it.remaining]
+        self.left_gangs = [(gang, n) for gang, n in pending_gangs if n]
         infeasible = Infeasible(demands=left_d, gangs=gangs_left, constraints=left_c)
         return Plan(
             launch=tuple(
@@ -856,7 +1066,9 @@ class _Planner:
             shape = self.shape(e.shape)
             if shape and e.count > 0:
                 merged[(shape, sel)] += e.count
-        items = [_Item(kind, shape, sel, n) for (shape, sel), n in merged.items()]
+        items = [
+            _Item(kind, shape, sel, n, self.needs_gpu(shape)) for (shape, sel), n in merged.items()
+        ]
         # most constrained first (label selectors leave fewer pods to choose from), then
         # largest first
         items.sort(key=lambda it: (not it.selector, self.size_key(it.shape), it.selector))
@@ -876,6 +1088,14 @@ class _Planner:
                 f"{n} × {self.res(shape).describe()} {kind}"
                 for (kind, shape), n in sorted(b.placed_by_growth.items())
             )
+            grow = f"grow {_size_text(from_cpu, from_mem)} → {_size_text(cpu, mem)}"
+            retarget = b.pod.resize is not None
+            if retarget:
+                # the saga started from the pod's size now: that stays its way back
+                grow = f"retarget the grow in flight to {_size_text(from_cpu, from_mem)} → " + (
+                    _size_text(cpu, mem)
+                )
+                from_cpu, from_mem = b.pod.total.cpu, b.pod.total.memory
             out[b.key] = ResizeAction(
                 pod=b.key,
                 group=b.group.name,
@@ -883,7 +1103,8 @@ class _Planner:
                 memory=mem,
                 from_cpu=from_cpu,
                 from_memory=from_mem,
-                reason=f"{what} → grow {_size_text(from_cpu, from_mem)} → {_size_text(cpu, mem)}",
+                reason=f"{what} → {grow}",
+                retarget=retarget,
             )
         return out
 
@@ -930,6 +1151,14 @@ class _Planner:
             )
 
 
+def _left_without_gpu(items: Iterable[_Item]) -> bool:
+    return any(it.remaining and not it.gpu for it in items)
+
+
+def _in_placement_group(d: Demand) -> bool:
+    return any(is_placement_group_resource(name) for name in d.shape)
+
+
 def _size_text(cpu: int, memory: int) -> str:
     cores = cpu / 1000
     mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
@@ -939,3 +1168,81 @@ def _size_text(cpu: int, memory: int) -> str:
 def plan(snapshot: ClusterSnapshot) -> Plan:
     """Decide one reconcile tick. Pure: the same snapshot always gives the same plan."""
     return _Planner(snapshot).run()
+
+
+# --- where the plan puts the work (for people: `raysize plan --explain`) -------------------
+
+FREE_ROOM, GROWN, PENDING_POD, NEW_POD = "free room", "grown", "pending pod", "new pod"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """`count` units of one shape that the plan puts on one pod."""
+
+    pod: str  # a pod's name, or "<group>#new<i>" for a pod the plan launches
+    group: str
+    where: str  # FREE_ROOM, GROWN (needs the pod's resize), PENDING_POD or NEW_POD
+    kind: str  # "pending" (task/actor), "gang bundle" or "requested" (request_resources)
+    shape: Resources
+    count: int
+
+
+@dataclass(frozen=True)
+class Left:
+    """`count` units of one shape (or placement groups) the plan leaves waiting."""
+
+    kind: str  # "pending", "requested" or "placement group"
+    shape: Resources  # a placement group's bundles added up
+    count: int
+    selector: tuple[tuple[str, str], ...] = ()
+    strategy: str = ""  # a placement group's strategy
+    bundles: int = 0  # a placement group's bundle count
+
+
+@dataclass(frozen=True)
+class Trace:
+    placements: tuple[Placement, ...]
+    left: tuple[Left, ...]
+    in_groups: tuple[Demand, ...]  # demands left to their placement group (dropped)
+
+
+def plan_with_trace(snapshot: ClusterSnapshot) -> tuple[Plan, Trace]:
+    """The plan, and where it puts each unit: the same decision as `plan()`."""
+    planner = _Planner(snapshot)
+    result = planner.run()
+    placements: list[Placement] = []
+
+    def add(bins: Iterable[_Bin], kinds: set[str]) -> None:
+        for b in bins:
+            if b.pod is None:
+                where = NEW_POD
+            elif b.pod.phase == PodPhase.PENDING:
+                where = PENDING_POD
+            else:
+                where = FREE_ROOM
+            for (kind, shape), n in sorted(b.placed.items()):
+                if kind not in kinds:
+                    continue
+                grown = b.placed_by_growth.get((kind, shape), 0) if where == FREE_ROOM else 0
+                for part, k in ((GROWN, grown), (where, n - grown)):
+                    if k > 0:
+                        placements.append(
+                            Placement(b.key, b.group.name, part, kind, planner.res(shape), k)
+                        )
+
+    add(planner.capacity_bins, {CONSTRAINT})
+    add(planner.free_bins, {DEMAND, GANG})
+    left = [
+        Left(it.kind, planner.res(it.shape), it.remaining, it.selector) for it in planner.left_items
+    ]
+    left += [
+        Left(
+            "placement group",
+            sum(gang.bundles, Resources()),
+            n,
+            strategy=gang.strategy.value,
+            bundles=len(gang.bundles),
+        )
+        for gang, n in planner.left_gangs
+    ]
+    return result, Trace(tuple(placements), tuple(left), tuple(planner.in_groups))

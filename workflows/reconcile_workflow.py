@@ -81,6 +81,9 @@ def describe_plan(p: Plan) -> list[str]:
 ABANDON_WAIT_PATCH = "reconcile-wait-abandon"
 # runs that reach a stuck resize (no saga left on it) after this change settle it
 SETTLE_PATCH = "reconcile-settle-stuck"
+# a planned resize that grows a resize in flight further (`ResizeAction.retarget`) goes to
+# the running saga (`retarget`) instead of being skipped; older runs keep skipping it
+RETARGET_IN_FLIGHT_PATCH = "reconcile-retarget-in-flight"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -266,6 +269,10 @@ class ReconcileWorkflow:
         snapshot = obs.snapshot
         assert snapshot is not None
         pods = {x.name: x for x in snapshot.pods}
+        # a grow in flight taken further goes to its saga: no new resize, outside the budget
+        retargets = [r for r in p.resize if r.pod in in_flight and r.retarget]
+        if retargets and not workflow.patched(RETARGET_IN_FLIGHT_PATCH):
+            retargets = []
         todo: list[ResizeAction] = []
         for r in p.resize:
             if r.pod in in_flight:
@@ -281,7 +288,10 @@ class ReconcileWorkflow:
                 break
             todo.append(r)
         results = await asyncio.gather(
-            *(self._start_one(inp, r, pods[r.pod].raylet_id or "", snapshot) for r in todo)
+            *(
+                self._start_one(inp, r, pods[r.pod].raylet_id or "", snapshot)
+                for r in (*retargets, *todo)
+            )
         )
         return sum(results)
 

@@ -8,6 +8,7 @@ one worker group of 1 CPU that may grow in place to 4.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,15 +16,24 @@ import pytest
 
 from bench.plan_bench import generate
 from bench.ray_compare import (
+    Added,
     Outcome,
+    RayCache,
     RayScheduler,
+    Resize,
+    Row,
+    added,
     comparable,
     compare,
     describe,
     only_what_ray_placed,
+    over_maximum,
     run_ours,
+    runs,
+    table_row,
     verdict,
 )
+from workflows.scenario import load_scenario
 
 GIB = 1024**3
 IPPR = {"max_cpu": 4, "max_memory": 8 * GIB, "resize_timeout_s": 60}
@@ -443,3 +453,101 @@ def test_a_slow_ray_is_reported_as_more_than_the_timeout():
         )
         assert fast.seconds is not None
         assert "faster" in verdict("seed", ours, fast)
+
+
+# --- seeds, the cache, the counting rule and the verdict -------------------------------------
+
+
+def test_sizes_are_pods_times_seeds():
+    assert runs("200x10,2_000x2") == [(200, 10), (2000, 2)]
+    assert runs("200") == [(200, 1)]
+    with pytest.raises(argparse.ArgumentTypeError, match=r"--sizes: '200y3' is not PODS"):
+        runs("200y3")
+
+
+def test_a_deferred_resize_in_flight_costs_neither_planner_anything():
+    # w1 is 1 CPU, its resize to 4 was deferred and the kubelet suggests 2: both count it
+    # at 2, so Ray's follow-up resize to 2 adds nothing and a grow to 3 adds 1
+    w1 = worker(
+        "w1", resize={"cpu": 4, "memory": 2 * GIB, "state": "deferred", "suggested_max_cpu": 2}
+    )
+    doc = seed([w1], [])
+    snap = load_scenario(doc)
+    ray = _outcome("ray", 0, 1)
+    ray = Outcome(**{**ray.to_json(), "launched": {"workergroup1": 1}})
+    ray.resizes.append(Resize("w1", 2.0, 2 * GIB, 1.0, 2 * GIB, for_demand=False))
+    assert added(snap, ray) == Added(new_pods=1, resized=0, cpu=1.0, memory=2 * GIB)
+    ours = Outcome(**{**_outcome("ours", 0, 0).to_json(), "launched": {}})
+    ours.resizes.append(Resize("w1", 3.0, 2 * GIB, 1.0, 2 * GIB))
+    assert added(snap, ours) == Added(new_pods=0, resized=1, cpu=1.0, memory=0)
+
+
+def test_pods_above_their_groups_maximum_are_dropped_for_both():
+    doc = seed([worker("busy", idle_s=0), worker("old", idle_s=600), worker("new", idle_s=5)], [])
+    doc["groups"]["workergroup1"]["max_workers"] = 2
+    doc["pods"].append({"name": "starting", "group": "workergroup1", "phase": "pending"})
+    assert over_maximum(doc) == {"starting", "old"}  # pending first, then the longest idle
+    out, dropped = comparable(doc)
+    assert {p["name"] for p in out["pods"]} == {"head", "busy", "new"}
+    assert "2 pod(s) above their group's max_workers" in dropped[0]
+
+
+class CountingRay:
+    """Stands in for Ray's scheduler process: counts the schedules asked of it."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome = outcome
+        self.calls = 0
+
+    def run(self, doc: dict[str, Any], repeat: int, timeout_s: float) -> Outcome:
+        self.calls += 1
+        return self.outcome
+
+
+def test_rays_outcome_is_cached_by_scenario_and_a_stopped_one_is_not(tmp_path):
+    doc = seed([worker("w1")], [{"CPU": 2}])
+    cache = RayCache(tmp_path)
+    fake = CountingRay(_outcome("ray", 1, 0))
+    for _ in range(2):
+        _, theirs, _ = compare(
+            doc,
+            fake,
+            repeat=1,
+            ray_repeat=1,
+            ray_timeout_s=60,
+            cache=cache,  # type: ignore[arg-type]
+        )
+    assert fake.calls == 1 and theirs == fake.outcome
+    other = seed([worker("w1")], [{"CPU": 3}])
+    compare(other, fake, repeat=1, ray_repeat=1, ray_timeout_s=60, cache=cache)  # type: ignore[arg-type]
+    assert fake.calls == 2  # another scenario is another key
+    stopped = Outcome(**{**_outcome("ray", 0, 0).to_json(), "seconds": None, "timeout_s": 1.0})
+    slow = CountingRay(stopped)
+    third = seed([worker("w1")], [{"CPU": 4}])
+    for _ in range(2):
+        compare(third, slow, repeat=1, ray_repeat=1, ray_timeout_s=1, cache=cache)  # type: ignore[arg-type]
+    assert slow.calls == 2
+
+
+def _row(ours: Added, ray: Added, on_rays: Added | None = None, placed: int = 10) -> Row:
+    return Row(
+        name="s",
+        pods=200,
+        seed=1,
+        ours=_outcome("ours", placed, ours.new_pods),
+        ray=_outcome("ray", 8, ray.new_pods),
+        ours_added=ours,
+        ray_added=ray,
+        ours_on_rays=on_rays,
+    )
+
+
+def test_the_verdict_names_each_target_missed():
+    ray = Added(new_pods=3, resized=2, cpu=10.0, memory=8 * GIB)
+    assert _row(Added(3, 2, 10.0, 8 * GIB), ray).verdict() == "met"
+    assert _row(Added(4, 2, 11.0, 8 * GIB), ray).verdict() == "NOT met: new pods, added capacity"
+    assert _row(Added(3, 2, 10.0, 8 * GIB), ray, placed=7).verdict() == "NOT met: placed"
+    # more placed than Ray, and on only what Ray placed no more pods or capacity
+    fair = _row(Added(4, 2, 11.0, 8 * GIB), ray, on_rays=Added(3, 2, 10.0, 8 * GIB))
+    assert fair.verdict().startswith("met (more placed")
+    assert "| 4 (3 for what Ray placed) · 3 |" in table_row(fair)

@@ -429,3 +429,61 @@ async def test_a_stuck_resize_with_no_saga_is_settled_and_a_live_saga_is_left_al
         await held.terminate("test over")
     assert not any(d.summary.startswith("settle") for d in status.decisions)
     assert state.cpu == 4000 and not any(a.result == "retargeted" for a in state.attempts)
+
+
+async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    # issue 13: w1 (1 CPU, may grow to 4) is growing to 2 for a task when another task of
+    # {CPU: 1} arrives. The running saga is sent the new target 3; no pod is launched.
+    from workflows.model import PodResize
+    from workflows.model import ResizeState as PodResizeState
+
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder) as handle:
+        ns = handle.id.split("/")[1]
+        await until(lambda: "w1" in world.resizing)
+        growing = PodResize(cpu=2000, memory=2 * 1024**3, state=PodResizeState.IN_PROGRESS)
+        w1 = world.snapshot.pods[1].model_copy(update={"resize": growing})
+        world.snapshot = world.snapshot.model_copy(update={"pods": (world.snapshot.pods[0], w1)})
+        world.set_demands((res(2), 1), (res(1), 1))
+        child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+
+        async def retargeted() -> bool:
+            state = await child.query(PodResizeWorkflow.state)
+            return state.cpu == 3000
+
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while not await retargeted():
+            assert loop.time() < end, "the running saga was never sent the new target"
+            await asyncio.sleep(0.05)
+        recorder.hold = False
+        state = await child.result()
+        status = await status_of(handle)
+    assert (state.from_cpu, state.cpu) == (1000, 3000)
+    assert world.scales == []  # no pod launched
+    assert status.resizes_started == 1
+    assert any("retarget the grow in flight" in d.summary for d in status.decisions)
+
+
+async def test_tasks_waiting_inside_a_placement_group_are_not_reported_unplaceable(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    # a bundle's node died: Ray reports the group's waiting tasks with the group's own
+    # resource names; no pod can offer those, and the group (not raysize) holds their room
+    from workflows.resources import Resources
+
+    pg = "6f1b4a2de0c3417a9b2c8d7e5f60718293a4"
+    world = FakeWorld(snapshot([group()], [pod("w1")]))
+    world.set_demands((Resources({f"CPU_group_0_{pg}": 10_000, f"bundle_group_0_{pg}": 10}), 3))
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 2)
+        status = await status_of(handle)
+    assert status.last_plan is not None
+    assert status.last_plan.infeasible.demands == 0
+    assert not any("cannot place" in n for n in status.last_plan.notes)
+    assert any("wait inside their placement group" in n for n in status.last_plan.notes)
+    assert world.scales == [] and not world.started

@@ -77,12 +77,90 @@ def test_max_policy_is_rays_behaviour(tmp_path: Path) -> None:
     ]
 
 
-def test_explain_prints_every_reason(tmp_path: Path) -> None:
+def test_explain_full_prints_every_reason_and_where_each_unit_goes(tmp_path: Path) -> None:
     f = write(tmp_path, SEED_CASE_2)
-    result = runner.invoke(app, ["plan", "-s", str(f), "--explain"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0
+    result = runner.invoke(app, ["plan", "-s", str(f), "--explain=full"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
     assert "1 × {CPU: 4} pending → grow 1 CPU/2Gi → 4 CPU/2Gi" in result.stdout
     assert "1 for {CPU: 2} pending" in result.stdout
+    assert "where each unit goes" in result.stdout
+    assert "c-g1-aaaaa" in result.stdout and "1 × {CPU: 4} pending" in result.stdout
+
+
+def test_explain_summary_says_what_waits_what_the_plan_does_and_what_stays(
+    tmp_path: Path,
+) -> None:
+    f = write(tmp_path, SEED_CASE_2)
+    out = runner.invoke(app, ["plan", "-s", str(f), "--explain"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    text = out.stdout
+    assert text.index("Pending") < text.index("The plan") < text.index("Left waiting")
+    assert "2 task/actor unit(s) in 2 shape(s): 1 × {CPU: 2}, 1 × {CPU: 4}" in text
+    assert "launches 1 pod(s) (g1 1)" in text
+    assert "grows 1 pod(s) in place (+3 CPU)" in text
+    assert "Left waiting\n  nothing" in text
+    assert "--explain=full" in text
+
+
+def test_explain_summary_of_a_200_pod_scenario_fits_a_screen(tmp_path: Path) -> None:
+    f = write(tmp_path, generate(200, 2_000))
+    out = runner.invoke(app, ["plan", "-s", str(f), "--explain"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert len(lines) <= 25, out.stdout
+    assert lines[0].startswith("raysize plan for bench-200-2000: 200 worker pod(s)")
+    assert any(ln.startswith("  2,000 task/actor unit(s) in 16 shape(s)") for ln in lines)
+    # what stays says why
+    assert any(
+        "{CPU: 1, GPU: 1}: only gpu can hold it, and gpu is at max_workers=20" in ln for ln in lines
+    ), out.stdout
+    full = runner.invoke(app, ["plan", "-s", str(f), "--explain", "full"])
+    assert len(full.stdout.splitlines()) > 10 * len(lines)
+
+
+def test_tasks_inside_a_placement_group_are_not_called_unplaceable(tmp_path: Path) -> None:
+    doc = scenario(
+        demands=[
+            {"shape": {"CPU_group_0_6f1b4a2de0c3417a9b2c8d7e5f60718293a4": 1}, "count": 2},
+            {"shape": {"bundle_group_6f1b4a2de0c3417a9b2c8d7e5f60718293a4": 0.001}},
+        ]
+    )
+    f = write(tmp_path, doc)
+    out = json.loads(runner.invoke(app, ["plan", "-s", str(f)]).stdout)
+    assert out["infeasible"] == {"demands": 0, "gangs": 0, "constraints": 0}
+    text = runner.invoke(app, ["plan", "-s", str(f), "--explain"], env={"COLUMNS": "200"}).stdout
+    assert "3 unit(s) wait inside their placement group" in text
+    assert "Left waiting\n  nothing" in text
+    full = runner.invoke(app, ["plan", "-s", str(f), "--explain=full"], env={"COLUMNS": "200"})
+    assert "cannot place" not in full.stdout
+
+
+def test_explain_with_an_unknown_mode_names_the_choices(tmp_path: Path) -> None:
+    f = write(tmp_path, SEED_CASE_2)
+    out = runner.invoke(app, ["plan", "-s", str(f), "--explain=short"])
+    assert out.exit_code == 2
+    assert "--explain=short: expected --explain (a summary) or --explain=full" in out.stderr
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_the_readme_plan_example_runs_on_the_shipped_scenario(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    commands = [
+        ln.strip().strip("`").strip()
+        for ln in README.read_text().splitlines()
+        if ln.strip().strip("`").startswith("raysize plan ")
+    ]
+    assert commands, "README has no `raysize plan` example"
+    monkeypatch.chdir(README.parent)
+    for command in commands:
+        args = command.split()[1:]
+        assert "bench/examples/small.json" in args
+        out = runner.invoke(app, args, env={"COLUMNS": "200"})
+        assert out.exit_code == 0, (command, out.output)
+        assert "The plan" in out.stdout or "launch" in out.stdout
 
 
 def test_timing_prints_the_median_on_stderr(tmp_path: Path) -> None:

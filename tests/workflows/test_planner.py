@@ -7,6 +7,8 @@ right-sizes (the smallest whole-core size that fits).
 
 from __future__ import annotations
 
+import pytest
+
 from workflows.model import (
     Constraint,
     Demand,
@@ -20,7 +22,7 @@ from workflows.model import (
     UpscalingMode,
 )
 from workflows.planner import plan
-from workflows.resources import GIB
+from workflows.resources import GIB, Resources
 
 from .kit import cores, group, pod, res, snapshot
 
@@ -344,6 +346,16 @@ def test_gang_grows_a_pod_in_place_before_launching() -> None:
     assert sizes(p) == {"w1": (3, 2)} and p.launch == ()
 
 
+def test_room_left_by_rounding_a_gangs_growth_up_takes_waiting_tasks() -> None:
+    # found by property (d): the placement group grows w1 to its maximum (the max policy),
+    # which leaves 2.5 CPUs free; the {CPU: 2} task goes there, not unplaced
+    g = gang(GangStrategy.PACK, res(1))
+    one = group(max_workers=1)
+    p = plan(snapshot([one], [pod("w1", free_cpu=0.5)], [(res(2), 1)], gangs=(g,), settings=RAY))
+    assert sizes(p) == {"w1": (4, 8)}
+    assert p.infeasible.demands == 0 and p.infeasible.gangs == 0
+
+
 def test_gang_that_fits_no_registered_node_gets_a_new_pod_not_a_resize() -> None:
     # Ray only retries such a placement group when a node registers: growing w1 to 3
     # CPUs would leave it pending forever (docs/ray-infeasible-pg.md)
@@ -387,6 +399,145 @@ def test_cpu_work_avoids_gpu_groups() -> None:
     groups = [group("cpu", max_cpu=None), group("gpu", GPU=1, max_cpu=None)]
     p = plan(snapshot(groups, [], [(res(1), 1)]))
     assert p.launch_by_group == {"cpu": 1}
+
+
+# --- GPU pods are kept for GPU work (Ray's RAY_scheduler_avoid_gpu_nodes) ----------------------
+
+CPU_AND_GPU = [group("cpu"), group("gpu", cpu=8, mem_gib=32, GPU=1, max_cpu=None, max_workers=1)]
+
+
+def gpu_pod(name: str = "gpu1", free_cpu: float = 8, **kw: object) -> object:
+    p = pod(name, g="gpu", cpu=8, mem_gib=32, free_cpu=free_cpu, **kw)
+    return p.model_copy(
+        update={"total": p.total + res(GPU=1), "available": p.available + res(GPU=1)}
+    )
+
+
+def test_cpu_tasks_grow_a_cpu_pod_rather_than_fill_a_gpu_pod() -> None:
+    # the GPU pod has 8 free CPUs; the CPU pod can grow to 4: the CPU tasks go there, and
+    # the GPU task still finds its CPU on the GPU pod
+    pods = [gpu_pod(free_cpu=2), pod("c1", g="cpu", free_cpu=0)]
+    p = plan(snapshot(CPU_AND_GPU, pods, [(res(1), 2), (res(2, GPU=1), 1)]))
+    assert sizes(p) == {"c1": (3, 2)}
+    assert p.launch == () and p.infeasible.demands == 0
+
+
+def test_cpu_tasks_launch_a_cpu_pod_rather_than_fill_a_pending_gpu_pod() -> None:
+    # a pending GPU pod counts empty at its full size, but it is kept for GPU work
+    pending = gpu_pod(phase=PodPhase.PENDING)
+    p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3)]))
+    assert p.launch_by_group == {"cpu": 1}
+
+
+def test_gpu_work_has_the_first_pick_of_a_running_gpu_pods_room() -> None:
+    # 2 free CPUs on the GPU pod: the GPU task takes them, the CPU tasks launch a CPU pod;
+    # without the GPU task the CPU tasks use the GPU pod's spare CPUs (as Ray does)
+    pods = [gpu_pod(free_cpu=2)]
+    p = plan(snapshot(CPU_AND_GPU, pods, [(res(2), 1), (res(2, GPU=1), 1)]))
+    assert p.launch_by_group == {"cpu": 1} and p.infeasible.demands == 0
+    p = plan(snapshot(CPU_AND_GPU, pods, [(res(2), 1)]))
+    assert p.is_empty and p.infeasible.demands == 0
+
+
+def test_cpu_work_takes_a_gpu_pod_only_when_nothing_else_fits() -> None:
+    groups = [group("cpu", max_workers=0), CPU_AND_GPU[1]]
+    p = plan(snapshot(groups, [gpu_pod()], [(res(1), 3)]))
+    assert p.is_empty and p.infeasible.demands == 0  # on the GPU pod's free room
+    # no GPU pod running either: a GPU pod is launched as the last resort
+    p = plan(snapshot(groups, [], [(res(1), 3)]))
+    assert p.launch_by_group == {"gpu": 1}
+
+
+@pytest.mark.parametrize("strategy", list(GangStrategy))
+def test_cpu_placement_groups_keep_off_gpu_pods_for_every_strategy(
+    strategy: GangStrategy,
+) -> None:
+    # 1 GPU pod with 2 free CPUs and a GPU waiting for a {CPU: 2, GPU: 1} task; two
+    # CPU pods that can grow. Whatever the strategy, the CPU bundles grow the CPU pods
+    # and the GPU task gets the GPU pod.
+    pods = [gpu_pod(free_cpu=2), pod("c1", g="cpu", free_cpu=0), pod("c2", g="cpu", free_cpu=0)]
+    g = gang(strategy, res(1), res(1))
+    p = plan(snapshot(CPU_AND_GPU, pods, [(res(2, GPU=1), 1)], gangs=(g,)))
+    assert p.infeasible.gangs == 0 and p.infeasible.demands == 0
+    assert set(sizes(p)) <= {"c1", "c2"} and sizes(p)
+    assert "gpu" not in p.launch_by_group
+
+
+def test_request_resources_counts_pending_gpu_pods_last() -> None:
+    # a CPU pod that may grow holds the request before the GPU pods do; a pending GPU
+    # pod's capacity is never what a CPU request is counted on while a CPU pod can be
+    request = (Constraint(shape=res(4), count=1),)
+    pods = [gpu_pod(phase=PodPhase.PENDING), pod("c1", g="cpu")]
+    p = plan(snapshot(CPU_AND_GPU, pods, constraints=request))
+    assert sizes(p) == {"c1": (4, 2)} and p.launch == ()
+    p = plan(snapshot(CPU_AND_GPU, [gpu_pod(phase=PodPhase.PENDING)], constraints=request))
+    assert p.launch_by_group == {"cpu": 1}
+    full = [group("cpu", max_workers=0), CPU_AND_GPU[1]]
+    p = plan(snapshot(full, [gpu_pod(phase=PodPhase.PENDING)], constraints=request))
+    assert p.is_empty and p.infeasible.constraints == 0
+
+
+# --- a grow in flight is used before a pod is launched -------------------------------------------
+
+
+def test_a_grow_in_progress_is_retargeted_before_a_pod_is_launched() -> None:
+    # w1 is growing 1 → 2 CPUs; a {CPU: 3} task arrives: the grow goes on to 3, no new pod
+    inflight = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.IN_PROGRESS)
+    p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(3), 1)]))
+    assert p.launch == ()
+    (r,) = p.resize
+    assert (r.pod, r.cpu, r.from_cpu, r.retarget) == ("w1", cores(3), cores(1), True)
+    assert "retarget the grow in flight" in r.reason
+
+
+def test_the_demo_placement_group_takes_the_grow_that_is_finishing() -> None:
+    # issue 13: one worker that may grow to 4 CPUs has grown to 2 for a task (the pod and
+    # its Raylet have 2 CPUs; the saga is still finishing); a PACK group of 2 × {CPU: 2}
+    # arrives. Ray grows the pod to 4 and places the group on it; so does the plan.
+    finishing = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.IN_PROGRESS)
+    w1 = pod("w1", cpu=2, resize=finishing)
+    g = gang(GangStrategy.PACK, res(2), res(2))
+    p = plan(snapshot([group()], [w1], gangs=(g,)))
+    assert p.launch == () and p.infeasible.gangs == 0
+    assert sizes(p) == {"w1": (4, 2)} and p.resize[0].retarget
+
+
+def test_a_deferred_or_failed_grow_is_not_retargeted() -> None:
+    deferred = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.DEFERRED)
+    p = plan(snapshot([group()], [pod("w1", resize=deferred)], [(res(3), 1)]))
+    assert p.resize == () and p.launch_by_group == {"g1": 1}
+    inflight = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.IN_PROGRESS)
+    p = plan(snapshot([group()], [pod("w1", resize=inflight, failed=True)], [(res(3), 1)]))
+    assert p.resize == () and p.launch_by_group == {"g1": 1}
+
+
+# --- tasks waiting inside a placement group ------------------------------------------------------
+
+PG = "6f1b4a2de0c3417a9b2c8d7e5f60718293a4"  # a placement group id as Ray writes it (hex)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {f"CPU_group_0_{PG}": 10_000},
+        {f"CPU_group_{PG}": 10_000},
+        {f"bundle_group_{PG}": 10, f"bundle_group_1_{PG}": 10},
+        {f"GPU_group_2_{PG}": 10_000, f"CPU_group_2_{PG}": 10_000},
+    ],
+)
+def test_tasks_waiting_inside_a_placement_group_are_left_to_it(shape: dict[str, int]) -> None:
+    waiting = Demand(shape=Resources(shape), count=3)
+    p = plan(snapshot([group()], [pod("w1")]).model_copy(update={"demands": (waiting,)}))
+    assert p.is_empty
+    assert p.infeasible.demands == 0
+    assert not any("cannot place" in n for n in p.notes)
+    assert any("3 task/actor unit(s) wait inside their placement group" in n for n in p.notes)
+
+
+def test_a_custom_resource_that_only_looks_like_a_group_is_still_planned() -> None:
+    ours = Demand(shape=Resources({"my_group_a": 10_000}), count=1)
+    p = plan(snapshot([group()], [pod("w1")]).model_copy(update={"demands": (ours,)}))
+    assert p.infeasible.demands == 1 and any("cannot place" in n for n in p.notes)
 
 
 # --- idle --------------------------------------------------------------------------------------
