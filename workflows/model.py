@@ -161,6 +161,54 @@ class ClusterSnapshot(_Frozen):
     settings: PlannerSettings = Field(default_factory=PlannerSettings)
 
 
+# One plan places at most this many units (tasks and actors, placement-group bundles,
+# request_resources bundles): ~1 s of planning on one core. Ray may report more (a
+# demand of 10⁹ tasks took the planner minutes); the rest waits for the next plan.
+MAX_PLAN_UNITS = 100_000
+
+
+def plan_units(snapshot: ClusterSnapshot) -> int:
+    """The units a plan for `snapshot` would place."""
+    return (
+        sum(d.count for d in snapshot.demands)
+        + sum(g.count * len(g.bundles) for g in snapshot.gangs)
+        + sum(c.count for c in snapshot.constraints)
+    )
+
+
+def bounded(snapshot: ClusterSnapshot, limit: int = MAX_PLAN_UNITS) -> tuple[ClusterSnapshot, int]:
+    """The snapshot with its pending work cut to `limit` units, in Ray's order (tasks,
+    then placement groups, then request_resources), and how many units were left out."""
+    total = plan_units(snapshot)
+    if total <= limit:
+        return snapshot, 0
+    left = limit
+    demands, gangs, constraints = [], [], []
+    for d in snapshot.demands:
+        take = min(d.count, left)
+        if take:
+            demands.append(d.model_copy(update={"count": take}))
+        left -= take
+    for g in snapshot.gangs:
+        take = min(g.count, left // max(1, len(g.bundles)))
+        if take:
+            gangs.append(g.model_copy(update={"count": take}))
+        left -= take * len(g.bundles)
+    for c in snapshot.constraints:
+        take = min(c.count, left)
+        if take:
+            constraints.append(c.model_copy(update={"count": take}))
+        left -= take
+    cut = snapshot.model_copy(
+        update={
+            "demands": tuple(demands),
+            "gangs": tuple(gangs),
+            "constraints": tuple(constraints),
+        }
+    )
+    return cut, total - plan_units(cut)
+
+
 class ResizeAction(_Frozen):
     pod: str
     group: str

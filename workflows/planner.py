@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from workflows.model import (
+    MAX_PLAN_UNITS,
     ClusterSnapshot,
     Constraint,
     Demand,
@@ -56,6 +57,8 @@ from workflows.model import (
     ResizeState,
     TerminateAction,
     UpscalingMode,
+    bounded,
+    plan_units,
 )
 from workflows.resources import CPU, MEMORY, Resources
 
@@ -146,7 +149,7 @@ class _Item:
 
 
 class _Planner:
-    def __init__(self, snap: ClusterSnapshot) -> None:
+    def __init__(self, snap: ClusterSnapshot, bound_note: str = "") -> None:
         self.snap = snap
         self.settings = snap.settings
         # tasks waiting inside a placement group: its bundle holds their room
@@ -185,7 +188,7 @@ class _Planner:
         self.launch: Counter[str] = Counter()
         self.launch_reasons: dict[str, Counter[str]] = {}
         self.terminate: dict[str, TerminateAction] = {}
-        self.notes: list[str] = []
+        self.notes: list[str] = [bound_note] if bound_note else []
         self.new_serial = 0
         # undo log of the gang being placed: bin id -> (bin, state before)
         self.txn: dict[int, tuple[_Bin, _BinState]] | None = None
@@ -1167,7 +1170,19 @@ def _size_text(cpu: int, memory: int) -> str:
 
 def plan(snapshot: ClusterSnapshot) -> Plan:
     """Decide one reconcile tick. Pure: the same snapshot always gives the same plan."""
-    return _Planner(snapshot).run()
+    return _Planner(*_bound(snapshot)).run()
+
+
+def _bound(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, str]:
+    """At most MAX_PLAN_UNITS units a plan, and a note saying what waits."""
+    cut, left_out = bounded(snapshot)
+    if not left_out:
+        return snapshot, ""
+    return cut, (
+        f"{left_out} of {plan_units(snapshot)} pending units wait for the next plan: one plan "
+        f"places at most {MAX_PLAN_UNITS} (tasks first, then placement groups, then "
+        "request_resources)"
+    )
 
 
 # --- where the plan puts the work (for people: `raysize plan --explain`) -------------------
@@ -1208,7 +1223,7 @@ class Trace:
 
 def plan_with_trace(snapshot: ClusterSnapshot) -> tuple[Plan, Trace]:
     """The plan, and where it puts each unit: the same decision as `plan()`."""
-    planner = _Planner(snapshot)
+    planner = _Planner(*_bound(snapshot))
     result = planner.run()
     placements: list[Placement] = []
 

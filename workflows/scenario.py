@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from workflows.model import (
     HEAD_GROUP,
+    MAX_PLAN_UNITS,
     ClusterSnapshot,
     Constraint,
     Demand,
@@ -32,6 +33,7 @@ from workflows.model import (
     ResizePolicy,
     ResizeState,
     UpscalingMode,
+    plan_units,
 )
 from workflows.resources import (
     CPU,
@@ -606,7 +608,7 @@ def load_scenario(doc: object, base: PlannerSettings | None = None) -> ClusterSn
             f"pods[{heads[1]}].group",
             f"{HEAD_GROUP!r} again (pods[{heads[0]}] is the head pod); expected one head pod",
         )
-    return ClusterSnapshot(
+    snapshot = ClusterSnapshot(
         name=name,
         groups=groups,
         pods=pods,
@@ -620,6 +622,13 @@ def load_scenario(doc: object, base: PlannerSettings | None = None) -> ClusterSn
         ),
         settings=settings,
     )
+    units = plan_units(snapshot)
+    if units > MAX_PLAN_UNITS:
+        raise ScenarioError(
+            f"demands, gangs, constraints: {units} units in all (counts × bundles); one plan "
+            f"places at most {MAX_PLAN_UNITS} (bench/SCENARIO.md, Limits): lower the counts"
+        )
+    return snapshot
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:

@@ -632,3 +632,18 @@ def test_a_file_that_is_not_utf8_or_nests_too_deeply_is_one_clear_line(tmp_path:
         result.stderr.strip()
         == f"error: {deep} nests too deeply to be a scenario (bench/SCENARIO.md is at most a few levels deep)"
     )
+
+
+def test_a_scenario_past_the_planning_limit_is_one_clear_error(tmp_path: Path) -> None:
+    """A demand of 10⁹ tasks with no maximum ran over two minutes: past the documented
+    limit, `raysize plan` says so at once."""
+    doc = copy.deepcopy(SEED_CASE_2)
+    doc["groups"]["g1"]["max_workers"] = None
+    doc["max_workers"] = None
+    doc["demands"] = [{"shape": {"CPU": 1}, "count": 10**9}]
+    result = runner.invoke(app, ["plan", "-s", str(write(tmp_path, doc))])
+    assert result.exit_code == 2, result.output
+    assert (
+        "demands, gangs, constraints: 1000000000 units in all (counts × bundles); one plan "
+        "places at most 100000 (bench/SCENARIO.md, Limits): lower the counts"
+    ) in result.stderr

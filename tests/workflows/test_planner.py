@@ -665,3 +665,22 @@ def test_plan_is_deterministic() -> None:
         [group("a"), group("b")], [pod("a1", "a"), pod("b1", "b")], [(res(2), 5), (res(0.5), 7)]
     )
     assert plan(snap) == plan(snap)
+
+
+def test_one_plan_places_at_most_the_limit_and_says_what_waits():
+    """Ray may report any number of tasks; a plan takes the first MAX_PLAN_UNITS (tasks,
+    then placement groups) so planning stays about a second, and says the rest waits."""
+    from workflows.model import MAX_PLAN_UNITS, Gang
+
+    snap = snapshot(
+        [group(max_cpu=None, max_workers=None)],
+        [],
+        [(res(1), 10**9)],
+    ).model_copy(update={"gangs": (Gang(bundles=(res(1), res(1)), count=5),)})
+    p = plan(snap)
+    assert sum(a.count for a in p.launch) == MAX_PLAN_UNITS
+    assert p.notes[0] == (
+        f"{10**9 + 10 - MAX_PLAN_UNITS} of {10**9 + 10} pending units wait for the next plan: "
+        f"one plan places at most {MAX_PLAN_UNITS} (tasks first, then placement groups, then "
+        "request_resources)"
+    )
