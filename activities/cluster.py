@@ -355,6 +355,7 @@ class ClusterActivities:
         deadline = started + inp.timeout_s
         assert self.pods is not None
         reads = 0
+        beat = started  # heartbeats cross into the SDK's core: every few seconds is enough
         # the worker's shared watches: no thread or connection of its own per wait
         with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed:
             try:
@@ -363,9 +364,11 @@ class ClusterActivities:
                         inp.namespace, inp.cluster, inp.pods_version, inp.cluster_mark
                     ):
                         return True
-                    if not inp.watch_ray:
+                    if time.monotonic() - beat >= HEARTBEAT_EVERY_S or not inp.watch_ray:
                         # heartbeats are what tell Temporal this worker still waits
                         activity.heartbeat()
+                        beat = time.monotonic()
+                    if not inp.watch_ray:
                         await changed.wait(min(left, HEARTBEAT_EVERY_S))
                         continue
                     asked = time.monotonic()
@@ -376,7 +379,6 @@ class ClusterActivities:
                             return True
                     except RayError:
                         return True  # let the next observe say what is wrong
-                    activity.heartbeat()
                     pause = ray_read_pause(asked - started, time.monotonic() - asked)
                     await changed.wait(min(pause, left))
                 return False
