@@ -38,7 +38,9 @@ class ResizeView:
     from_memory: int = 0
     memory: int = 0
     attempts: tuple[str, ...] = ()
+    attempt_cpus: tuple[int, ...] = ()  # millicores asked for, one per attempt
     detail: str = ""
+    started: float = 0.0  # epoch seconds the workflow run started
 
     @property
     def closed(self) -> bool:
