@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -316,8 +317,26 @@ class Watcher:
         )
 
 
+# Ray's names for a placement group's resources: `CPU_group_0_<pg id>` (bundle 0's CPU),
+# `CPU_group_<pg id>` (any bundle's) and `bundle_group_…` (the bundle's marker)
+_PG_BUNDLE = re.compile(r"^(?P<name>.+)_group_(?P<index>\d+)_[0-9a-f]{16,}$")
+
+
 def _shape(r: Resources) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(r.to_ray().items())) + "}"
+    """`{CPU: 2}`; a task waiting for a placement group's bundle reads `{CPU: 2} in
+    placement group bundle 0`, not Ray's internal resource names."""
+    ray = r.to_ray()
+    bundle = {m["name"]: (int(m["index"]), v) for k, v in ray.items() if (m := _PG_BUNDLE.match(k))}
+    if bundle:
+        plain = {name: v for name, (_, v) in bundle.items() if name != "bundle"}
+        indexes = sorted({i for i, _ in bundle.values()})
+        where = ", ".join(str(i) for i in indexes)
+        return _braces(plain) + f" in placement group bundle {where}"
+    return _braces(ray)
+
+
+def _braces(ray: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(ray.items())) + "}"
 
 
 def _cores_text(units: int) -> str:

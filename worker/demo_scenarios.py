@@ -66,6 +66,7 @@ class Scenario:
     workload: tuple[dict[str, Any], ...]
     resize_timeout_s: int = 30
     idle_timeout_s: int | None = None
+    min_workers: int = 0  # the worker group's minReplicas
     # a non-Ray pod taking this many millicores on the first node (0: none)
     neighbour_cpu: int = 0
     check: Callable[[Progress], list[str]] = field(default=lambda p: [])
@@ -164,6 +165,9 @@ SCENARIOS: dict[str, Scenario] = {
             nodes=(NodeSpec("node-a", 8000, 32 * GIB),),
             workload=(_tasks(2),),
             idle_timeout_s=3,
+            # the worker may not be removed as idle before the task reaches it: this story
+            # is about shrinking back, not scaling in
+            min_workers=1,
             check=_idle_check,
         ),
     )
@@ -216,7 +220,7 @@ def raycluster(scenario: Scenario) -> dict[str, Any]:
                 {
                     "groupName": GROUP,
                     "replicas": 1,
-                    "minReplicas": 0,
+                    "minReplicas": scenario.min_workers,
                     "maxReplicas": 4,
                     "rayStartParams": {},
                     "template": template("1", "1Gi"),

@@ -208,8 +208,11 @@ class LiveSink:
         if kind in ("stage", "started"):
             self.notes.append(str(doc.get("message", "")))
         elif kind == "resize" and doc.get("closed"):
+            to = doc["cpu"]
+            if doc["outcome"] == "RolledBack" and doc.get("attempt_cpus"):
+                to = doc["attempt_cpus"][-1]  # the state is back at the start: say what failed
             self.notes.append(
-                f"resize of {doc['pod']} {doc['from_cpu']} → {doc['cpu']} CPU: {doc['outcome']}"
+                f"resize of {doc['pod']} {doc['from_cpu']} → {to} CPU: {doc['outcome']}"
             )
         self.notes = self.notes[-NOTES_KEPT:]
         if self._last is not None:
@@ -318,8 +321,8 @@ class Section:
 
 def fit(sections: list[Section], height: int) -> list[Text]:
     """The sections' lines (in the given order) in at most `height` lines: each section
-    by priority first gets its minimum or is left out, then the room that is left goes
-    to the newest items, again by priority."""
+    by priority first gets its minimum or is left out, then the room that is left is
+    shared out one item at a time, newest items first, in order of priority."""
     shown: dict[int, int | None] = {i: None for i in range(len(sections))}
     used = 0
     by_priority = sorted(range(len(sections)), key=lambda i: sections[i].priority)
@@ -329,15 +332,19 @@ def fit(sections: list[Section], height: int) -> list[Text]:
         if used + s.height(n) <= height:
             shown[i] = n
             used += s.height(n)
-    for i in by_priority:
-        got = shown[i]
-        if got is None:
-            continue
-        s, n = sections[i], got
-        while n < len(s.items) and used - s.height(n) + s.height(n + 1) <= height:
-            used += s.height(n + 1) - s.height(n)
-            n += 1
-        shown[i] = n
+    growing = True
+    while growing:  # one more item per section per round, by priority: room is shared
+        growing = False
+        for i in by_priority:
+            got = shown[i]
+            s = sections[i]
+            if got is None or got >= len(s.items):
+                continue
+            extra = s.height(got + 1) - s.height(got)
+            if used + extra <= height:
+                shown[i] = got + 1
+                used += extra
+                growing = True
     return [
         line
         for i, s in enumerate(sections)
@@ -350,6 +357,15 @@ def _wrapped(console: Console, text: Text, width: int, indent: int = 2) -> list[
     """`text` wrapped to `width`, its continuation lines indented."""
     lines = list(text.wrap(console, max(width - indent, 10), overflow="fold"))
     return [lines[0], *(Text(" " * indent).append_text(line) for line in lines[1:])]
+
+
+def _asked(r: ResizeView) -> str:
+    """From → to; a rolled-back resize (whose state is back at its start) shows the size
+    its last attempt asked for."""
+    to = r.cpu
+    if r.outcome == "RolledBack" and r.attempt_cpus:
+        to = r.attempt_cpus[-1]
+    return f"{cores(r.from_cpu)} → {cores(to)}"
 
 
 def _change(now: str, want: str) -> str:
@@ -422,7 +438,7 @@ class DemoView:
         resize_lines = table_lines(
             [
                 Column("Resizes", [Text(r.pod) for r in resizes]),
-                Column("CPU", [Text(resize_text(r).removesuffix(" CPU")) for r in resizes]),
+                Column("CPU", [Text(_asked(r)) for r in resizes]),
                 Column("phase", [Text(r.phase or "-") for r in resizes]),
                 Column(
                     "outcome",
