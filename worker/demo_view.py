@@ -319,32 +319,43 @@ class Section:
         return len(self.lines(n_items))
 
 
+OPTIONAL = 6  # sections of this priority and above get only the room the others leave
+
+
 def fit(sections: list[Section], height: int) -> list[Text]:
-    """The sections' lines (in the given order) in at most `height` lines: each section
-    by priority first gets its minimum or is left out, then the room that is left is
-    shared out one item at a time, newest items first, in order of priority."""
+    """The sections' lines (in the given order) in at most `height` lines. By priority,
+    each section first gets its minimum or is left out; then the room left is shared
+    out one item (the newest not yet shown) per section per round, so no section takes
+    it all. The optional sections (the log, the story's title) get what is left last."""
     shown: dict[int, int | None] = {i: None for i in range(len(sections))}
     used = 0
     by_priority = sorted(range(len(sections)), key=lambda i: sections[i].priority)
     for i in by_priority:
         s = sections[i]
         n = min(s.min_items, len(s.items))
-        if used + s.height(n) <= height:
+        if s.priority < OPTIONAL and used + s.height(n) <= height:
             shown[i] = n
             used += s.height(n)
-    growing = True
-    while growing:  # one more item per section per round, by priority: room is shared
-        growing = False
-        for i in by_priority:
-            got = shown[i]
+    for optional in (False, True):
+        for i in by_priority:  # an optional section comes in once there is room for it
             s = sections[i]
-            if got is None or got >= len(s.items):
-                continue
-            extra = s.height(got + 1) - s.height(got)
-            if used + extra <= height:
-                shown[i] = got + 1
-                used += extra
-                growing = True
+            if optional and s.priority >= OPTIONAL and shown[i] is None:
+                n = min(max(s.min_items, 1), len(s.items))
+                if used + s.height(n) <= height:
+                    shown[i] = n
+                    used += s.height(n)
+        growing = True
+        while growing:
+            growing = False
+            for i in by_priority:
+                got, s = shown[i], sections[i]
+                if got is None or got >= len(s.items) or (s.priority >= OPTIONAL) != optional:
+                    continue
+                extra = s.height(got + 1) - s.height(got)
+                if used + extra <= height:
+                    shown[i] = got + 1
+                    used += extra
+                    growing = True
     return [
         line
         for i, s in enumerate(sections)
@@ -502,7 +513,7 @@ class DemoView:
             or [[Text("  (not started)", style="dim")]],
         )
         log = Section(
-            6,
+            OPTIONAL,
             [],
             [_wrapped(console, Text(f"· {note}", style="dim"), width) for note in self.notes],
         )
