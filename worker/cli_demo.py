@@ -11,8 +11,10 @@ from worker.cli_common import DEV_PANEL
 # the stories by name, for --help without loading the demo (and the sandbox it builds on):
 # tests/demo checks these against worker/demo_scenarios.py's SCENARIOS
 STORIES = {
-    "grow": "a 1-CPU worker grows in place for 2-CPU tasks, then for a placement group",
-    "timeout": "the first worker's node never actuates a resize: timeout, rollback, scale-out",
+    "grow": "a 1-CPU worker grows in place for a 2-CPU task; a placement group gets a "
+    "second pod, grown in place",
+    "timeout": "the first worker's node never actuates a resize: timeout, rollback; a "
+    "second pod grows instead",
     "deferred": "the node is too full for the right size: the kubelet defers, raysize asks "
     "again at the size it suggests",
     "idle": "a worker grows for a task, then shrinks back to its template size when idle",

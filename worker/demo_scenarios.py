@@ -122,7 +122,8 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario(
             name="grow",
-            title="a 1-CPU worker grows in place for 2-CPU tasks, then for a placement group",
+            title="a 1-CPU worker grows in place for a 2-CPU task; a placement group gets a "
+            "second pod, grown in place",
             expect="the workload finished and a resize grew a pod (Succeeded)",
             nodes=(NodeSpec("node-a", 8000, 32 * GIB),),
             workload=(
@@ -138,7 +139,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="timeout",
-            title="the first worker's node never actuates a resize: timeout, rollback, scale-out",
+            title="the first worker's node never actuates a resize: timeout, rollback; a "
+            "second pod grows instead",
             expect="a resize RolledBack after its timeout, a pod launched, the workload finished",
             nodes=(
                 NodeSpec("stuck-node", 1500, 8 * GIB, stalls_actuation=True),
