@@ -75,9 +75,16 @@ def demo_pane(tmp_path: Path, *args: str) -> Iterator[tuple[Pane, int]]:
     pid = pane.start(f"cd {shlex.quote(str(ROOT))} && PYTHONPATH=. exec {command}")
     try:
         yield pane, pid
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)  # the pane's own group (a passing test: gone)
+    finally:  # a passing test finds nothing left; a failing one leaves nothing either
+        started = children(pid)
+        if pane.exit_status() is None:  # Ctrl-C first: the demo stops what it started
+            pane.tmux("send-keys", "-t", "demo", "C-c")
+            deadline = time.monotonic() + 60
+            while pane.exit_status() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+        for group in (pid, *started):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         pane.kill()
 
 
