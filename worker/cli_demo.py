@@ -124,4 +124,4 @@ def register(app: typer.Typer) -> None:
             keep_logs=keep_logs,
             stay=(not headless) if stay is None else stay,
         )
-        raise typer.Exit(code=run_demo(cfg, sink, exit_process=True))
+        raise typer.Exit(code=run_demo(cfg, sink))

@@ -552,10 +552,8 @@ def _signals_ignored_while_stopping() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def run_demo(cfg: DemoConfig, sink: Sink, *, exit_process: bool = False) -> int:
-    """Run one scenario; returns the exit code (0 done, 1 not done, 2 usage, 130 signal).
-    With `exit_process` (the `raysize demo` command), once the demo started anything, the
-    process ends with that code right after stopping it all (see `_exit`)."""
+def run_demo(cfg: DemoConfig, sink: Sink) -> int:
+    """Run one scenario; returns the exit code (0 done, 1 not done, 2 usage, 130 signal)."""
     try:
         temporal_bin, _ = preflight(cfg)
     except KeyboardInterrupt:
@@ -629,24 +627,7 @@ def run_demo(cfg: DemoConfig, sink: Sink, *, exit_process: bool = False) -> int:
         sink.event({"event": "logs", "workdir": str(workdir)})
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    if exit_process:
-        _exit(code)
     return code
-
-
-def _exit(code: int) -> None:
-    """End the process now that everything it started is stopped, skipping the
-    interpreter's teardown. In the tmux test the demo twice stayed up after saying
-    "stopped" on Ctrl-C, and once ended by a signal, while the view's last reads were
-    still retrying against the stopped dev server. That matches a known end of processes
-    with a Temporal client (temporalio/sdk-python#300, #834): its Rust threads outlive the
-    event loop and hang or abort Python's finalization, and the SDK cannot close a client.
-    Output and logs are flushed first."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    logging.shutdown()
-    os._exit(code)
 
 
 __all__ = ["DemoConfig", "DemoError", "preflight", "resize_text", "run_demo"]
