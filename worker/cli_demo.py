@@ -11,8 +11,10 @@ from worker.cli_common import DEV_PANEL
 # the stories by name, for --help without loading the demo (and the sandbox it builds on):
 # tests/demo checks these against worker/demo_scenarios.py's SCENARIOS
 STORIES = {
-    "grow": "a 1-CPU worker grows in place for 2-CPU tasks, then for a placement group",
-    "timeout": "the first worker's node never actuates a resize: timeout, rollback, scale-out",
+    "grow": "a 1-CPU worker grows in place for a 2-CPU task; a placement group gets a "
+    "second pod, grown in place",
+    "timeout": "the first worker's node never actuates a resize: timeout, rollback; a "
+    "second pod grows instead",
     "deferred": "the node is too full for the right size: the kubelet defers, raysize asks "
     "again at the size it suggests",
     "idle": "a worker grows for a task, then shrinks back to its template size when idle",
@@ -28,12 +30,14 @@ DEMO_HELP = "\n\n".join(
         "behind the Ray pods) and a raysize worker; creates the RayCluster default/demo with a "
         "ray.io/ippr annotation (1 worker of 1 CPU, growable to 4 in place); runs a Ray "
         "workload that needs more than that, and shows live what happens: Ray's pending "
-        "demands, the pods and their sizes, each resize's phase and outcome, the Raylet totals "
-        "and the workload's progress. At the end: a summary and the Temporal UI link of each "
-        "resize workflow.",
-        "In the live view the demo then stays up (so the UI links work) until Ctrl-C; with "
-        "--headless or --no-stay the end of the story stops it. Either way every process the "
-        "demo started is stopped, each by its own process group.",
+        "demands, why each step happens (the reconcile's own decisions), each resize's sizes, "
+        "phase and outcome, the pods with their Raylet totals, and the workload's progress, "
+        "fitted to the terminal (80x24 and up). At the end: a summary and the Temporal UI "
+        "link of each resize workflow.",
+        "In the live view the demo then stays up (so the UI links work) and goes on showing "
+        "the cluster (idle pods shrink back, then go) until Ctrl-C; with --headless or "
+        "--no-stay the end of the story stops it. Either way every process the demo started "
+        "is stopped, each by its own process group.",
         "Exit codes: 0 the story reached its expected end; 1 it did not, or something failed "
         "(the logs are kept and their directory printed); 2 bad options, a busy port or a "
         "missing dependency (install with: pip install -e '.\\[demo]'); 130 interrupted.",

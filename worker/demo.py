@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -71,12 +72,13 @@ from worker.demo_view import (
     JsonSink,
     PodRow,
     RayletRow,
+    Reason,
     Sink,
     resize_text,
     summary,
 )
-from workflows.contracts import ResizeState
-from workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE
+from workflows.contracts import ReconcileStatus, ResizeState
+from workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE, reconcile_workflow_id
 from workflows.resize_workflow import PodResizeWorkflow
 from workflows.resources import CPU, GIB, MEMORY, Resources
 
@@ -230,6 +232,7 @@ class Watcher:
                 status=status,
                 phase=attrs.get(RESIZE_PHASE) or "",
                 outcome=attrs.get(RESIZE_OUTCOME) or "",
+                started=wf.start_time.timestamp() if wf.start_time else 0.0,
             )
             rs = await self._resize_state(wf.id, wf.run_id, wf.status)
             if rs is not None:
@@ -237,6 +240,7 @@ class Watcher:
                 view.from_cpu, view.cpu = rs.from_cpu, rs.cpu
                 view.from_memory, view.memory = rs.from_memory, rs.memory
                 view.attempts = tuple(a.result for a in rs.attempts)
+                view.attempt_cpus = tuple(a.cpu for a in rs.attempts)
                 view.detail = rs.detail
             if view.closed and rs is None:
                 view.status = "RUNNING"  # read it again next time
@@ -252,6 +256,7 @@ class Watcher:
                         "from_cpu": _cores_text(view.from_cpu),
                         "cpu": _cores_text(view.cpu),
                         "attempts": list(view.attempts),
+                        "attempt_cpus": [_cores_text(c) for c in view.attempt_cpus],
                         "detail": view.detail,
                         "closed": view.closed,
                     }
@@ -270,11 +275,34 @@ class Watcher:
             log.debug("state of %s: %s", wf_id, exc)
             return None
 
+    async def poll_reasons(self) -> None:
+        """The reconcile's own decisions and the notes of its last plan: why each step
+        happens, in the planner's words (the demo adds none of its own)."""
+        handle = self.temporal.get_workflow_handle(reconcile_workflow_id(NAMESPACE, CLUSTER))
+        try:
+            st = await asyncio.wait_for(handle.query("status", result_type=ReconcileStatus), 5)
+        except Exception as exc:  # not started yet (discovery starts it), or busy
+            log.debug("reconcile status: %s", exc)
+            return
+        seen = {(r.tick, r.text) for r in self.state.reasons}
+        for d in st.decisions:
+            for text in d.reasons or (d.summary.split(": ", 1)[-1],):
+                if (d.tick, text) in seen:
+                    continue
+                seen.add((d.tick, text))
+                reason = Reason(tick=d.tick, text=text, at_s=round(self.state.elapsed(), 1))
+                self.state.reasons.append(reason)
+                self.sink.event({"event": "decision", "tick": d.tick, "reason": text})
+        notes = tuple(st.last_plan.notes) if st.last_plan is not None else ()
+        if notes != self.state.plan_notes:
+            self.sink.event({"event": "plan_notes", "notes": list(notes)})
+        self.state.plan_notes = notes
+
     async def poll_all(self, sandbox: Sandbox) -> None:
         """One round of polling. A failed read (an API busy for a moment) only leaves that
         part of the view as it was; the story's deadline bounds a lasting failure."""
         self.report_ray_processes(sandbox)
-        for part in (self.poll_pods, self.poll_ray, self.poll_resizes):
+        for part in (self.poll_pods, self.poll_ray, self.poll_resizes, self.poll_reasons):
             try:
                 await part()
             except Exception as exc:
@@ -289,8 +317,26 @@ class Watcher:
         )
 
 
+# Ray's names for a placement group's resources: `CPU_group_0_<pg id>` (bundle 0's CPU),
+# `CPU_group_<pg id>` (any bundle's) and `bundle_group_…` (the bundle's marker)
+_PG_BUNDLE = re.compile(r"^(?P<name>.+)_group_(?P<index>\d+)_[0-9a-f]{16,}$")
+
+
 def _shape(r: Resources) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(r.to_ray().items())) + "}"
+    """`{CPU: 2}`; a task waiting for a placement group's bundle reads `{CPU: 2} in
+    placement group bundle 0`, not Ray's internal resource names."""
+    ray = r.to_ray()
+    bundle = {m["name"]: (int(m["index"]), v) for k, v in ray.items() if (m := _PG_BUNDLE.match(k))}
+    if bundle:
+        plain = {name: v for name, (_, v) in bundle.items() if name != "bundle"}
+        indexes = sorted({i for i, _ in bundle.values()})
+        where = ", ".join(str(i) for i in indexes)
+        return _braces(plain) + f" in placement group bundle {where}"
+    return _braces(ray)
+
+
+def _braces(ray: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(ray.items())) + "}"
 
 
 def _cores_text(units: int) -> str:
@@ -304,7 +350,15 @@ def _read_driver(proc: subprocess.Popen[str], lines: list[str]) -> None:
         lines.append(line.rstrip("\n"))
 
 
-async def story(cfg: DemoConfig, started: Started, sink: Sink, temporal_bin: str) -> int:
+async def story(
+    cfg: DemoConfig,
+    started: Started,
+    sink: Sink,
+    temporal_bin: str,
+    ended: Callable[[int], None],
+) -> None:
+    """Tell the story; `ended(code)` once it reached its end (or its deadline). With
+    `cfg.stay` it then goes on showing the cluster until cancelled (Ctrl-C)."""
     scenario = cfg.scenario
     state = DemoState(scenario=scenario, ui_port=cfg.ui_port)
 
@@ -359,7 +413,18 @@ async def story(cfg: DemoConfig, started: Started, sink: Sink, temporal_bin: str
             "rayclusters",
             raycluster(scenario),
         )
-        return await _watch(cfg, started, sink, state, watcher, stage)
+        code = await _watch(cfg, started, sink, state, watcher, stage)
+        ended(code)
+        if cfg.stay:
+            sink.event(
+                {
+                    "event": "staying",
+                    "message": f"The Temporal UI stays up at http://localhost:{cfg.ui_port} "
+                    "(the links above work); the cluster keeps running and the view keeps "
+                    "following it. Press Ctrl-C to stop everything.",
+                }
+            )
+            await _follow(started, sink, state, watcher)
     finally:
         watcher.close()
 
@@ -417,10 +482,12 @@ async def _watch(
                 stage("workload finished: waiting for the story's end")
         missing = scenario.missing(watcher.progress(state.workload_rc))
         if not missing:
+            state.ended = (True, round(state.elapsed()))
             stage("done")
             sink.event(summary(state, True, []))
             return EXIT_OK
         if time.monotonic() > deadline:
+            state.ended = (False, round(state.elapsed()))
             doc = summary(state, False, missing)
             sink.event(
                 {
@@ -431,6 +498,21 @@ async def _watch(
             )
             sink.event(doc)
             return EXIT_NOT_DONE
+        sink.refresh(state)
+        await asyncio.sleep(POLL_S)
+
+
+async def _follow(started: Started, sink: Sink, state: DemoState, watcher: Watcher) -> None:
+    """After the story: keep showing what the cluster does (an idle pod shrinks, a pod is
+    removed) until cancelled."""
+    while True:
+        assert started.sandbox is not None
+        if started.worker is not None and started.worker.poll() is not None:
+            raise DemoError(
+                f"the raysize worker exited with code {started.worker.returncode}:\n"
+                f"{log_tail(started.workdir / 'worker.log')}"
+            )
+        await watcher.poll_all(started.sandbox)
         sink.refresh(state)
         await asyncio.sleep(POLL_S)
 
@@ -506,18 +588,14 @@ def run_demo(cfg: DemoConfig, sink: Sink) -> int:
 
         for s in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(s, on_signal, s)
+
+        def ended(code: int) -> None:
+            nonlocal told
+            told = code
+
         try:
-            told = await story(cfg, started, sink, temporal_bin)
-            if cfg.stay:
-                sink.event(
-                    {
-                        "event": "staying",
-                        "message": f"The Temporal UI stays up at http://localhost:{cfg.ui_port} "
-                        "(the links above work); the cluster keeps running. "
-                        "Press Ctrl-C to stop everything.",
-                    }
-                )
-                await asyncio.Event().wait()  # until Ctrl-C
+            await story(cfg, started, sink, temporal_bin, ended)
+            assert told is not None
             return told
         finally:
             for s in (signal.SIGINT, signal.SIGTERM):

@@ -280,7 +280,6 @@ def start_worker(
             "RAYSIZE_NAMESPACES": NAMESPACE,
             "RAYSIZE_DISCOVER": "true",
             "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
-            "RAYSIZE_TICK_S": "2",
             "RAYSIZE_IDLE_TIMEOUT_S": str(idle_timeout_s),
         }
     )

@@ -38,7 +38,9 @@ class ResizeView:
     from_memory: int = 0
     memory: int = 0
     attempts: tuple[str, ...] = ()
+    attempt_cpus: tuple[int, ...] = ()  # millicores asked for, one per attempt
     detail: str = ""
+    started: float = 0.0  # epoch seconds the workflow run started
 
     @property
     def closed(self) -> bool:
@@ -64,6 +66,7 @@ class Scenario:
     workload: tuple[dict[str, Any], ...]
     resize_timeout_s: int = 30
     idle_timeout_s: int | None = None
+    min_workers: int = 0  # the worker group's minReplicas
     # a non-Ray pod taking this many millicores on the first node (0: none)
     neighbour_cpu: int = 0
     check: Callable[[Progress], list[str]] = field(default=lambda p: [])
@@ -119,7 +122,8 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario(
             name="grow",
-            title="a 1-CPU worker grows in place for 2-CPU tasks, then for a placement group",
+            title="a 1-CPU worker grows in place for a 2-CPU task; a placement group gets a "
+            "second pod, grown in place",
             expect="the workload finished and a resize grew a pod (Succeeded)",
             nodes=(NodeSpec("node-a", 8000, 32 * GIB),),
             workload=(
@@ -135,7 +139,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="timeout",
-            title="the first worker's node never actuates a resize: timeout, rollback, scale-out",
+            title="the first worker's node never actuates a resize: timeout, rollback; a "
+            "second pod grows instead",
             expect="a resize RolledBack after its timeout, a pod launched, the workload finished",
             nodes=(
                 NodeSpec("stuck-node", 1500, 8 * GIB, stalls_actuation=True),
@@ -162,6 +167,9 @@ SCENARIOS: dict[str, Scenario] = {
             nodes=(NodeSpec("node-a", 8000, 32 * GIB),),
             workload=(_tasks(2),),
             idle_timeout_s=3,
+            # the worker may not be removed as idle before the task reaches it: this story
+            # is about shrinking back, not scaling in
+            min_workers=1,
             check=_idle_check,
         ),
     )
@@ -214,7 +222,7 @@ def raycluster(scenario: Scenario) -> dict[str, Any]:
                 {
                     "groupName": GROUP,
                     "replicas": 1,
-                    "minReplicas": 0,
+                    "minReplicas": scenario.min_workers,
                     "maxReplicas": 4,
                     "rayStartParams": {},
                     "template": template("1", "1Gi"),
