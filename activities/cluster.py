@@ -360,6 +360,10 @@ class ClusterActivities:
         with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed:
             try:
                 while (left := deadline - time.monotonic()) > 0:
+                    if activity.is_worker_shutdown():
+                        # the worker is stopping: end now (as a quiet tick), so its
+                        # shutdown need not wait out its grace period for this wait
+                        return False
                     if self.pods.cluster_changed_since(
                         inp.namespace, inp.cluster, inp.pods_version, inp.cluster_mark
                     ):
