@@ -173,3 +173,25 @@ def test_a_raylet_sync_for_a_deleted_pod_ends_instead_of_retrying_for_ever(env):
         assert f"default/{pod}: the pod is gone" in gone.value.message
     finally:
         acts.close()
+
+
+def test_a_worker_shutting_down_ends_the_wait_at_once(env):
+    """A stopping worker waited out its 10 s grace period for each cluster's wait (a
+    demo's Ctrl-C took 15-27 s); now the wait ends within its next look."""
+    _, kube = env
+    with GcsStandIn() as gcs:
+        acts = ClusterActivities(kube=kube, ray=RaySettings())
+        try:
+            activity_env = ActivityEnvironment()
+
+            async def stop_midway() -> bool:
+                waiting = asyncio.ensure_future(
+                    activity_env.run(acts.wait_for_change, wait_input(kube, gcs.address, 60))
+                )
+                await asyncio.sleep(1.0)
+                activity_env.worker_shutdown()
+                return await asyncio.wait_for(waiting, 20)  # well before the 60 s tick
+
+            assert asyncio.run(stop_midway()) is False
+        finally:
+            acts.close()
