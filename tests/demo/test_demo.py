@@ -75,9 +75,34 @@ def demo(*args: str) -> Iterator[subprocess.Popen[str]]:
     try:
         yield proc
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+        stop_demo(proc)
+
+
+def child_groups(pid: int) -> set[int]:
+    """The process groups of `pid`'s children (the demo starts each in a session of its
+    own: the dev server, the worker, every Ray node, the driver)."""
+    groups = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:  # ppid
+                groups.add(int(fields[2]))  # pgrp
+    return groups
+
+
+def stop_demo(proc: subprocess.Popen[str]) -> None:
+    """Ctrl-C first: the demo stops everything it started, group by group. If it does not
+    end, its children's groups and its own are killed: a failing test must not leave a
+    dev server and Ray nodes running (one did)."""
+    groups = child_groups(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGINT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(60)
+    for group in (*groups, *child_groups(proc.pid), proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    proc.wait(30)
 
 
 def events(stdout: str) -> list[dict[str, Any]]:
