@@ -124,6 +124,26 @@ class RayRuntime:
         if mine and self._report is not None:
             self._report(rp.namespace, rp.pod, rp.uid, rp.container, exit_code(code))
 
+    def keep_logs(self, dest: Path) -> int:
+        """Copy what explains a failure out of this runtime's temp dir (removed on close):
+        each pod's `ray start` output and every node's Ray logs. Returns the files copied."""
+        copied = 0
+        for path in sorted(self.root.rglob("*")):
+            try:
+                if not path.is_file() or path.is_symlink():
+                    continue  # sockets, pipes, and session_latest (a link to a session)
+                if path.suffix not in (".log", ".out", ".err", ".txt"):
+                    continue
+                if path.stat().st_size > 50 * 1024 * 1024:
+                    continue
+                target = dest / path.relative_to(self.root)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target)
+                copied += 1
+            except OSError:
+                continue  # a file Ray removed meanwhile
+        return copied
+
     def _node_dir(self) -> Path:
         """A short private temp dir per Ray node: Raylets on one host must not share one."""
         with self._lock:

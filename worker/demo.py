@@ -319,6 +319,9 @@ class Watcher:
 
 # Ray's names for a placement group's resources: `CPU_group_0_<pg id>` (bundle 0's CPU),
 # `CPU_group_<pg id>` (any bundle's) and `bundle_group_…` (the bundle's marker)
+# a worker pod running this long with no Raylet registered: the story cannot go on, say so
+# (Ray takes 2-6 s to register here; the story's own timeout is minutes)
+RAYLET_REGISTER_S = 90.0
 _PG_BUNDLE = re.compile(r"^(?P<name>.+)_group_(?P<index>\d+)_[0-9a-f]{16,}$")
 
 
@@ -441,6 +444,7 @@ async def _watch(
     deadline = time.monotonic() + cfg.timeout_s
     lines: list[str] = []
     shown = 0
+    running_since: dict[str, float] = {}  # worker pod → when it was first seen running
     while True:
         assert started.sandbox is not None
         if started.worker is not None and started.worker.poll() is not None:
@@ -451,6 +455,16 @@ async def _watch(
         await watcher.poll_all(started.sandbox)
         workers_up = [p for p in state.pods.values() if p.role == "worker" and p.phase == "Running"]
         registered = {r.pod for r in state.raylets.values() if r.status in ("running", "idle")}
+        now = time.monotonic()
+        for p in workers_up:
+            since = running_since.setdefault(p.name, now)
+            if p.name not in registered and now - since > RAYLET_REGISTER_S:
+                # say which step never happened, long before the story's own timeout
+                raise DemoError(
+                    f"the Raylet of pod {p.name} never registered in {RAYLET_REGISTER_S:.0f}s "
+                    f"after the pod started running (its Ray logs are kept in "
+                    f"{started.workdir / 'ray-logs'})"
+                )
         if (
             started.driver is None
             and watcher.gcs_address
@@ -552,6 +566,15 @@ def _signals_ignored_while_stopping() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def _keep_ray_logs(started: Started, workdir: Path) -> None:
+    """A failed story keeps what explains it: every pod's Ray logs (the sandbox removes
+    its temp dir when it stops) beside the demo's, worker's and server's logs."""
+    ray = started.sandbox.ray if started.sandbox is not None else None
+    if ray is not None:
+        with contextlib.suppress(OSError):
+            ray.keep_logs(workdir / "ray-logs")
+
+
 def run_demo(cfg: DemoConfig, sink: Sink) -> int:
     """Run one scenario; returns the exit code (0 done, 1 not done, 2 usage, 130 signal)."""
     try:
@@ -608,6 +631,7 @@ def run_demo(cfg: DemoConfig, sink: Sink) -> int:
     except DemoError as exc:
         sink.event({"event": "error", "message": str(exc), "logs": str(workdir)})
         code = exc.code
+        _keep_ray_logs(started, workdir)
     except Exception as exc:
         log.exception("demo failed")
         sink.event({"event": "error", "message": f"{type(exc).__name__}: {exc}"})
