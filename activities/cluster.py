@@ -106,9 +106,14 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
             node.total.get_units(CPU) != view.total.cpu
             or node.total.get_units(MEMORY) != view.total.memory
         ):
-            # the pod has its new size and the Raylet not yet: a resize is finishing
+            # the pod has its new size and the Raylet not (yet): a resize is finishing, or
+            # a restarted Raylet came back at its start-up size (KubeRay's `ray start`
+            # line keeps the template's CPUs)
             update["resize"] = PodResize(
-                cpu=view.total.cpu, memory=view.total.memory, state=ResizeState.IN_PROGRESS
+                cpu=view.total.cpu,
+                memory=view.total.memory,
+                state=ResizeState.IN_PROGRESS,
+                raylet_only=True,
             )
         pods.append(view.model_copy(update=update))
     have: dict[str, int] = {}

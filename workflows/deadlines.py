@@ -11,11 +11,16 @@ the fixed tick is only a safety net measured in minutes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
 from workflows.resources import CPU, MEMORY, Resources, units_to_float
 
 # read the cluster a little after the deadline, so the timer never fires just before it
 MARGIN_S = 0.5
+# a Raylet whose total differs from its pod's this long, with no resize on the pod, is out
+# of step (a saga's own Raylet sync takes a second or two; the GCS lags it by about one)
+RAYLET_DRIFT_S = 30.0
 DEFAULT_RESIZE_TIMEOUT_S = 60
 
 
@@ -37,15 +42,56 @@ def _size(cpu: int, memory: int) -> str:
     return f"{units_to_float(cpu, CPU):g} CPU/{mem}"
 
 
-def stuck_resizes(snapshot: ClusterSnapshot) -> tuple[ResizeAction, ...]:
-    """Resizes Kubernetes still holds (its spec asks for a size the kubelet has not
-    given) that raysize asked for so long ago that no saga can still be working on them:
-    a saga that ended abnormally, or a lost one. Each is taken back to the size the pod
-    actually has, so spec, kubelet and Raylet agree again without a human."""
+def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
+    """Pods Kubernetes has at their size whose Raylet reports another total."""
+    return tuple(
+        sorted(
+            p.name
+            for p in snapshot.pods
+            if p.phase == PodPhase.RUNNING
+            and p.resize is not None
+            and p.resize.raylet_only
+            and p.raylet_id is not None
+        )
+    )
+
+
+def stuck_resizes(
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
+) -> tuple[ResizeAction, ...]:
+    """Resizes no saga works on any more, each with the saga that settles it:
+
+    - Kubernetes still holds one (its spec asks for a size the kubelet has not given)
+      that raysize asked for so long ago that no saga can still be working on it (a saga
+      that ended abnormally, or a lost one): back to the size the pod has;
+    - a Raylet has reported another total than its pod's for `RAYLET_DRIFT_S` (its
+      `drift_s`, seconds since the reconcile first saw it): a Raylet restarted at its
+      start-up size, say. Its pod keeps its size; the saga brings the Raylet to it.
+
+    So spec, kubelet and Raylet agree again without a human."""
     out = []
+    drift_s = drift_s or {}
     for p in sorted(snapshot.pods, key=lambda p: p.name):
         r = p.resize
         if p.phase != PodPhase.RUNNING or r is None or not r.state.in_flight:
+            continue
+        if r.raylet_only:
+            age = drift_s.get(p.name, 0.0)
+            if p.raylet_id is None or age < RAYLET_DRIFT_S:
+                continue
+            out.append(
+                ResizeAction(
+                    pod=p.name,
+                    group=p.group,
+                    cpu=r.cpu,
+                    memory=r.memory,
+                    from_cpu=r.cpu,
+                    from_memory=r.memory,
+                    reason=f"Raylet out of step: the pod has {_size(r.cpu, r.memory)}, its "
+                    f"Raylet reports {_size(p.total.cpu, p.total.memory)} for {age:.0f}s and "
+                    f"no resize is working on it → Raylet to {_size(r.cpu, r.memory)}",
+                )
+            )
             continue
         if r.asked_s is None or r.asked_s < stuck_after_s(_timeout(snapshot, p)):
             continue
@@ -66,7 +112,9 @@ def stuck_resizes(snapshot: ClusterSnapshot) -> tuple[ResizeAction, ...]:
     return tuple(out)
 
 
-def next_decision_in(snapshot: ClusterSnapshot) -> float | None:
+def next_decision_in(
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
+) -> float | None:
     """Seconds until a decision falls due on `snapshot` with nothing changing, or None
     when none will (the snapshot's ages are as of its reading)."""
     idle_timeout = snapshot.settings.idle_timeout_s
@@ -75,7 +123,9 @@ def next_decision_in(snapshot: ClusterSnapshot) -> float | None:
     for p in snapshot.pods:
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
-        if p.resize is not None and p.resize.state.in_flight and p.resize.asked_s is not None:
+        if p.resize is not None and p.resize.raylet_only:
+            due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
+        elif p.resize is not None and p.resize.state.in_flight and p.resize.asked_s is not None:
             due.append(stuck_after_s(_timeout(snapshot, p)) - p.resize.asked_s)
         if p.raylet_id is None:
             if p.running_s > 0:

@@ -67,6 +67,10 @@ class PodResize(_Frozen):
         description="seconds since raysize last asked for it (ray.io/ippr-status resizing-at;"
         " None: raysize did not, or does not know)",
     )
+    raylet_only: bool = Field(
+        default=False,
+        description="Kubernetes has the pod at `cpu`/`memory`; only its Raylet differs",
+    )
 
 
 class PodView(_Frozen):

@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleInput,
         WaitInput,
     )
-    from workflows.deadlines import next_decision_in, stuck_resizes
+    from workflows.deadlines import drifting, next_decision_in, stuck_resizes
     from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
     from workflows.naming import (
         RECONCILE_WORKFLOW,
@@ -101,6 +101,7 @@ class ReconcileWorkflow:
         # seconds from the last observe until a decision falls due with nothing changing
         self.next_decision_in: float | None = None
         self.pods: tuple[str, ...] | None = None  # at the last observe that read them
+        self.drift_since: dict[str, float] = {}  # pod → when its Raylet was seen differ
 
     @workflow.signal
     def pause(self) -> None:
@@ -230,13 +231,17 @@ class ReconcileWorkflow:
         snapshot = obs.snapshot.model_copy(
             update={"settings": _merge_settings(inp.settings, obs.snapshot.settings)}
         )
-        self.next_decision_in = next_decision_in(snapshot)
+        # since when each pod's Raylet has differed from its pod (this run's clock)
+        now = workflow.now().timestamp()
+        self.drift_since = {n: self.drift_since.get(n, now) for n in drifting(snapshot)}
+        drift_s = {n: now - t for n, t in self.drift_since.items()}
+        self.next_decision_in = next_decision_in(snapshot, drift_s)
         seen = telemetry.demand_seen_at(self.carry.demand_seen_at, snapshot)
         if seen != self.carry.demand_seen_at:
             self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
         p = telemetry.timed_plan(plan, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
-        stuck = stuck_resizes(snapshot)
+        stuck = stuck_resizes(snapshot, drift_s)
         if stuck and workflow.patched(SETTLE_PATCH):
             await self._settle(inp, snapshot, stuck)
         if p.is_empty:

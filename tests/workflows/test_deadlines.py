@@ -3,7 +3,14 @@ so an idle pod still shrinks on time though the safety tick is minutes long."""
 
 from __future__ import annotations
 
-from workflows.deadlines import MARGIN_S, next_decision_in, stuck_after_s, stuck_resizes
+from workflows.deadlines import (
+    MARGIN_S,
+    RAYLET_DRIFT_S,
+    drifting,
+    next_decision_in,
+    stuck_after_s,
+    stuck_resizes,
+)
 from workflows.model import PlannerSettings, PodPhase, PodResize, ResizeState
 from workflows.planner import plan
 from workflows.resources import GIB
@@ -86,3 +93,20 @@ def test_a_resize_nobody_works_on_is_taken_back_to_the_pods_actual_size():
     assert stuck_resizes(snapshot([group()], [stuck_pod(None)], settings=SETTINGS)) == ()
     done = pod("w1", resize=PodResize(cpu=4000, memory=2 * GIB, state=ResizeState.ERROR))
     assert stuck_resizes(snapshot([group()], [done], settings=SETTINGS)) == ()
+
+
+def test_a_raylet_out_of_step_with_its_pod_is_brought_to_the_pods_size():
+    """A Raylet killed mid-resize came back at its start-up size (KubeRay's `ray start`
+    line keeps the template's CPUs): the pod had 3 CPU, its Raylet 1, for good. After
+    RAYLET_DRIFT_S with no resize on it, a saga brings the Raylet to the pod's size; a
+    fresh difference (a saga's own sync in progress) is left alone, and looked at then."""
+    drift = PodResize(cpu=3000, memory=2 * GIB, state=ResizeState.IN_PROGRESS, raylet_only=True)
+    snap = snapshot([group()], [pod("w1", resize=drift)], settings=SETTINGS)
+    assert drifting(snap) == ("w1",)
+    assert stuck_resizes(snap, {"w1": 5.0}) == ()
+    assert next_decision_in(snap, {"w1": 5.0}) == RAYLET_DRIFT_S - 5 + MARGIN_S
+    (action,) = stuck_resizes(snap, {"w1": RAYLET_DRIFT_S + 1})
+    assert (action.pod, action.from_cpu, action.cpu) == ("w1", 3000, 3000)
+    assert action.reason.startswith(
+        "Raylet out of step: the pod has 3 CPU/2Gi, its Raylet reports 1 CPU/2Gi for 31s"
+    )
