@@ -27,7 +27,7 @@ from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError, No
 from activities.pod_watch import PodWatch
 from activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
 from activities.ray_gcs import RayGcsClient, TlsConfig
-from activities.ray_state import ClusterState, LabelOperator, LabelSelector
+from activities.ray_state import ClusterState, LabelOperator, LabelSelector, RayNode
 from workflows.contracts import (
     RAY_STATE_READS,
     Act,
@@ -75,18 +75,31 @@ def selector_text(selectors: tuple[LabelSelector, ...]) -> dict[str, str]:
     return out
 
 
+def _newest_node(nodes: list[RayNode], recorded: str | None) -> RayNode | None:
+    """The pod's Raylet. A restarted Raylet registers anew while Ray may still list the
+    old one as alive (until its health checks fail): prefer the one the pod's
+    ray.io/ippr-status does not name (that one was recorded before the restart)."""
+    if len(nodes) > 1:
+        fresh = [n for n in nodes if n.node_id != recorded]
+        nodes = fresh or nodes
+    return nodes[-1] if nodes else None
+
+
 def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> ClusterSnapshot:
     """One snapshot from both sides. Pods whose Raylet has not registered are pending;
     replicas asked for but not yet created count as pending pods too, so a slow operator
     never makes the planner launch twice."""
-    nodes = {n.pod: n for n in ray.nodes if n.status.value != "DEAD"}
+    by_pod: dict[str, list[RayNode]] = {}
+    for n in ray.nodes:
+        if n.status.value != "DEAD":
+            by_pod.setdefault(n.pod, []).append(n)
     deleting = set(kube.workers_to_delete)
     resizing = set(kube.resizing)
     pods: list[PodView] = []
     for view in kube.pods:
         if view.name in deleting:
             continue
-        node = nodes.get(view.name)
+        node = _newest_node(by_pod.get(view.name, []), view.raylet_id)
         if node is None:
             pods.append(view.model_copy(update={"phase": PodPhase.PENDING, "raylet_id": None}))
             continue

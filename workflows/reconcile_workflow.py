@@ -310,6 +310,11 @@ class ReconcileWorkflow:
             started = await self._start_one(
                 inp, r, pods[r.pod].raylet_id or "", snapshot, retarget=False
             )
+            if r.pod in self.drift_since:
+                # the next look at this Raylet comes a whole RAYLET_DRIFT_S later: a sync
+                # that could not take (its old node not yet dead in Ray, say) is not
+                # retried in a loop
+                self.drift_since[r.pod] = workflow.now().timestamp()
             if started:
                 line = f"settle {r.pod}: {r.reason}"
                 workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, line)
