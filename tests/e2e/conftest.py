@@ -213,8 +213,10 @@ class Stack:
 
     async def running_workers(self, name: str) -> list[client.V1Pod]:
         """The worker pods of a RayCluster, once at least one is Running."""
+        # generous: on a loaded machine (load average 10 on 2 cores) Ray took over a
+        # minute to start a node once
         return await eventually(  # type: ignore[no-any-return]
-            lambda: [p for p in self.workers(name) if p.status.phase == "Running"], 60
+            lambda: [p for p in self.workers(name) if p.status.phase == "Running"], 180
         )
 
 

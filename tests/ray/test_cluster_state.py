@@ -62,8 +62,15 @@ def test_pending_tasks_placement_groups_and_constraints_appear_with_exact_counts
         ids = driver.expect("submitted")
 
         def everything_pending() -> ClusterState | None:
+            # the driver's submissions reach the Raylet, and its report the GCS, one by
+            # one: wait for all four tasks (on a loaded machine a read once saw 2 of 3)
             state = gcs.cluster_state()
-            ok = len(state.demands) == 2 and len(state.gangs) == 2 and state.constraints
+            ok = (
+                len(state.demands) == 2
+                and sum(d.count for d in state.demands) == 4
+                and len(state.gangs) == 2
+                and state.constraints
+            )
             return state if ok else None
 
         state = wait_for(everything_pending, timeout=30, what="demands, gangs and constraints")
