@@ -43,6 +43,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.k8s import gcs_address
 from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
+from bench.procs import start_raysize_worker
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.faults import FaultRule
 from sandbox.kubelet import KubeletTiming, NodeSpec
@@ -147,29 +148,15 @@ class TemporalServer:
 
 
 def start_worker(temporal: str, kubeconfig: Path, queue: str, tmp: Path) -> subprocess.Popen[bytes]:
-    root = Path(__file__).resolve().parent.parent
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("RAYSIZE_")},
-        "PYTHONPATH": str(root),
-        "RAYSIZE_TEMPORAL_ADDRESS": temporal,
-        "RAYSIZE_TASK_QUEUE": queue,
-        "RAYSIZE_KUBECONFIG": str(kubeconfig),
-        "RAYSIZE_NAMESPACES": NAMESPACE,
-        "RAYSIZE_DISCOVERY_INTERVAL_S": "2",
-        "RAYSIZE_IDLE_TIMEOUT_S": "5",
-    }
-    log = (tmp / "worker.log").open("ab")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
-        env=env,
-        cwd=root,
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+    return start_raysize_worker(
+        tmp / "worker.log",
+        temporal,
+        queue,
+        kubeconfig,
+        namespaces=NAMESPACE,
+        discovery_interval_s="2",
+        idle_timeout_s="5",
     )
-    log.close()
-    return proc
 
 
 def cpu_of(p: client.V1Pod) -> tuple[int, int | None]:

@@ -43,6 +43,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import small_raycluster
 from bench.idle_bench import cpu_seconds, rss_mib
+from bench.procs import start_raysize_worker
 from bench.reaction_bench import median, report, run_trials
 from bench.reaction_bench import raycluster as real_raycluster
 from sandbox.cluster import Sandbox, SandboxConfig
@@ -110,33 +111,18 @@ class Registrar:
 def start_workers(
     n: int, temporal: str, queue: str, kubeconfig: Path, tmp: Path
 ) -> list[subprocess.Popen[bytes]]:
-    root = Path(__file__).resolve().parent.parent
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("RAYSIZE_")},
-        "PYTHONPATH": str(root),
-        "RAYSIZE_TEMPORAL_ADDRESS": temporal,
-        "RAYSIZE_TASK_QUEUE": queue,
-        "RAYSIZE_KUBECONFIG": str(kubeconfig),
-        "RAYSIZE_NAMESPACES": NAMESPACE,
-        "RAYSIZE_DISCOVERY_INTERVAL_S": "2",
-        "RAYSIZE_LOG_LEVEL": "WARNING",
-    }
-    procs = []
-    for i in range(n):
-        log = (tmp / f"worker-{i}.log").open("wb")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "worker.cli", "worker"],
-                env=env,
-                cwd=root,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+    return [
+        start_raysize_worker(
+            tmp / f"worker-{i}.log",
+            temporal,
+            queue,
+            kubeconfig,
+            namespaces=NAMESPACE,
+            discovery_interval_s="2",
+            log_level="WARNING",
         )
-        log.close()
-    return procs
+        for i in range(n)
+    ]
 
 
 async def running_reconciles(temporal: Client, queue: str) -> int:

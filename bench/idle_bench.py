@@ -34,6 +34,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import small_raycluster
+from bench.procs import start_raysize_worker
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import NodeSpec
 from sandbox.localray import stop_group
@@ -136,27 +137,16 @@ async def run(minutes: float, warmup_s: float, tmp: Path) -> int:
         SandboxConfig(node_specs=[NodeSpec("node-a", 8000, 32 * GIB)], with_ray=True)
     ).start()
     worker: subprocess.Popen[bytes] | None = None
-    log = (tmp / "worker.log").open("wb")
     try:
         kubeconfig = sandbox.write_kubeconfig(tmp / "kubeconfig")
         metrics_port = free_port()
-        root = Path(__file__).resolve().parent.parent
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker"],
-            env={
-                **{k: v for k, v in os.environ.items() if not k.startswith("RAYSIZE_")},
-                "PYTHONPATH": str(root),
-                "RAYSIZE_TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-                "RAYSIZE_TASK_QUEUE": f"idle-{uuid.uuid4().hex[:6]}",
-                "RAYSIZE_KUBECONFIG": str(kubeconfig),
-                "RAYSIZE_NAMESPACES": NAMESPACE,
-                "RAYSIZE_PROMETHEUS_BIND": f"127.0.0.1:{metrics_port}",
-            },
-            cwd=root,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        worker = start_raysize_worker(
+            tmp / "worker.log",
+            env.client.service_client.config.target_host,
+            f"idle-{uuid.uuid4().hex[:6]}",
+            kubeconfig,
+            namespaces=NAMESPACE,
+            prometheus_bind=f"127.0.0.1:{metrics_port}",
         )
         create_raycluster(kubeconfig)
         wf_id = reconcile_workflow_id(NAMESPACE, CLUSTER)
@@ -180,7 +170,6 @@ async def run(minutes: float, warmup_s: float, tmp: Path) -> int:
     finally:
         if worker is not None:
             stop_group(worker)
-        log.close()
         await asyncio.to_thread(sandbox.close)
         await env.shutdown()
     hours = (until - since) / 3600
