@@ -23,6 +23,8 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.k8s import gcs_address
+from activities.ray_errors import RayError
+from activities.ray_gcs import RayGcsClient
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
 from sandbox.realworld import RealSandbox
@@ -212,12 +214,26 @@ class Stack:
         await eventually(kill, 60)
 
     async def running_workers(self, name: str) -> list[client.V1Pod]:
-        """The worker pods of a RayCluster, once at least one is Running."""
+        """The Running worker pods of a RayCluster, once at least one of them has its
+        Raylet registered with the GCS. A Running pod without its Raylet cannot take work
+        yet: raysize plans it as a pending pod, so a demand sent then is met by a launch
+        (seed case 2 once ended at 1 + 4 CPU that way, on a loaded machine)."""
+        gcs = await self.gcs_address(name)
+
+        def ready() -> list[client.V1Pod]:
+            pods = [p for p in self.workers(name) if p.status.phase == "Running"]
+            if not pods:
+                return []
+            try:
+                with RayGcsClient(gcs, timeout=2) as ray:
+                    registered = {n.pod for n in ray.cluster_state().nodes if n.alive}
+            except RayError:
+                return []
+            return pods if any(p.metadata.name in registered for p in pods) else []
+
         # generous: on a loaded machine (load average 10 on 2 cores) Ray took over a
         # minute to start a node once
-        return await eventually(  # type: ignore[no-any-return]
-            lambda: [p for p in self.workers(name) if p.status.phase == "Running"], 180
-        )
+        return await eventually(ready, 180)  # type: ignore[no-any-return]
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:

@@ -288,7 +288,8 @@ def test_an_ended_container_ends_its_pod_by_restart_policy(small):
     core.create_namespaced_pod("default", never)
     running(core, "never")
     core.create_namespaced_pod("default", cpu_pod("waiting", "2"))  # 3 + 2 > 4 CPU
-    wait_for(lambda: cond(core, "waiting", "PodScheduled").status == "False")
+    # the condition appears once the scheduler has looked at the pod: until then, no
+    wait_for(lambda: getattr(cond(core, "waiting", "PodScheduled"), "status", None) == "False")
     _exited(sb, "never", "c0", 2)
     pod = wait_for(
         lambda: (p := core.read_namespaced_pod("never", "default")).status.phase == "Failed" and p
