@@ -200,13 +200,6 @@ def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
         ).add(n, {"cluster": cluster, "k8s_namespace": namespace})
 
 
-def fingerprint(state: ClusterState) -> int:
-    """What a decision depends on in Ray's state (see `ray_state.state_fingerprint`). Ray
-    bumps its version on every usage report; this changes only when there may be
-    something new to decide."""
-    return state.fingerprint
-
-
 async def start_reconciler(
     client: Client, inp: ReconcileInput, task_queue: str
 ) -> WorkflowHandle[Any, str]:
@@ -347,7 +340,7 @@ class ClusterActivities:
             workers_to_delete=kube.workers_to_delete,
             resource_version=kube.resource_version,
             gcs_address=address,
-            gcs_version=fingerprint(state),
+            gcs_version=state.fingerprint,
             pods_version=kube.pods_version,
             cluster_mark=kube.mark,
             resizing=tuple(

@@ -147,8 +147,9 @@ class PodWatch:
 
     # --- the watch thread -----------------------------------------------------------------
     def _ensure(self, namespace: str) -> None:
-        watches: list[tuple[str, Callable[..., Any], tuple[Any, ...]]] = [
-            (f"pod-watch-{namespace}", self.core.list_namespaced_pod, (namespace,))
+        Deliver = Callable[[str, str, Obj, Obj, bool], None]
+        watches: list[tuple[str, Callable[..., Any], tuple[Any, ...], Deliver]] = [
+            (f"pod-watch-{namespace}", self.core.list_namespaced_pod, (namespace,), self._deliver)
         ]
         if self.custom is not None:
             watches.append(
@@ -156,22 +157,30 @@ class PodWatch:
                     f"raycluster-watch-{namespace}",
                     self.custom.list_namespaced_custom_object,
                     ("ray.io", "v1", namespace, "rayclusters"),
+                    self._deliver_cluster,
                 )
             )
-        for name, list_fn, args in watches:
+        for name, list_fn, args, deliver in watches:
             with self._lock:
                 if name in self._threads or self._stop.is_set():
                     continue
                 thread = threading.Thread(
-                    target=self._run, args=(namespace, name, list_fn, args), name=name, daemon=True
+                    target=self._run,
+                    args=(namespace, name, list_fn, args, deliver),
+                    name=name,
+                    daemon=True,
                 )
                 self._threads[name] = thread
             thread.start()
 
     def _run(
-        self, namespace: str, name: str, list_fn: Callable[..., Any], args: tuple[Any, ...]
+        self,
+        namespace: str,
+        name: str,
+        list_fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        deliver: Callable[[str, str, Obj, Obj, bool], None],
     ) -> None:
-        pods = list_fn == self.core.list_namespaced_pod
         version: str | None = None  # None: start with the current state of every object
         backoff = 0.5
         while not self._stop.is_set():
@@ -195,10 +204,7 @@ class PodWatch:
                     version = meta.get("resourceVersion") or version
                     if not meta.get("name") or kind == "BOOKMARK":
                         continue
-                    if pods:
-                        self._deliver(namespace, meta["name"], obj, meta, kind == "DELETED")
-                    else:
-                        self._deliver_cluster(namespace, meta["name"], obj, kind == "DELETED")
+                    deliver(namespace, meta["name"], obj, meta, kind == "DELETED")
                     backoff = 0.5
             except Exception as exc:  # the connection dropped: everyone looks again
                 if self._stop.is_set():
@@ -211,7 +217,9 @@ class PodWatch:
             finally:
                 w.stop()
 
-    def _deliver_cluster(self, namespace: str, name: str, obj: Obj, deleted: bool) -> None:
+    def _deliver_cluster(
+        self, namespace: str, name: str, obj: Obj, meta: Obj, deleted: bool
+    ) -> None:
         mark = GONE if deleted else raycluster_mark(obj)
         key = (namespace, name)
         with self._lock:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
-from workflows.resources import CPU, MEMORY, Resources, units_to_float
+from workflows.summaries import size_text
 
 # read the cluster a little after the deadline, so the timer never fires just before it
 MARGIN_S = 0.5
@@ -35,11 +35,6 @@ def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
     group = snapshot.groups.get(p.group)
     ippr = group.ippr if group is not None else None
     return ippr.resize_timeout_s if ippr is not None else DEFAULT_RESIZE_TIMEOUT_S
-
-
-def _size(cpu: int, memory: int) -> str:
-    mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
-    return f"{units_to_float(cpu, CPU):g} CPU/{mem}"
 
 
 def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
@@ -87,9 +82,9 @@ def stuck_resizes(
                     memory=r.memory,
                     from_cpu=r.cpu,
                     from_memory=r.memory,
-                    reason=f"Raylet out of step: the pod has {_size(r.cpu, r.memory)}, its "
-                    f"Raylet reports {_size(p.total.cpu, p.total.memory)} for {age:.0f}s and "
-                    f"no resize is working on it → Raylet to {_size(r.cpu, r.memory)}",
+                    reason=f"Raylet out of step: the pod has {size_text(r.cpu, r.memory)}, its "
+                    f"Raylet reports {size_text(p.total.cpu, p.total.memory)} for {age:.0f}s and "
+                    f"no resize is working on it → Raylet to {size_text(r.cpu, r.memory)}",
                 )
             )
             continue
@@ -104,9 +99,9 @@ def stuck_resizes(
                 memory=memory,
                 from_cpu=cpu,
                 from_memory=memory,
-                reason=f"stuck resize: Kubernetes asks {_size(r.cpu, r.memory)}, the kubelet "
-                f"has {_size(cpu, memory)} ({r.state.value}) {r.asked_s:.0f}s after raysize "
-                f"asked, and no resize is working on it → back to {_size(cpu, memory)}",
+                reason=f"stuck resize: Kubernetes asks {size_text(r.cpu, r.memory)}, the kubelet "
+                f"has {size_text(cpu, memory)} ({r.state.value}) {r.asked_s:.0f}s after raysize "
+                f"asked, and no resize is working on it → back to {size_text(cpu, memory)}",
             )
         )
     return tuple(out)

@@ -22,7 +22,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from workflows.contracts import RAY_STATE_READS, ResizeOutcome, ResizeRequest
+from workflows.contracts import ResizeOutcome, ResizeRequest
 from workflows.model import ClusterSnapshot, Plan
 
 # --- metric names ---------------------------------------------------------------------
@@ -34,7 +34,7 @@ RESIZE_DURATION = "raysize_resize_duration_seconds"
 RAYLET_SYNC_RETRIES = "raysize_raylet_sync_retries"
 PLAN_DURATION = "raysize_plan_duration_seconds"
 DEMAND_TO_RESIZE = "raysize_demand_to_resize_seconds"
-__all__ = ["RAY_STATE_READS"]  # recorded by the observe and wait activities
+# (raysize_ray_state_reads is recorded by the activities: workflows/contracts.py)
 
 # histogram buckets (seconds), applied by the worker's Runtime
 HISTOGRAM_BUCKETS: Mapping[str, tuple[float, ...]] = {

@@ -10,7 +10,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, RaySettings, fingerprint
+from activities.cluster import ClusterActivities, RaySettings
 from activities.ray_gcs import RayGcsClient
 from sandbox.gcs_standin import GcsStandIn
 from sandbox.rayprocs import free_port
@@ -24,7 +24,7 @@ __all__ = ["env"]  # the sandbox with a RayCluster "rc" of two workers
 
 def wait_input(kube, gcs: str, timeout_s: float) -> WaitInput:
     with RayGcsClient(gcs) as ray:
-        version = fingerprint(ray.cluster_state())
+        version = ray.cluster_state().fingerprint
     return WaitInput(
         namespace="default",
         cluster="rc",
