@@ -38,19 +38,16 @@ from typing import Any
 
 from kubernetes import client, config
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import small_raycluster
 from bench.idle_bench import cpu_seconds, rss_mib
-from bench.procs import start_raysize_worker
+from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker
 from bench.reaction_bench import median, report, run_trials
 from bench.reaction_bench import raycluster as real_raycluster
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming
 from sandbox.localray import stop_group
 from sandbox.ray_standin import RayStandIn
-from workflows.naming import SEARCH_ATTRIBUTES
 
 GIB = 1024**3
 NAMESPACE = "default"
@@ -145,16 +142,7 @@ def verdict(ok: bool) -> str:
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> int:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES),
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
-            "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
-        ],
-    )  # fmt: skip
+    env = await start_dev_server(*ONE_PARTITION)
     pods_total = args.clusters * (args.workers + 1)
     sandbox = Sandbox(
         SandboxConfig(

@@ -30,17 +30,15 @@ from typing import Any
 from kubernetes import client, config
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import small_raycluster
-from bench.procs import start_raysize_worker
+from bench.procs import start_dev_server, start_raysize_worker
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import NodeSpec
 from sandbox.localray import stop_group
 from sandbox.rayprocs import free_port
 from workflows.contracts import RAY_STATE_READS, ReconcileStatus
-from workflows.naming import SEARCH_ATTRIBUTES, reconcile_workflow_id
+from workflows.naming import reconcile_workflow_id
 
 GIB = 1024**3
 CLUSTER = "idle"
@@ -127,12 +125,7 @@ def verdict(value: float, target: float) -> str:
 
 
 async def run(minutes: float, warmup_s: float, tmp: Path) -> int:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server()
     sandbox = Sandbox(
         SandboxConfig(node_specs=[NodeSpec("node-a", 8000, 32 * GIB)], with_ray=True)
     ).start()

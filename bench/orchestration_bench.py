@@ -25,21 +25,16 @@ from pathlib import Path
 
 from kubernetes import client, config
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
+from bench.procs import ONE_PARTITION, start_dev_server
 from bench.sandbox_bench import raw
 from sandbox.gcs_standin import GcsStandIn
 from sandbox.rayprocs import free_port
 from workflows.contracts import ResizeOutcome, ResizeRequest
-from workflows.naming import SEARCH_ATTRIBUTES, resize_search_attributes
+from workflows.naming import resize_search_attributes
 from workflows.resize_workflow import PodResizeWorkflow
 
 GIB = 1024**3
-
-
-def venv_binary(name: str) -> str:
-    return str(Path(sys.executable).with_name(name))
 
 
 def stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> None:
@@ -118,17 +113,10 @@ async def run(n: int, tmp: Path) -> None:
         stdout=subprocess.DEVNULL,
     )  # fmt: skip
     worker: subprocess.Popen[bytes] | None = None
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=venv_binary("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES),
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
-            "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
-            # an activity scheduled by a workflow task goes straight back to that worker
-            "--dynamic-config-value", "system.enableActivityEagerExecution=true",
-        ],
+    env = await start_dev_server(
+        *ONE_PARTITION,
+        # an activity scheduled by a workflow task goes straight back to that worker
+        "--dynamic-config-value", "system.enableActivityEagerExecution=true",
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 30

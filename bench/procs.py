@@ -1,5 +1,6 @@
-"""What the benchmarks start: a `raysize worker` process of this checkout, in a session
-of its own (so it is stopped by its process group: `sandbox.localray.stop_group`)."""
+"""What the benchmarks start: the Temporal dev server, and a `raysize worker` process of
+this checkout in a session of its own (stopped by its process group:
+`sandbox.localray.stop_group`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from workflows.naming import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,3 +41,22 @@ def start_raysize_worker(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+# one task-queue partition: a queue's first tasks are not spread thin (docs/temporal-notes)
+ONE_PARTITION = (
+    "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
+    "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",
+)  # fmt: skip
+
+
+async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
+    """The Temporal CLI dev server of this venv (in memory), with raysize's search
+    attributes; the caller shuts it down (`await env.shutdown()`)."""
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
+        data_converter=pydantic_data_converter,
+        search_attributes=list(SEARCH_ATTRIBUTES),
+        dev_server_log_level="error",
+        dev_server_extra_args=list(extra_args),
+    )

@@ -36,18 +36,16 @@ from typing import Any
 
 from kubernetes import client, config
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from activities.k8s import gcs_address
 from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
+from bench.procs import start_dev_server
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
 from worker.run import run_worker
 from worker.settings import Settings
 from workflows.contracts import Act
-from workflows.naming import SEARCH_ATTRIBUTES
 
 GIB = 1024**3
 DRIVER = textwrap.dedent(
@@ -141,12 +139,7 @@ def median(values: list[float]) -> float:
 
 
 async def run(trials: int, tmp: Path, timeline: bool = False, quiet_s: float = 0.0) -> None:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
-        data_converter=pydantic_data_converter,
-        search_attributes=list(SEARCH_ATTRIBUTES),
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server()
     sandbox = Sandbox(
         SandboxConfig(
             node_specs=[NodeSpec("node-a", 8000, 32 * GIB)],
