@@ -65,6 +65,10 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_KUBECONFIG": "/nonexistent/kubeconfig"},
             "RAYSIZE_KUBECONFIG: '/nonexistent/kubeconfig' is not a file",
         ),
+        (
+            {"RAYSIZE_MAX_CONCURRENT_ACTIVITIES": "5"},
+            "RAYSIZE_MAX_CONCURRENT_ACTIVITIES: Input should be greater than or equal to 10",
+        ),
         # a host alone was dialled on port 80, silently
         (
             {"RAYSIZE_TEMPORAL_ADDRESS": "localhost"},
