@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.gcs_cadence import PERIOD_MIN_S
 from activities.k8s import K8sActivities, Kube, KubeCluster
 from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError, NotFound
 from activities.pod_watch import PodWatch
@@ -176,20 +178,45 @@ def list_rayclusters(kube: Kube, namespace: str) -> list[dict[str, Any]]:
 
 # How often the wait reads Ray's state (the GCS has no watch). Right after an observe,
 # when a change is most likely to follow (a Raylet resized, a node registering), every
-# 0.1 s; once the cluster has been quiet for RAY_FAST_WINDOW_S, every RAY_IDLE_PAUSE_S,
-# so an idle cluster costs its GCS under 2 reads a second. Never more than a tenth of the
-# time on the GCS: the state of a thousand nodes takes ~50 ms to build.
+# 0.1 s. Once the cluster has been quiet for RAY_FAST_WINDOW_S: once a second, just after
+# the GCS publishes the Raylets' demands, when that timetable is known (gcs_cadence);
+# every 0.55 s while it is not. Some fast reads land inside the doubt about a publication
+# and one just after it: that is how the timetable is learned. Never more than a tenth of
+# the time on the GCS: the state of a thousand nodes takes ~50 ms to build.
 RAY_FAST_PAUSE_S = 0.1
 RAY_FAST_WINDOW_S = 5.0
 RAY_IDLE_PAUSE_S = 0.55
-HEARTBEAT_EVERY_S = 2.0  # the wait's heartbeat timeout is 10 s
+AFTER_PUBLICATION_S = 0.015  # the GCS takes the Raylets' answers in a few ms
+PIN_STEP_S = 0.01  # fast reads: no closer than this inside the doubt
+HEARTBEAT_EVERY_S = 4.0  # the wait's heartbeat timeout is 10 s; the SDK sends at most every 8 s
 
 
-def ray_read_pause(quiet_s: float, read_s: float) -> float:
+def ray_read_pause(
+    quiet_s: float,
+    read_s: float,
+    now: float = 0.0,
+    publication: tuple[float, float] | None = None,
+) -> float:
     """Seconds to the next read of Ray's state, `quiet_s` into a wait whose last read
-    took `read_s`."""
-    pace = RAY_FAST_PAUSE_S if quiet_s < RAY_FAST_WINDOW_S else RAY_IDLE_PAUSE_S
-    return max(pace, 9 * read_s)
+    took `read_s`; `publication`: the next demand publication's (earliest, latest)
+    instant on the clock of `now`, when known (`GcsCadence.next_publication`)."""
+    floor = 9 * read_s
+    fast = quiet_s < RAY_FAST_WINDOW_S
+    if publication is None:
+        return max(RAY_FAST_PAUSE_S if fast else RAY_IDLE_PAUSE_S, floor)
+    earliest, latest = publication
+    pause = latest + AFTER_PUBLICATION_S - now
+    if fast:
+        # reading often anyway: a few reads inside the doubt about the instant as well,
+        # so that a change is pinned between two of them and the timetable sharpens
+        step = max(PIN_STEP_S, (latest - earliest) / 4)
+        inside = earliest + step * max(0, math.floor((now - earliest) / step + 1))
+        if inside < latest:
+            pause = min(pause, inside - now)
+        return max(min(pause, RAY_FAST_PAUSE_S), floor)
+    while pause < floor:  # a slow GCS: skip publications rather than load it
+        pause += PERIOD_MIN_S
+    return pause
 
 
 def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
@@ -388,13 +415,16 @@ class ClusterActivities:
                         continue
                     asked = time.monotonic()
                     reads += 1
+                    gcs = self.gcs(inp.gcs_address)
                     try:
-                        seen = await asyncio.to_thread(self.gcs(inp.gcs_address).state_fingerprint)
-                        if seen != inp.gcs_version:
+                        if await gcs.read_fingerprint() != inp.gcs_version:
                             return True
                     except RayError:
                         return True  # let the next observe say what is wrong
-                    pause = ray_read_pause(asked - started, time.monotonic() - asked)
+                    now = time.monotonic()
+                    pause = ray_read_pause(
+                        asked - started, now - asked, now, gcs.cadence.next_publication(now)
+                    )
                     await changed.wait(min(pause, left))
                 return False
             finally:

@@ -12,8 +12,10 @@ Ray reports a failed RPC as gRPC `ABORTED` with Ray's status name ("NotFound",
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,8 +23,9 @@ from types import TracebackType
 from typing import Any, Final
 
 import grpc
-from google.protobuf.message import Message
+from google.protobuf.message import DecodeError, Message
 
+from activities.gcs_cadence import GcsCadence
 from activities.ray_errors import (
     RayError,
     RayInvalidArgument,
@@ -39,6 +42,7 @@ from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
 from activities.ray_state import (
     ClusterState,
     NodeInfo,
+    demand_digest,
     parse_cluster_state,
     parse_node_infos,
     ray_amounts,
@@ -282,6 +286,10 @@ def _from_ray_status(
     return cls(f"{what}: {text}" if text and text != status else f"{what}: Ray said {status}")
 
 
+def undecodable_reply(what: str, target: str, rpc: str, text: str) -> RayReplyError:
+    return RayReplyError(f"{what}: cannot decode what {target} sent for {rpc} ({text}); {_NEEDS}")
+
+
 def map_rpc_error(
     err: grpc.RpcError,
     *,
@@ -345,9 +353,7 @@ def map_rpc_error(
     if code == grpc.StatusCode.CANCELLED:
         return RayUnavailable(f"{what}: the call to {target} was cancelled ({text})")
     if code == grpc.StatusCode.INTERNAL and text.startswith(_CODEC_FAILURES):
-        return RayReplyError(
-            f"{what}: cannot decode what {target} sent for {rpc} ({text}); {_NEEDS}"
-        )
+        return undecodable_reply(what, target, rpc, text)
     if code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
         return RayUnavailable(f"{what}: the call to {target} broke off ({code.name}: {text})")
     # NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, OUT_OF_RANGE, DATA_LOSS: a Ray GCS
@@ -356,6 +362,9 @@ def map_rpc_error(
         f"{what}: {target} answered {code.name} ({text}), which a Ray GCS never does: "
         f"check that the address is the Ray head's GCS port; {_NEEDS}"
     )
+
+
+_STATE_PATH: Final = "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState"
 
 
 class RayGcsClient:
@@ -383,15 +392,22 @@ class RayGcsClient:
             ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
             ("grpc.max_reconnect_backoff_ms", _MAX_RECONNECT_BACKOFF_MS),
         ]
+        if tls is not None and tls.server_name:
+            options.append(("grpc.ssl_target_name_override", tls.server_name))
+        self._tls = tls
+        self._options = options
         if tls is not None:
-            if tls.server_name:
-                options.append(("grpc.ssl_target_name_override", tls.server_name))
             self._channel = grpc.secure_channel(address, tls.credentials(), options=options)
         else:
             self._channel = grpc.insecure_channel(address, options=options)
+        # The reconcile's wait reads the state from the event loop, without a thread hop:
+        # a channel of grpc.aio, opened on first use in that loop (`read_fingerprint`).
+        self._aio: tuple[asyncio.AbstractEventLoop, grpc.aio.Channel, Any] | None = None
+        # When this GCS publishes demands, learned from every state read (gcs_cadence).
+        self.cadence = GcsCadence()
         # Built once: the per-call cost is then serialising and the round trip.
         self._get_cluster_resource_state = self._method(
-            "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState",
+            _STATE_PATH,
             autoscaler_pb2.GetClusterResourceStateRequest,
             autoscaler_pb2.GetClusterResourceStateReply,
         )
@@ -419,6 +435,29 @@ class RayGcsClient:
     # --- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
         self._channel.close()
+        aio, self._aio = self._aio, None
+        if aio is not None and aio[0].is_running():
+            # closed in its own loop; a loop that has stopped took its channels with it
+            asyncio.run_coroutine_threadsafe(aio[1].close(), aio[0])
+
+    def _aio_method(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._aio is None or self._aio[0] is not loop:
+            if self._tls is not None:
+                channel = grpc.aio.secure_channel(
+                    self.address, self._tls.credentials(), options=self._options
+                )
+            else:
+                channel = grpc.aio.insecure_channel(self.address, options=self._options)
+            # the reply is decoded here, not by grpc.aio, which would log an undecodable
+            # reply and answer None instead of failing the call
+            method = channel.unary_unary(
+                _STATE_PATH,
+                request_serializer=autoscaler_pb2.GetClusterResourceStateRequest.SerializeToString,
+                _registered_method=True,
+            )
+            self._aio = (loop, channel, method)
+        return self._aio[2]
 
     def __enter__(self) -> RayGcsClient:
         return self
@@ -466,25 +505,55 @@ class RayGcsClient:
             )
         return reply
 
-    def cluster_state(self, *, timeout: float | None = None) -> ClusterState:
-        """Nodes, pending demands, placement groups and constraints, in one call."""
-        reply = self._call(
+    def _read_state(self, timeout: float | None) -> autoscaler_pb2.GetClusterResourceStateReply:
+        sent = time.monotonic()
+        reply: autoscaler_pb2.GetClusterResourceStateReply = self._call(
             self._get_cluster_resource_state,
             autoscaler_pb2.GetClusterResourceStateRequest(),
             "read cluster state",
             timeout,
         )
-        return parse_cluster_state(reply)
+        self.cadence.note(demand_digest(reply), sent, time.monotonic())
+        return reply
+
+    def cluster_state(self, *, timeout: float | None = None) -> ClusterState:
+        """Nodes, pending demands, placement groups and constraints, in one call."""
+        return parse_cluster_state(self._read_state(timeout))
 
     def state_fingerprint(self, *, timeout: float | None = None) -> int:
         """`state_fingerprint` of the cluster state, read without building the typed
         state: equal to `cluster_state().fingerprint` for the same state."""
-        reply = self._call(
-            self._get_cluster_resource_state,
-            autoscaler_pb2.GetClusterResourceStateRequest(),
-            "read cluster state",
-            timeout,
-        )
+        return state_fingerprint(self._read_state(timeout))
+
+    async def read_fingerprint(self, *, timeout: float | None = None) -> int:
+        """`state_fingerprint`, read from the running event loop (grpc.aio): the call the
+        reconcile's wait makes a few times a second for every cluster, so no thread."""
+        deadline = self.timeout if timeout is None else timeout
+        method = self._aio_method()
+        sent = time.monotonic()
+        target, what = f"Ray GCS {self.address}", "read cluster state"
+        try:
+            raw = await method(
+                autoscaler_pb2.GetClusterResourceStateRequest(),
+                timeout=deadline,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as err:
+            raise map_rpc_error(
+                err,
+                target=target,
+                what=what,
+                sent_token=bool(self._metadata),
+                method=_STATE_PATH,
+                timeout=deadline,
+            ) from err
+        try:
+            reply = autoscaler_pb2.GetClusterResourceStateReply.FromString(raw)
+        except DecodeError as err:
+            # the words of gRPC's own decoding failure, as the blocking call reports it
+            text = "Exception deserializing response!"
+            raise undecodable_reply(what, target, _rpc_name(_STATE_PATH), text) from err
+        self.cadence.note(demand_digest(reply), sent, time.monotonic())
         return state_fingerprint(reply)
 
     def nodes(

@@ -318,6 +318,16 @@ def state_fingerprint(reply: autoscaler_pb2.GetClusterResourceStateReply) -> int
     return int.from_bytes(digest.digest(), "big")
 
 
+def demand_digest(reply: autoscaler_pb2.GetClusterResourceStateReply) -> int:
+    """The pending task and actor demands of a cluster state reply, hashed: what a GCS
+    publishes on its resource-load timer (`activities.gcs_cadence`). Placement groups and
+    constraints are left out: the GCS changes those the moment it is asked."""
+    digest = hashlib.blake2b(digest_size=7)
+    for request in reply.cluster_resource_state.pending_resource_requests:
+        digest.update(request.SerializeToString(deterministic=True))
+    return int.from_bytes(digest.digest(), "big")
+
+
 def parse_cluster_state(reply: autoscaler_pb2.GetClusterResourceStateReply) -> ClusterState:
     state = reply.cluster_resource_state
     demands = tuple(

@@ -9,6 +9,7 @@ gRPC code. The client is the real `RayGcsClient`; the errors are real `grpc.RpcE
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -356,6 +357,28 @@ def test_a_node_list_with_an_error_status_is_an_error_not_an_empty_list(
         server.stop(grace=None).wait(5)
     assert type(caught.value) is raised
     assert says in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES.values() if c.call != "nodes"],
+    ids=[k for k, c in CASES.items() if c.call != "nodes"],
+)
+def test_the_waits_event_loop_read_fails_as_the_observes_read_does(
+    standin: StandIn, case: Case
+) -> None:
+    """The reconcile's wait reads the state with grpc.aio, the observe with a blocking
+    call: the same failure must be the same typed error with the same words."""
+    standin.handler = case.handler
+    client = RayGcsClient(standin.address, token=case.token, timeout=5)
+    with client:
+        with pytest.raises(RayError) as blocking:
+            client.cluster_state()
+        with pytest.raises(RayError) as in_loop:
+            asyncio.run(client.read_fingerprint())
+    assert type(in_loop.value) is type(blocking.value)
+    assert str(in_loop.value) == str(blocking.value)
+    assert in_loop.value.retryable is blocking.value.retryable
 
 
 # --- deadline ---------------------------------------------------------------------------

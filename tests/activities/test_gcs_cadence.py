@@ -1,0 +1,172 @@
+"""The wait learns when a GCS publishes demands, and reads just after: a new demand is
+seen within milliseconds of Ray publishing it, with one read a second instead of two.
+
+A simulated GCS publishes the demands queued at its Raylets on a timer, as Ray 2.60's does
+(measured: every 1.0004 s, ±2.3 ms); the reads follow the wait's own schedule
+(`ray_read_pause`), on a simulated clock.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from activities.cluster import ray_read_pause
+from activities.gcs_cadence import GcsCadence
+
+READ_S = 0.001  # one read's round trip
+
+
+@dataclass
+class Gcs:
+    """Demands submitted at `arrivals` become visible at the first publication after,
+    and gone at the first publication after their task is placed (`placed`)."""
+
+    period: float
+    phase: float
+    arrivals: list[float]
+    jitter_s: float = 0.0
+    placed: list[float] = field(default_factory=list)
+
+    def publication(self, k: int) -> float:
+        jitter = random.Random(k).uniform(-self.jitter_s, self.jitter_s)
+        return self.phase + k * self.period + jitter
+
+    def published_after(self, t: float) -> float:
+        k = math.floor((t - self.phase) / self.period)
+        while self.publication(k) <= t:
+            k += 1
+        return self.publication(k)
+
+    def digest(self, at: float) -> int:
+        """What the state built at `at` shows: demands published, and placed."""
+        shown = sum(1 for a in self.arrivals if self.published_after(a) <= at)
+        gone = sum(1 for p in self.placed if self.published_after(p) <= at)
+        return shown * 1000 + gone
+
+
+def run_wait(gcs: Gcs, cadence: GcsCadence, until: float) -> tuple[list[float], list[float]]:
+    """The wait's reads from 0 to `until`, a fresh wait (fast reads) after every change
+    it sees; each new demand is met (its task placed) 0.3 s after it is seen. Returns,
+    per arrival, how long after Ray published it the wait saw it, and when each read was
+    made."""
+    now, started, last = 0.0, 0.0, None
+    reads: list[float] = []
+    seen_at: dict[int, float] = {}
+    while now < until:
+        digest = gcs.digest(now + READ_S / 2)
+        cadence.note(digest, now, now + READ_S)
+        reads.append(now)
+        now += READ_S
+        if last is not None and digest != last:
+            shown = digest // 1000
+            if shown not in seen_at and shown > last // 1000:
+                seen_at[shown] = now
+                gcs.placed.extend([now + 0.3] * (shown - last // 1000))
+            started = now  # the reconcile observes, and the next wait reads fast again
+        last = digest
+        now += ray_read_pause(now - started, READ_S, now, cadence.next_publication(now))
+    delays = []
+    for n, arrival in enumerate(sorted(gcs.arrivals), start=1):
+        seen = min((t for d, t in seen_at.items() if d >= n), default=None)
+        if seen is not None:
+            delays.append(seen - gcs.published_after(arrival))
+    return delays, reads
+
+
+def busy_minute(seed: int) -> list[float]:
+    rng = random.Random(seed)
+    return sorted(rng.uniform(1, 60) for _ in range(12))
+
+
+def test_a_learned_timetable_sees_each_new_demand_within_milliseconds() -> None:
+    rng = random.Random(1)
+    arrivals, t = [], 3.0
+    while t < 300:
+        arrivals.append(t)
+        t += rng.uniform(4, 25)
+    gcs = Gcs(period=1.0004, phase=0.37, arrivals=arrivals, jitter_s=0.002)
+    delays, _ = run_wait(gcs, GcsCadence(), 310)
+    assert len(delays) == len(arrivals)
+    later = delays[3:]  # the first few teach it the timetable
+    assert sum(later) / len(later) < 0.03, [round(d, 3) for d in later]
+    assert max(later) < 0.08, [round(d, 3) for d in later]
+
+
+def test_an_idle_cluster_is_read_once_a_second_once_the_timetable_is_known() -> None:
+    gcs = Gcs(period=1.0004, phase=0.37, arrivals=busy_minute(4), jitter_s=0.002)
+    _, reads = run_wait(gcs, GcsCadence(), 250)
+    quiet = [t for t in reads if 70 <= t < 250]
+    assert 0.98 <= len(quiet) / 180 <= 1.02, len(quiet) / 180
+    # a GCS that never published a change is read at the steady pace
+    _, reads = run_wait(Gcs(period=1.0004, phase=0.37, arrivals=[]), GcsCadence(), 130)
+    assert 1.75 <= len([t for t in reads if t >= 10]) / 120 <= 1.85
+
+
+def test_a_demand_after_ten_quiet_minutes_is_still_seen_quickly() -> None:
+    """One busy minute, then a demand after four quiet minutes and another after ten:
+    what was learned is good enough to read by; at the steady pace a demand is seen
+    0.28 s late on average, 0.55 s at worst."""
+    late = []
+    for seed in range(1, 11):
+        arrivals = [*busy_minute(seed), 300.0, 900.0]
+        gcs = Gcs(period=1.0004, phase=seed / 7 % 1, arrivals=arrivals, jitter_s=0.002)
+        delays, _ = run_wait(gcs, GcsCadence(), 905)
+        late += delays[-2:]
+    late.sort()
+    assert late[len(late) // 2] < 0.15, late
+    assert late[-1] < 0.4, late
+
+
+@pytest.mark.parametrize("period", [0.5, 0.7, 1.25, 2.0])
+def test_a_gcs_on_another_period_is_never_read_worse_than_at_the_steady_pace(
+    period: float,
+) -> None:
+    """A GCS whose pull period was configured away from Ray's default second may fit the
+    timetable by chance (0.7 s fits every 7 s): on average a demand is still seen sooner
+    than at the steady pace, and never more than a period late."""
+    rng = random.Random(3)
+    arrivals = sorted(rng.uniform(1, 200) for _ in range(40))
+    gcs = Gcs(period=period, phase=0.1, arrivals=arrivals, jitter_s=0.002)
+    delays, _ = run_wait(gcs, GcsCadence(), 210)
+    assert len(delays) == len(arrivals)
+    assert sum(delays) / len(delays) < 0.275, sum(delays) / len(delays)
+    assert max(delays) < 1.05, max(delays)
+
+
+def test_one_change_off_the_timetable_does_not_throw_it_away() -> None:
+    cadence = GcsCadence()
+    for k in range(5):  # publications at k + 0.4, seen by reads 50 ms apart
+        cadence.note(k, k + 0.38, k + 0.381)
+        cadence.note(k + 1, k + 0.43, k + 0.431)
+    before = cadence.next_publication(10.0)
+    assert before is not None and before[0] <= 10.4 + 0.01 and before[1] >= 10.4
+    cadence.note(99, 7.7, 7.701)  # a Raylet died: its demands dropped at once
+    cadence.note(100, 7.75, 7.751)
+    assert cadence.next_publication(10.0) == before
+    assert cadence.strikes == 1
+
+
+def test_a_late_answer_to_an_older_read_is_not_taken_for_a_change() -> None:
+    cadence = GcsCadence()
+    cadence.note(1, 10.0, 10.001)
+    cadence.note(1, 9.5, 10.002)  # sent before the newest read: says nothing new
+    cadence.note(1, 10.5, 10.501)
+    assert cadence.windows == []
+
+
+def test_nothing_learned_means_nothing_predicted_and_a_long_quiet_forgets() -> None:
+    cadence = GcsCadence()
+    assert cadence.next_publication(5.0) is None
+    for k in range(3):  # publications at k + 0.33, each seen by reads 50 ms apart
+        cadence.note(2 * k, k + 0.30, k + 0.301)
+        cadence.note(2 * k + 1, k + 0.35, k + 0.351)
+        if k == 0:  # one window is not a timetable yet
+            assert cadence.next_publication(3.0) is None
+    near = cadence.next_publication(3.0)
+    assert near is not None and near[0] <= 3.33 <= near[1] and near[1] - near[0] < 0.07
+    # the period is known to 1.5 ms at best from windows two seconds apart
+    assert cadence.next_publication(3.0 + 200) is None
