@@ -476,6 +476,9 @@ class ClusterActivities:
             raise _pod_gone(inp, "the pod is gone (deleted while its Raylet was being resized)")
 
 
+RECHECK_AFTER_S = 120.0
+
+
 @dataclass
 class DiscoveryActivities:
     """Find RayClusters to manage and make sure each has its reconcile workflow."""
@@ -485,6 +488,9 @@ class DiscoveryActivities:
     task_queue: str
     start_input: Callable[[str, str], ReconcileInput]
     opt_in_annotation: str = "raysize.io/enabled"
+    # reconcile ids seen running (or canceled), and when: a hundred clusters need not be
+    # described every round; one that ended is restarted within RECHECK_AFTER_S
+    _seen: dict[str, float] = field(default_factory=dict)
 
     @activity.defn(name=Act.LIST_CLUSTERS)
     async def list_rayclusters(self, namespaces: list[str]) -> list[tuple[str, str]]:
@@ -517,12 +523,15 @@ class DiscoveryActivities:
         started = 0
         for ns, name in clusters:
             wf_id = reconcile_workflow_id(ns, name)
+            if time.monotonic() - self._seen.get(wf_id, -RECHECK_AFTER_S) < RECHECK_AFTER_S:
+                continue
             try:
                 desc = await self.temporal.get_workflow_handle(wf_id).describe()
                 if desc.status in (
                     WorkflowExecutionStatus.RUNNING,
                     WorkflowExecutionStatus.CANCELED,
                 ):
+                    self._seen[wf_id] = time.monotonic()
                     continue
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:

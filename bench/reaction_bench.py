@@ -257,8 +257,9 @@ def main() -> None:
         "--quiet",
         type=float,
         default=0.0,
-        help="seconds the cluster stays idle before each trial (e.g. 30: raysize's wait "
-        "reads Ray every 0.55 s once quiet for 5 s; the default 0 measures a busy cluster)",
+        help="seconds the cluster stays idle before each trial (e.g. 30: once quiet for "
+        "5 s, raysize's wait reads Ray once a second, just after the GCS publishes demands, "
+        "or every 0.55 s until it has learned when; the default 0 measures a busy cluster)",
     )
     args = parser.parse_args()
     if args.trials < 1 or args.quiet < 0:

@@ -3,7 +3,8 @@
 One per RayCluster. Observing and acting are activities; planning is the pure `plan()`.
 Waiting is event-driven: one activity watches the cluster's pods and the RayCluster
 (Kubernetes watches) and Ray's state (the GCS has no watch, so it is read — every 0.1 s
-right after an observe, every 0.55 s once quiet — and compared by what a decision
+right after an observe, once quiet just after each of the GCS's demand publications, or
+every 0.55 s while their timetable is unknown — and compared by what a decision
 depends on: demands, gangs, constraints, nodes with their totals and idle state, because
 Ray's own resource-state version moves on every usage report), and returns as soon as
 any of them changes or a decision falls due by time alone (`workflows/deadlines.py`: an

@@ -10,6 +10,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
+import activities.cluster as cluster_module
 from activities.cluster import DiscoveryActivities
 from workflows.contracts import ReconcileInput
 from workflows.naming import RAY_CLUSTER, reconcile_workflow_id
@@ -21,7 +22,7 @@ from .fake_world import FakeWorld
 
 
 async def test_a_stopped_cluster_stays_stopped_until_started_again(
-    ts_env: WorkflowEnvironment,
+    ts_env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world = FakeWorld(snapshot([group()], [pod("w1")], []))
     queue = f"q-{uuid.uuid4()}"
@@ -58,6 +59,15 @@ async def test_a_stopped_cluster_stays_stopped_until_started_again(
         other = ts_env.client.get_workflow_handle(reconcile_workflow_id(ns, "other"))
         assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 1
         await other.terminate("test")
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 1
+        assert (await other.describe()).status == WorkflowExecutionStatus.RUNNING
+        # a reconcile seen running is not described again every round (a hundred
+        # clusters, every 15 s) ...
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 0
+        await other.terminate("test")
+        assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 0
+        # ... but once RECHECK_AFTER_S has passed it is, and one that ended starts anew
+        monkeypatch.setattr(cluster_module, "RECHECK_AFTER_S", 0.0)
         assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 1
         assert (await other.describe()).status == WorkflowExecutionStatus.RUNNING
         await other.terminate("test over")
