@@ -23,7 +23,12 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.gcs_cadence import PERIOD_MIN_S
+from activities.gcs_cadence import (
+    MOST_UNCERTAIN_S,
+    PERIOD_MIN_S,
+    WIDEST_WINDOW_S,
+    GcsCadence,
+)
 from activities.k8s import K8sActivities, Kube, KubeCluster
 from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError, NotFound
 from activities.pod_watch import PodWatch
@@ -209,7 +214,7 @@ def ray_read_pause(
     if fast:
         # reading often anyway: a few reads inside the doubt about the instant as well,
         # so that a change is pinned between two of them and the timetable sharpens
-        step = max(PIN_STEP_S, (latest - earliest) / 4)
+        step = max(PIN_STEP_S, (latest - earliest) / 10)
         inside = earliest + step * max(0, math.floor((now - earliest) / step + 1))
         if inside < latest:
             pause = min(pause, inside - now)
@@ -217,6 +222,14 @@ def ray_read_pause(
     while pause < floor:  # a slow GCS: skip publications rather than load it
         pause += PERIOD_MIN_S
     return pause
+
+
+def next_read_pause(quiet_s: float, read_s: float, now: float, cadence: GcsCadence) -> float:
+    """`ray_read_pause` with what `cadence` knows of the next publication: fast reads pin
+    it while the doubt is up to WIDEST_WINDOW_S; quiet reads wait for it only when it is
+    known to MOST_UNCERTAIN_S."""
+    doubt = WIDEST_WINDOW_S if quiet_s < RAY_FAST_WINDOW_S else MOST_UNCERTAIN_S
+    return ray_read_pause(quiet_s, read_s, now, cadence.next_publication(now, doubt))
 
 
 def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
@@ -422,9 +435,7 @@ class ClusterActivities:
                     except RayError:
                         return True  # let the next observe say what is wrong
                     now = time.monotonic()
-                    pause = ray_read_pause(
-                        asked - started, now - asked, now, gcs.cadence.next_publication(now)
-                    )
+                    pause = next_read_pause(asked - started, now - asked, now, gcs.cadence)
                     await changed.wait(min(pause, left))
                 return False
             finally:

@@ -89,10 +89,8 @@ class GcsCadence:
             self._strike(lo, hi)
             return
         if k_max > k_min:
-            # the period is not known well enough to count the periods between: start
-            # again from this window (if it says enough), keeping what is known of the period
-            if narrow:
-                self.windows, self.strikes, self.confirmed = [(0, lo, hi)], 0, 0
+            # the period is not known well enough to count the periods between (a wide
+            # window after a long quiet): let a narrower one that follows do it
             return
         n = n_last + k_min
         for m, w_lo, w_hi in self.windows:
@@ -121,9 +119,12 @@ class GcsCadence:
             self.windows = [(0, lo, hi)] if hi - lo <= WIDEST_WINDOW_S else []
             self.period, self.strikes, self.confirmed = (PERIOD_MIN_S, PERIOD_MAX_S), 0, 0
 
-    def next_publication(self, now: float) -> tuple[float, float] | None:
+    def next_publication(
+        self, now: float, most_uncertain: float = MOST_UNCERTAIN_S
+    ) -> tuple[float, float] | None:
         """(earliest, latest) instant of the first publication that may still come at or
-        after `now`; None while the timetable is unknown or too uncertain to read by."""
+        after `now`; None while the timetable is unknown, or less certain than
+        `most_uncertain` seconds."""
         with self._lock:
             if not self.windows or self.confirmed < CONFIRMATIONS:
                 return None
@@ -131,6 +132,6 @@ class GcsCadence:
             p_lo, p_hi = self.period
             n = max(0, math.ceil((now - a_hi) / p_hi))
             earliest, latest = a_lo + n * p_lo, a_hi + n * p_hi
-            if latest - earliest > MOST_UNCERTAIN_S:
+            if latest - earliest > most_uncertain:
                 return None
             return earliest, latest

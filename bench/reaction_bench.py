@@ -138,7 +138,13 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-async def run(trials: int, tmp: Path, timeline: bool = False, quiet_s: float = 0.0) -> None:
+async def run(
+    trials: int,
+    tmp: Path,
+    timeline: bool = False,
+    quiet_s: float = 0.0,
+    warmup: tuple[int, float] = (0, 0.0),
+) -> None:
     env = await start_dev_server()
     sandbox = Sandbox(
         SandboxConfig(
@@ -170,6 +176,11 @@ async def run(trials: int, tmp: Path, timeline: bool = False, quiet_s: float = 0
             )
             gcs = gcs_address(rc)
             await asyncio.sleep(0.2)
+        if warmup[0]:
+            # a cluster that has worked before its quiet spell: raysize has seen Ray's
+            # demand publications (gcs_cadence); these trials are not reported
+            print(f"warm-up: {warmup[0]} trials, {warmup[1]:g} s apart …", flush=True)
+            await run_trials(gcs, warmup[0], warmup[1])
         trials_seen = await run_trials(gcs, trials, quiet_s)
         await report(env.client, trials_seen, timeline)
     finally:
@@ -261,11 +272,27 @@ def main() -> None:
         "5 s, raysize's wait reads Ray once a second, just after the GCS publishes demands, "
         "or every 0.55 s until it has learned when; the default 0 measures a busy cluster)",
     )
+    parser.add_argument(
+        "--warmup-trials",
+        type=int,
+        default=0,
+        help="unreported trials first, --warmup-quiet s apart: the cluster has worked "
+        "before its quiet spells (with --quiet 600: idle ten minutes after some work)",
+    )
+    parser.add_argument("--warmup-quiet", type=float, default=20.0)
     args = parser.parse_args()
-    if args.trials < 1 or args.quiet < 0:
-        parser.error("--trials must be ≥ 1 and --quiet ≥ 0")
+    if args.trials < 1 or args.quiet < 0 or args.warmup_trials < 0 or args.warmup_quiet < 0:
+        parser.error("--trials must be ≥ 1, and --quiet, --warmup-trials, --warmup-quiet ≥ 0")
     with tempfile.TemporaryDirectory(prefix="rsreact") as tmp:
-        asyncio.run(run(args.trials, Path(tmp), args.timeline, args.quiet))
+        asyncio.run(
+            run(
+                args.trials,
+                Path(tmp),
+                args.timeline,
+                args.quiet,
+                (args.warmup_trials, args.warmup_quiet),
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from activities.cluster import ray_read_pause
+from activities.cluster import next_read_pause
 from activities.gcs_cadence import GcsCadence
 
 READ_S = 0.001  # one read's round trip
@@ -68,7 +68,7 @@ def run_wait(gcs: Gcs, cadence: GcsCadence, until: float) -> tuple[list[float], 
                 gcs.placed.extend([now + 0.3] * (shown - last // 1000))
             started = now  # the reconcile observes, and the next wait reads fast again
         last = digest
-        now += ray_read_pause(now - started, READ_S, now, cadence.next_publication(now))
+        now += next_read_pause(now - started, READ_S, now, cadence)
     delays = []
     for n, arrival in enumerate(sorted(gcs.arrivals), start=1):
         seen = min((t for d, t in seen_at.items() if d >= n), default=None)
