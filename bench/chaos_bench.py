@@ -43,7 +43,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.k8s import gcs_address
 from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
-from bench.procs import start_raysize_worker
+from bench.procs import start_raysize_worker, stop_on_sigterm
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.faults import FaultRule
 from sandbox.kubelet import KubeletTiming, NodeSpec
@@ -360,6 +360,7 @@ async def main_async(runs: int, waves: int, seed: int) -> int:
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description="raysize under faults")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--waves", type=int, default=2, help="waves of the workload per run")

@@ -41,7 +41,7 @@ from temporalio.client import Client
 
 from bench.clusters import small_raycluster
 from bench.idle_bench import cpu_seconds, rss_mib
-from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker
+from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker, stop_on_sigterm
 from bench.reaction_bench import median, report, run_trials
 from bench.reaction_bench import raycluster as real_raycluster
 from sandbox.cluster import Sandbox, SandboxConfig
@@ -277,6 +277,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description="raysize with a hundred RayClusters")
     parser.add_argument("--clusters", type=int, default=100, help="RayClusters in all (≥ 2)")
     parser.add_argument("--workers", type=int, default=10, help="worker pods per stand-in")

@@ -32,7 +32,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.clusters import small_raycluster
-from bench.procs import start_dev_server, start_raysize_worker
+from bench.procs import start_dev_server, start_raysize_worker, stop_on_sigterm
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import NodeSpec
 from sandbox.localray import stop_group
@@ -231,6 +231,7 @@ async def _until_running(temporal: Client, wf_id: str, timeout_s: float = 180) -
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description="what an idle RayCluster costs raysize")
     parser.add_argument("--minutes", type=float, default=10.0, help="idle time measured")
     parser.add_argument(

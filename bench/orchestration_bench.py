@@ -26,7 +26,7 @@ from pathlib import Path
 from kubernetes import client, config
 from temporalio.client import Client
 
-from bench.procs import ONE_PARTITION, start_dev_server
+from bench.procs import ONE_PARTITION, start_dev_server, stop_on_sigterm
 from bench.sandbox_bench import raw
 from sandbox.gcs_standin import GcsStandIn
 from sandbox.rayprocs import free_port
@@ -260,6 +260,7 @@ async def first_resize_steps(temporal: Client) -> str:
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description="raysize orchestration throughput")
     parser.add_argument("--resizes", type=int, default=1000, help="concurrent pod resizes")
     args = parser.parse_args()

@@ -5,9 +5,11 @@ this checkout in a session of its own (stopped by its process group:
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -15,6 +17,17 @@ from temporalio.testing import WorkflowEnvironment
 from workflows.naming import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def stop_on_sigterm() -> None:
+    """A SIGTERM (`kill`, a CI job's timeout) ends a benchmark the way Ctrl-C does: through
+    its `finally` blocks, which stop every process it started by its group. Python's
+    default would end it at once and leave its Ray nodes and servers running."""
+
+    def exit_now(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_now)
 
 
 def start_raysize_worker(

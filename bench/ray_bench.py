@@ -34,6 +34,7 @@ from activities.ray_gcs import RayError, RayGcsClient, node_id_bytes, resize_req
 from activities.ray_proto import ray_autoscaler_pb2 as pb
 from activities.ray_proto import ray_rpc_pb2 as rpc
 from activities.ray_state import parse_cluster_state, ray_amounts
+from bench.procs import stop_on_sigterm
 
 STATE = "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState"
 RESIZE = "/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances"
@@ -373,6 +374,7 @@ def bench_large(nodes: int, shapes: int, gangs: int, calls: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gcs", help="an existing cluster's GCS HOST:PORT (default: start one)")
     parser.add_argument("--token", help="auth token for --gcs")

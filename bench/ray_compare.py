@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.procs import stop_on_sigterm
 from workflows.model import ClusterSnapshot, Plan, PodView
 from workflows.planner import plan
 from workflows.resources import CPU, GIB, units_to_float
@@ -701,6 +702,7 @@ def runs(text: str) -> list[tuple[int, int]]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -40,7 +40,7 @@ from temporalio.client import Client
 from activities.k8s import gcs_address
 from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
-from bench.procs import start_dev_server
+from bench.procs import start_dev_server, stop_on_sigterm
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import KubeletTiming, NodeSpec
 from worker.run import run_worker
@@ -259,6 +259,7 @@ def p99(values: list[float]) -> float:
 
 
 def main() -> None:
+    stop_on_sigterm()
     parser = argparse.ArgumentParser(description="raysize reaction time")
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument(

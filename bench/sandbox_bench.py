@@ -32,6 +32,7 @@ from typing import Any
 
 from kubernetes import client, config
 
+from bench.procs import stop_on_sigterm
 from sandbox.rayprocs import free_port
 
 PODS = 2000
@@ -227,6 +228,7 @@ def run(kubeconfig: str) -> bool:
 
 
 def main() -> None:
+    stop_on_sigterm()
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = str(Path(tmp) / "kubeconfig")
         cmd = [
