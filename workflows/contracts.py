@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -179,6 +180,27 @@ class ResizeOutcome(StrEnum):
     POD_GONE = "PodGone"
     RAYLET_GONE = "RayletGone"  # the pod resized, its Raylet gone: nothing to sync
     FAILED = "Failed"
+
+
+class FailureCause(StrEnum):
+    """Why a resize did not take: typed where it happens, so that a metric label or a
+    filter never depends on how a message is worded (the values are the metric labels)."""
+
+    CANCELED = "canceled"  # an operator canceled the saga
+    TIMEOUT = "timeout"  # the kubelet did not finish within resize-timeout
+    MAX_ATTEMPTS = "max_attempts"  # the kubelet or the API failed max-attempts times
+    REFUSED = "refused"  # the API server refused the patch (422, 403 …)
+    DEFERRED = "deferred"  # the kubelet: no room on the node now
+    INFEASIBLE = "infeasible"  # the kubelet: never room on the node
+    ACTIVITY_ERROR = "activity_error"  # an activity gave up (its retries spent)
+    KUBELET_ERROR = "kubelet_error"  # the kubelet reported an actuation error
+    POD_GONE = "pod_gone"
+    RAYLET_GONE = "raylet_gone"
+    UNKNOWN = "unknown"
+
+
+# the kubelet's PodResizePending reasons
+PENDING_CAUSES: Final = {"Deferred": FailureCause.DEFERRED, "Infeasible": FailureCause.INFEASIBLE}
 
 
 class AttemptRecord(_M):

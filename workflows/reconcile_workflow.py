@@ -66,14 +66,14 @@ def scale_request(obs: Observation, p: Plan) -> tuple[dict[str, int], dict[str, 
     return replicas, {g: tuple(sorted(names)) for g, names in to_delete.items()}
 
 
-def describe_plan(p: Plan) -> list[str]:
-    lines = []
-    for a in p.launch:
-        lines.append(f"launch {a.count} × {a.group}: {a.reason}")
+def describe_plan(p: Plan, *, scaling: bool = True) -> list[str]:
+    """One line per decision of the plan; the launches and removals only with `scaling`
+    (they did not happen when the RayCluster could not be changed)."""
+    lines = [f"launch {a.count} × {a.group}: {a.reason}" for a in p.launch] if scaling else []
     for r in p.resize:
         lines.append(f"{'shrink' if r.shrinks else 'grow'} {r.pod}: {r.reason}")
-    for t in p.terminate:
-        lines.append(f"remove {t.pod}: {t.reason}")
+    if scaling:
+        lines += [f"remove {t.pod}: {t.reason}" for t in p.terminate]
     return lines
 
 
@@ -257,9 +257,7 @@ class ReconcileWorkflow:
             scaled = await self._scale(inp, obs, p)
             if not scaled:  # a conflict or a refusal: plan again on fresh state soon
                 self.next_decision_in = min(self.next_decision_in or inp.retry_s, inp.retry_s)
-        lines = describe_plan(p)
-        if not scaled and (p.launch or p.terminate):
-            lines = [ln for ln in lines if ln.startswith(("grow", "shrink"))]
+        lines = describe_plan(p, scaling=scaled or not (p.launch or p.terminate))
         if lines:
             summary = f"tick {self.carry.ticks}: " + "; ".join(lines)
             self.decisions.append(

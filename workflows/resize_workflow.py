@@ -27,11 +27,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows import telemetry
     from workflows.contracts import (
         HEARTBEAT_TIMEOUT,
+        PENDING_CAUSES,
         Act,
         ApplyResizeInput,
         ApplyResizeResult,
         AttemptRecord,
         Err,
+        FailureCause,
         FinishResizeInput,
         FinishResizeResult,
         ProgressState,
@@ -92,7 +94,11 @@ def next_target_from_report(
 
 
 class _Failed(Exception):
-    """The resize can't go on; roll back with this reason."""
+    """The resize can't go on; roll back with this reason (`cause`: its type)."""
+
+    def __init__(self, message: str, cause: FailureCause) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class _PodGone(Exception):
@@ -116,6 +122,7 @@ class PodResizeWorkflow:
         self.attempts: list[AttemptRecord] = []
         self.raylet: tuple[int, int] | None = None
         self.detail = ""
+        self.cause = FailureCause.UNKNOWN  # why it did not take, once it did not
         self.status = IpprStatus()
         self.unset_attributes: list[SearchAttributeUpdate[Any]] = []
         self.indexed_phase: str | None = None
@@ -189,7 +196,7 @@ class PodResizeWorkflow:
                 "(its Ray process died or its node left the Ray cluster): nothing to sync",
             )
         except _Failed as failure:
-            back = await self._roll_back(req, str(failure))
+            back = await self._roll_back(req, str(failure), failure.cause)
             # _roll_back said why; a rollback not read back is no rollback
             self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
         except (asyncio.CancelledError, ActivityError) as exc:
@@ -199,16 +206,23 @@ class PodResizeWorkflow:
                     # with the pod half-way: a patch may have landed. Put it back, as for
                     # any failure, and end with an outcome instead of a failed workflow.
                     back = await self._roll_back(
-                        req, f"activity failed: {_error_message(exc) or exc}"
+                        req,
+                        f"activity failed: {_error_message(exc) or exc}",
+                        FailureCause.ACTIVITY_ERROR,
                     )
                     self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
                     return self.state()
                 telemetry.resize_finished(
-                    req, ResizeOutcome.FAILED, f"activity failed: {exc}", self.cpu, self.memory
+                    req,
+                    ResizeOutcome.FAILED,
+                    FailureCause.ACTIVITY_ERROR,
+                    f"activity failed: {exc}",
+                    self.cpu,
+                    self.memory,
                 )
                 raise
             workflow.logger.info("resize of %s canceled by operator: rolling back", req.pod)
-            back = await self._roll_back(req, "canceled by operator")
+            back = await self._roll_back(req, "canceled by operator", FailureCause.CANCELED)
             self._finish(ResizeOutcome.CANCELED if back else ResizeOutcome.FAILED, "")
             raise
         return self.state()
@@ -219,7 +233,7 @@ class PodResizeWorkflow:
             # only a real kubelet or API answer is an attempt, not a new target
             tries = [a for a in self.attempts if a.result != "retargeted" or not _careful()]
             if len(tries) >= req.max_attempts:
-                raise _Failed(f"gave up after {len(tries)} attempts")
+                raise _Failed(f"gave up after {len(tries)} attempts", FailureCause.MAX_ATTEMPTS)
             target = (self.cpu, self.memory)
             # (a) Raylet first where the pod shrinks, so Ray never over-schedules
             if shrinks(req, self.cpu, self.memory):
@@ -246,7 +260,7 @@ class PodResizeWorkflow:
                     self.new_target = None
                     continue
                 self.attempts.append(self._attempt("timed out"))
-                raise _Failed(f"Pod resize timed out after {req.timeout_s}s")
+                raise _Failed(f"Pod resize timed out after {req.timeout_s}s", FailureCause.TIMEOUT)
             if progress.state == ProgressState.DONE:
                 self.attempts.append(self._attempt("done"))
                 break
@@ -254,12 +268,13 @@ class PodResizeWorkflow:
                 raise _PodGone()
             if progress.state == ProgressState.ERROR:
                 self.attempts.append(self._attempt("error"))
-                raise _Failed(progress.message or "Pod resize failed")
+                raise _Failed(progress.message or "Pod resize failed", FailureCause.KUBELET_ERROR)
             # (d) Deferred / Infeasible: the kubelet says how much room there is
             self.attempts.append(self._attempt(f"{progress.reason}: {progress.message}"))
             report = parse_kubelet_message(progress.reason, progress.message)
+            pending = PENDING_CAUSES.get(progress.reason or "", FailureCause.KUBELET_ERROR)
             if report is None:
-                raise _Failed(f"resize {progress.reason}: {progress.message}")
+                raise _Failed(f"resize {progress.reason}: {progress.message}", pending)
             cpu, memory = next_target_from_report(report, progress, self.cpu, self.memory)
             cpu, memory = (
                 max(cpu, min(req.from_cpu, target[0])),
@@ -272,7 +287,9 @@ class PodResizeWorkflow:
                 }
             )
             if (cpu, memory) == target or (cpu <= req.from_cpu and memory <= req.from_memory):
-                raise _Failed(f"resize {progress.reason}: no room on the node ({progress.message})")
+                raise _Failed(
+                    f"resize {progress.reason}: no room on the node ({progress.message})", pending
+                )
             self.detail = f"{progress.reason}: asking again at the size the node allows"
             self.cpu, self.memory = cpu, memory
 
@@ -386,7 +403,7 @@ class PodResizeWorkflow:
                 return progress
             self._show(_kubelet_says(progress, workflow.now()))
 
-    async def _roll_back(self, req: ResizeRequest, reason: str) -> bool:
+    async def _roll_back(self, req: ResizeRequest, reason: str, cause: FailureCause) -> bool:
         """Put the pod and its Raylet back where they started, and say why. True only when
         the pod's spec, its actual size (the kubelet's report) and its Raylet are read back
         at the starting size; False says the rollback is not confirmed (and why, in
@@ -396,7 +413,7 @@ class PodResizeWorkflow:
         if careful:  # no new target from here on: the way back is the target
             self.rolling_back = True
             self.new_target = None
-        self.detail = reason
+        self.detail, self.cause = reason, cause
         now = int(workflow.now().timestamp())
         failed = self.status.model_copy(
             update={"last_failed_at": now, "last_failed_reason": reason, "resizing_at": now}
@@ -413,14 +430,14 @@ class PodResizeWorkflow:
                     if progress is not None
                     else f"no answer within {req.timeout_s}s"
                 )
-                raise _Failed(f"the kubelet did not confirm the starting size ({seen})")
+                raise _Failed(f"the kubelet did not confirm the starting size ({seen})", cause)
             done = failed.model_copy(update={"resizing_at": None})
             if self.raylet is not None and self.raylet != (cpu, memory):
                 await self._finish_resize(req, cpu, memory, done)
             else:
                 await self._set_status(req, done)
             if careful and self.raylet is not None and self.raylet != (cpu, memory):
-                raise _Failed(f"the Raylet reports {self.raylet}, not {(cpu, memory)}")
+                raise _Failed(f"the Raylet reports {self.raylet}, not {(cpu, memory)}", cause)
             return True
         except _PodGone:
             self.detail = f"{reason}; the pod is gone"
@@ -429,7 +446,7 @@ class PodResizeWorkflow:
             if isinstance(failure, ActivityError):
                 if is_cancelled_exception(failure) or not workflow.patched(ROLLBACK_ON_ERROR_PATCH):
                     raise
-                failure = _Failed(f"activity failed: {_error_message(failure) or failure}")
+                failure = _Failed(f"activity failed: {_error_message(failure) or failure}", cause)
             self.detail = f"{reason}; rolling back failed: {failure}"
             workflow.logger.warning("resize of %s: %s", req.pod, self.detail)
             try:
@@ -492,7 +509,9 @@ class PodResizeWorkflow:
         if kind == Err.POD_GONE:
             raise _PodGone() from exc
         if kind in (Err.INVALID, Err.FORBIDDEN):
-            raise _Failed(f"Kubernetes refused the resize: {_error_message(exc)}") from exc
+            raise _Failed(
+                f"Kubernetes refused the resize: {_error_message(exc)}", FailureCause.REFUSED
+            ) from exc
         raise exc
 
     async def _set_status(self, req: ResizeRequest, status: IpprStatus) -> None:
@@ -628,7 +647,9 @@ class PodResizeWorkflow:
             ]
         )
         if self.req is not None:
-            telemetry.resize_finished(self.req, outcome, self.detail, self.cpu, self.memory)
+            telemetry.resize_finished(
+                self.req, outcome, self.cause, self.detail, self.cpu, self.memory
+            )
         workflow.set_current_details(
             outcome_details(outcome.value, self.cpu, self.memory, self.detail)
         )

@@ -22,7 +22,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from workflows.contracts import ResizeOutcome, ResizeRequest
+from workflows.contracts import FailureCause, ResizeOutcome, ResizeRequest
 from workflows.model import ClusterSnapshot, Plan
 
 # --- metric names ---------------------------------------------------------------------
@@ -47,26 +47,6 @@ HISTOGRAM_BUCKETS: Mapping[str, tuple[float, ...]] = {
 DECISION_SPAN_EXTERN = "__raysize_decision_span"
 DECISION_SPAN_END_EXTERN = "__raysize_decision_span_end"
 DECISION_SPAN = "ReconcileDecision"
-
-# --- failure reasons: a small, fixed set, fit for a metric attribute -------------------------
-_REASONS: tuple[tuple[str, str], ...] = (
-    ("canceled by operator", "canceled"),
-    ("Pod resize timed out", "timeout"),
-    ("gave up after", "max_attempts"),
-    ("Kubernetes refused", "refused"),
-    ("resize Deferred", "deferred"),
-    ("resize Infeasible", "infeasible"),
-    ("activity failed", "activity_error"),
-)
-
-
-def failure_reason(detail: str) -> str:
-    """The category of why a resize rolled back or failed, from the saga's detail text.
-    Anything else the kubelet reported (an actuation error) is `kubelet_error`."""
-    for prefix, reason in _REASONS:
-        if detail.startswith(prefix):
-            return reason
-    return "kubelet_error" if detail else "unknown"
 
 
 def _resize_attrs(req: ResizeRequest) -> dict[str, str]:
@@ -121,9 +101,15 @@ def resize_started(req: ResizeRequest) -> None:
 
 
 def resize_finished(
-    req: ResizeRequest, outcome: ResizeOutcome | str, detail: str, cpu: int, memory: int
+    req: ResizeRequest,
+    outcome: ResizeOutcome | str,
+    cause: FailureCause,
+    detail: str,
+    cpu: int,
+    memory: int,
 ) -> None:
-    """Count the outcome with its reason, record how long the saga took, log one line."""
+    """Count the outcome with its cause (`reason`), record how long the saga took, log
+    one line."""
     meter = workflow.metric_meter()
     attrs = _resize_attrs(req)
     outcome = str(outcome)
@@ -133,18 +119,18 @@ def resize_finished(
             1, attrs
         )
     elif outcome in (ResizeOutcome.ROLLED_BACK, ResizeOutcome.CANCELED):
-        reason = failure_reason(detail)
+        reason = cause.value
         meter.create_counter(
             RESIZES_ROLLED_BACK, "pod resizes rolled back to where they started, by reason"
         ).add(1, {**attrs, "reason": reason})
     else:
         reason = (
-            "pod_gone"
+            FailureCause.POD_GONE
             if outcome == ResizeOutcome.POD_GONE
-            else "raylet_gone"
+            else FailureCause.RAYLET_GONE
             if outcome == ResizeOutcome.RAYLET_GONE
-            else failure_reason(detail)
-        )
+            else cause
+        ).value
         meter.create_counter(RESIZES_FAILED, "pod resizes that ended otherwise, by reason").add(
             1, {**attrs, "reason": reason}
         )
