@@ -53,11 +53,11 @@ from workflows.model import (
     Constraint,
     Demand,
     Gang,
+    KubeletResizeState,
     PlannerSettings,
     PodPhase,
     PodResize,
     PodView,
-    ResizeState,
 )
 from workflows.naming import (
     RECONCILE_WORKFLOW,
@@ -120,7 +120,7 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
         }
         if view.resize is None and view.name in resizing:
             update["resize"] = PodResize(
-                cpu=view.total.cpu, memory=view.total.memory, state=ResizeState.IN_PROGRESS
+                cpu=view.total.cpu, memory=view.total.memory, state=KubeletResizeState.IN_PROGRESS
             )
         elif view.resize is None and (
             node.total.get_units(CPU) != view.total.cpu
@@ -132,7 +132,7 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
             update["resize"] = PodResize(
                 cpu=view.total.cpu,
                 memory=view.total.memory,
-                state=ResizeState.IN_PROGRESS,
+                state=KubeletResizeState.IN_PROGRESS,
                 raylet_only=True,
             )
         pods.append(view.model_copy(update=update))

@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from pydantic import BaseModel, ConfigDict
 from temporalio import activity
 
 from activities.k8s_errors import (
@@ -53,13 +52,14 @@ from workflows.ippr import (
 )
 from workflows.model import (
     ClusterSnapshot,
+    KubeletResizeState,
     PlannerSettings,
     PodPhase,
     PodResize,
     PodView,
-    ResizeState,
 )
 from workflows.resources import CPU, MEMORY, Resources, quantity_to_units, units_to_quantity
+from workflows.values import Value
 
 RAY_GROUP, RAY_API, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 PENDING, IN_PROGRESS = "PodResizePending", "PodResizeInProgress"
@@ -70,10 +70,8 @@ Obj = dict[str, Any]
 T = TypeVar("T")
 
 
-class ContainerSize(BaseModel):
+class ContainerSize(Value):
     """One container's cpu/memory: requests and limits (absent = 0), in units."""
-
-    model_config = ConfigDict(frozen=True)
 
     cpu_request: int = 0
     cpu_limit: int = 0
@@ -125,10 +123,8 @@ def short_cause(exc: BaseException) -> str:
     return text[:200]
 
 
-class KubeCluster(BaseModel):
+class KubeCluster(Value):
     """A RayCluster and its pods, as one consistent read."""
-
-    model_config = ConfigDict(frozen=True)
 
     namespace: str
     name: str
@@ -177,18 +173,22 @@ def _container_sizes(pod: Obj) -> tuple[ContainerSize, ContainerSize | None]:
     return spec, None
 
 
-def resize_state(pod: Obj) -> ResizeState | None:
+def resize_state(pod: Obj) -> KubeletResizeState | None:
     """The resize state the conditions report (None: nothing in flight)."""
     pending = _condition(pod, PENDING)
     if pending is not None:
         return (
-            ResizeState.INFEASIBLE
+            KubeletResizeState.INFEASIBLE
             if pending.get("reason") == "Infeasible"
-            else (ResizeState.DEFERRED)
+            else (KubeletResizeState.DEFERRED)
         )
     progress = _condition(pod, IN_PROGRESS)
     if progress is not None:
-        return ResizeState.ERROR if progress.get("reason") == "Error" else ResizeState.IN_PROGRESS
+        return (
+            KubeletResizeState.ERROR
+            if progress.get("reason") == "Error"
+            else KubeletResizeState.IN_PROGRESS
+        )
     return None
 
 
@@ -201,7 +201,7 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
     state = resize_state(pod)
     resize = None
     if state is None and (spec.cpu, spec.memory) != (current.cpu, current.memory):
-        state = ResizeState.IN_PROGRESS  # asked, and the kubelet has not reported yet
+        state = KubeletResizeState.IN_PROGRESS  # asked, and the kubelet has not reported yet
     if state is not None:
         asked = (
             max(0.0, (time.time() if now is None else now) - status.resizing_at)

@@ -14,20 +14,17 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from activities.ray_errors import RayReplyError
 from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
 from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
 from workflows.model import GangStrategy
 from workflows.resources import CPU, MEMORY, QuantityError, Resources, float_to_units
+from workflows.values import StrictValue
 
 _EXACT_SCALES = frozenset({CPU, MEMORY})
 _OTHER = "other"  # stands for every other name: all are counted in 1/10000 units
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class NodeStatus(StrEnum):
@@ -46,7 +43,7 @@ _NODE_STATUS = {
 }
 
 
-class RayNode(_Frozen):
+class RayNode(StrictValue):
     """One Raylet as the autoscaler state sees it (totals reflect resizes)."""
 
     node_id: str = Field(description="56 hex characters")
@@ -69,7 +66,7 @@ class LabelOperator(StrEnum):
     NOT_IN = "!in"
 
 
-class LabelConstraint(_Frozen):
+class LabelConstraint(StrictValue):
     key: str
     operator: LabelOperator
     values: tuple[str, ...]
@@ -78,7 +75,7 @@ class LabelConstraint(_Frozen):
         return f"{self.key} {self.operator.value} ({','.join(self.values)})"
 
 
-class LabelSelector(_Frozen):
+class LabelSelector(StrictValue):
     """All constraints must hold on the node."""
 
     constraints: tuple[LabelConstraint, ...]
@@ -87,7 +84,7 @@ class LabelSelector(_Frozen):
         return ", ".join(c.describe() for c in self.constraints)
 
 
-class PlacementConstraint(_Frozen):
+class PlacementConstraint(StrictValue):
     """A bundle must (affinity) or must not (anti-affinity) share a node with `label`."""
 
     affinity: bool
@@ -95,7 +92,7 @@ class PlacementConstraint(_Frozen):
     value: str = ""
 
 
-class PendingDemand(_Frozen):
+class PendingDemand(StrictValue):
     """`count` tasks or actors of one shape that wait for resources.
 
     `label_selectors` are alternatives, any one of which will do; empty means any node.
@@ -106,13 +103,13 @@ class PendingDemand(_Frozen):
     label_selectors: tuple[LabelSelector, ...] = ()
 
 
-class GangBundle(_Frozen):
+class GangBundle(StrictValue):
     shape: Resources
     label_selectors: tuple[LabelSelector, ...] = ()
     placement_constraints: tuple[PlacementConstraint, ...] = ()
 
 
-class PendingGang(_Frozen):
+class PendingGang(StrictValue):
     """A placement group that waits for resources: all bundles are placed or none."""
 
     placement_group_id: str
@@ -121,7 +118,7 @@ class PendingGang(_Frozen):
     bundles: tuple[GangBundle, ...]
 
 
-class ResourceConstraint(_Frozen):
+class ResourceConstraint(StrictValue):
     """`request_resources()`: the cluster must have room (capacity) for `count` × `shape`."""
 
     shape: Resources
@@ -129,7 +126,7 @@ class ResourceConstraint(_Frozen):
     label_selectors: tuple[LabelSelector, ...] = ()
 
 
-class ClusterState(_Frozen):
+class ClusterState(StrictValue):
     version: int = Field(description="cluster_resource_state_version; grows on every change")
     fingerprint: int = Field(
         default=0, description="state_fingerprint of the reply it was read from (0: not read)"
@@ -160,7 +157,7 @@ class NodeDeathReason(StrEnum):
     AUTOSCALER_DRAIN_IDLE = "autoscaler_drain_idle"
 
 
-class NodeInfo(_Frozen):
+class NodeInfo(StrictValue):
     """One Raylet as registered with the GCS (`GetAllNodeInfo`)."""
 
     node_id: str

@@ -49,7 +49,7 @@ from sandbox.faults import FaultRule
 from sandbox.kubelet import KubeletTiming, NodeSpec
 from sandbox.localray import stop_group
 from sandbox.rayprocs import free_port
-from workflows.contracts import ResizeState
+from workflows.contracts import ResizeSagaState
 from workflows.naming import RESIZE_OUTCOME, SEARCH_ATTRIBUTES
 
 GIB = 1024**3
@@ -319,7 +319,7 @@ async def one_run(number: int, waves: int, rng: random.Random, tmp: Path) -> Run
             if outcome not in ("Succeeded", "?") and len(run.notes) < 8:
                 try:
                     state = await temporal.get_workflow_handle(
-                        wf.id, run_id=wf.run_id, result_type=ResizeState
+                        wf.id, run_id=wf.run_id, result_type=ResizeSagaState
                     ).result()
                     run.notes.append(f"{wf.id} {outcome}: {state.detail}")
                 except Exception as exc:

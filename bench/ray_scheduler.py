@@ -72,9 +72,9 @@ from workflows.model import (
     Demand,
     GangStrategy,
     GroupSpec,
+    KubeletResizeState,
     PodPhase,
     PodView,
-    ResizeState,
 )
 from workflows.resources import CPU, Resources, units_to_float
 
@@ -84,11 +84,11 @@ UNCAPPED = 1_000_000_000
 
 # How the Kubelet's resize condition reads for each in-flight state.
 K8S_RESIZE_STATUS = {
-    ResizeState.IN_PROGRESS: "inprogress",
-    ResizeState.DEFERRED: "deferred",
-    ResizeState.INFEASIBLE: "infeasible",
-    ResizeState.ERROR: "error",
-    ResizeState.TIMED_OUT: "inprogress",  # timed out = still in progress past the timeout
+    KubeletResizeState.IN_PROGRESS: "inprogress",
+    KubeletResizeState.DEFERRED: "deferred",
+    KubeletResizeState.INFEASIBLE: "infeasible",
+    KubeletResizeState.ERROR: "error",
+    KubeletResizeState.TIMED_OUT: "inprogress",  # timed out = still in progress past the timeout
 }
 
 
@@ -183,9 +183,9 @@ def ippr_status(p: PodView, spec: IPPRGroupSpec, now: int) -> IPPRStatus:
         status.desired_memory = r.memory
         status.resizing_at = now
         status.k8s_resize_status = K8S_RESIZE_STATUS[r.state]
-        if r.state == ResizeState.TIMED_OUT:
+        if r.state == KubeletResizeState.TIMED_OUT:
             status.resizing_at = now - spec.resize_timeout - 1
-        if r.state in (ResizeState.DEFERRED, ResizeState.INFEASIBLE):
+        if r.state in (KubeletResizeState.DEFERRED, KubeletResizeState.INFEASIBLE):
             # _apply_resize_suggestion: the Kubelet's report re-targets the resize
             if status.suggested_max_cpu is not None:
                 status.queue_resize_request(desired_cpu=status.suggested_max_cpu)

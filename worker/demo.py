@@ -77,7 +77,7 @@ from worker.demo_view import (
     resize_text,
     summary,
 )
-from workflows.contracts import ReconcileStatus, ResizeState
+from workflows.contracts import ReconcileStatus, ResizeSagaState
 from workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE, reconcile_workflow_id
 from workflows.resize_workflow import PodResizeWorkflow
 from workflows.resources import CPU, GIB, MEMORY, Resources
@@ -265,7 +265,7 @@ class Watcher:
 
     async def _resize_state(
         self, wf_id: str, run_id: str, status: WorkflowExecutionStatus | None
-    ) -> ResizeState | None:
+    ) -> ResizeSagaState | None:
         handle = self.temporal.get_workflow_handle_for(PodResizeWorkflow.run, wf_id, run_id=run_id)
         try:
             if status == WorkflowExecutionStatus.COMPLETED:

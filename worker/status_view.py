@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from workflows.contracts import ResizePhase, ResizeState
+from workflows.contracts import ResizePhase, ResizeSagaState
 from workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE
 from workflows.resize_workflow import PodResizeWorkflow
 
@@ -48,7 +48,7 @@ async def _row(client: Client, wf: WorkflowExecution, now: datetime) -> ResizeRo
     detail = ""
     if running:
         try:
-            state: ResizeState = await client.get_workflow_handle_for(
+            state: ResizeSagaState = await client.get_workflow_handle_for(
                 PodResizeWorkflow.run, wf.id, run_id=wf.run_id
             ).query(PodResizeWorkflow.state, rpc_timeout=QUERY_TIMEOUT)
             phase = state.phase.value + (" (paused)" if state.paused else "")

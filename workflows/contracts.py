@@ -10,14 +10,11 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workflows.ippr import ConfigError, IpprStatus
 from workflows.model import ClusterSnapshot, Plan, PlannerSettings
-
-
-class _M(BaseModel):
-    model_config = ConfigDict(frozen=True)
+from workflows.values import Value
 
 
 # --- activity names ---------------------------------------------------------------------
@@ -56,7 +53,7 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 
 
 # --- resize saga ---------------------------------------------------------------------------
-class RayletResizeInput(_M):
+class RayletResizeInput(Value):
     namespace: str
     cluster: str
     pod: str
@@ -65,12 +62,12 @@ class RayletResizeInput(_M):
     memory: int
 
 
-class RayletResizeResult(_M):
+class RayletResizeResult(Value):
     cpu: int
     memory: int
 
 
-class ApplyResizeInput(_M):
+class ApplyResizeInput(Value):
     """Patch the pod, record the status, then watch the kubelet for up to `window_s`:
     one activity (one round trip) for what is, on the happy path, the whole resize."""
 
@@ -92,7 +89,7 @@ class ProgressState(StrEnum):
     POD_GONE = "pod_gone"
 
 
-class WaitResizeInput(_M):
+class WaitResizeInput(Value):
     namespace: str
     pod: str
     cpu: int
@@ -102,7 +99,7 @@ class WaitResizeInput(_M):
     window_s: float = 30.0  # return IN_PROGRESS after this long, so the workflow can time out
 
 
-class ResizeProgress(_M):
+class ResizeProgress(Value):
     """Where a pod's resize stands. The gaps let the workflow turn a kubelet report
     (which speaks of requests) into the size to ask for next (which is a limit)."""
 
@@ -117,12 +114,12 @@ class ResizeProgress(_M):
     other_memory_requests: int = 0
 
 
-class ApplyResizeResult(_M):
+class ApplyResizeResult(Value):
     generation: int
     progress: ResizeProgress
 
 
-class SetStatusInput(_M):
+class SetStatusInput(Value):
     namespace: str
     pod: str
     status: IpprStatus
@@ -138,7 +135,7 @@ class FinishResizeResult(RayletResizeResult):
     status_error: str = Field("", description="why the final status was not written, if not")
 
 
-class ResizeRequest(_M):
+class ResizeRequest(Value):
     """Start (or retarget) the resize of one pod."""
 
     namespace: str
@@ -203,14 +200,15 @@ class FailureCause(StrEnum):
 PENDING_CAUSES: Final = {"Deferred": FailureCause.DEFERRED, "Infeasible": FailureCause.INFEASIBLE}
 
 
-class AttemptRecord(_M):
+class AttemptRecord(Value):
     cpu: int
     memory: int
     result: str
 
 
-class ResizeState(_M):
-    """What `temporal workflow query --name state` returns for a resize."""
+class ResizeSagaState(Value):
+    """Where a resize saga stands: what `temporal workflow query --name state` returns
+    for a resize, and its result."""
 
     pod: str
     phase: ResizePhase
@@ -227,13 +225,13 @@ class ResizeState(_M):
 
 
 # --- reconcile ---------------------------------------------------------------------------
-class ObserveInput(_M):
+class ObserveInput(Value):
     namespace: str
     cluster: str
     gcs_address: str | None = None
 
 
-class Observation(_M):
+class Observation(Value):
     found: bool = True
     snapshot: ClusterSnapshot | None = None
     config_errors: tuple[ConfigError, ...] = ()
@@ -255,7 +253,7 @@ class Observation(_M):
     )
 
 
-class WaitInput(_M):
+class WaitInput(Value):
     namespace: str
     cluster: str
     gcs_address: str
@@ -268,7 +266,7 @@ class WaitInput(_M):
     watch_ray: bool = True
 
 
-class ScaleInput(_M):
+class ScaleInput(Value):
     namespace: str
     cluster: str
     resource_version: str
@@ -276,7 +274,7 @@ class ScaleInput(_M):
     workers_to_delete: dict[str, tuple[str, ...]]
 
 
-class EventInput(_M):
+class EventInput(Value):
     namespace: str
     kind: str  # "RayCluster" | "Pod"
     name: str
@@ -285,13 +283,13 @@ class EventInput(_M):
     warning: bool = False
 
 
-class Decision(_M):
+class Decision(Value):
     tick: int
     summary: str
     reasons: tuple[str, ...] = ()
 
 
-class ReconcileStatus(_M):
+class ReconcileStatus(Value):
     """What `temporal workflow query --name status` returns for a cluster."""
 
     namespace: str
@@ -311,10 +309,8 @@ class ReconcileStatus(_M):
     )
 
 
-class ReconcileCarry(BaseModel):
+class ReconcileCarry(Value):
     """Everything that outlives one run: exactly what continue-as-new carries."""
-
-    model_config = ConfigDict(frozen=True)
 
     ticks: int = 0
     paused: bool = False
@@ -326,9 +322,7 @@ class ReconcileCarry(BaseModel):
     stood_down: bool = False
 
 
-class ReconcileInput(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class ReconcileInput(Value):
     namespace: str
     cluster: str
     gcs_address: str | None = None

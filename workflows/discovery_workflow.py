@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
-from pydantic import BaseModel, ConfigDict
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
@@ -15,12 +14,11 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from workflows.contracts import Act
     from workflows.naming import DISCOVERY_WORKFLOW
+    from workflows.values import Value
     from workflows.waiting import raise_if_cancelled
 
 
-class DiscoveryInput(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class DiscoveryInput(Value):
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     interval_s: float = 15.0
     max_rounds_per_run: int = 200

@@ -19,8 +19,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from workflows.model import HEAD_GROUP, GroupSpec, IpprLimits, PlannerSettings, UpscalingMode
 from workflows.resources import (
     CPU,
@@ -32,6 +30,7 @@ from workflows.resources import (
     ray_accepted,
     units_to_float,
 )
+from workflows.values import Value
 
 IPPR_ANNOTATION = "ray.io/ippr"
 IPPR_STATUS_ANNOTATION = "ray.io/ippr-status"
@@ -39,10 +38,8 @@ NOT_REQUIRED = "NotRequired"
 GPU_KEYS = ("nvidia.com/gpu", "amd.com/gpu")
 
 
-class ConfigError(BaseModel):
+class ConfigError(Value):
     """One problem in a RayCluster's IPPR configuration."""
-
-    model_config = ConfigDict(frozen=True)
 
     group: str | None
     field: str
@@ -54,10 +51,8 @@ class ConfigError(BaseModel):
         return f"{where}{self.field}: {self.problem}; {self.fix}"
 
 
-class GroupSpecs(BaseModel):
+class GroupSpecs(Value):
     """The groups of a RayCluster as the planner sees them, or why they can't be used."""
-
-    model_config = ConfigDict(frozen=True)
 
     groups: dict[str, GroupSpec]
     errors: tuple[ConfigError, ...] = ()
@@ -566,10 +561,8 @@ def read_planner_settings(raycluster: Mapping[str, Any], base: PlannerSettings) 
 # --- ray.io/ippr-status -------------------------------------------------------------
 
 
-class IpprStatus(BaseModel):
+class IpprStatus(Value):
     """Per-pod resize record, in Ray's field names, shared with Ray's own autoscaler."""
-
-    model_config = ConfigDict(frozen=True)
 
     raylet_id: str | None = None
     resizing_at: int | None = None
@@ -645,10 +638,8 @@ _INFEASIBLE_RE = re.compile(
 )
 
 
-class KubeletReport(BaseModel):
+class KubeletReport(Value):
     """What a Deferred/Infeasible message says the pod may still request on its node."""
-
-    model_config = ConfigDict(frozen=True)
 
     resource: str  # "cpu" | "memory"
     max_request: int  # millicores or bytes the pod's requests may total

@@ -8,18 +8,15 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from workflows.resources import GIB, Resources
+from workflows.values import StrictValue
 
 HEAD_GROUP = "headgroup"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class IpprLimits(_Frozen):
+class IpprLimits(StrictValue):
     """A group's in-place resize limits, from the `ray.io/ippr` annotation."""
 
     max_cpu: int = Field(description="millicores")
@@ -27,7 +24,7 @@ class IpprLimits(_Frozen):
     resize_timeout_s: int
 
 
-class GroupSpec(_Frozen):
+class GroupSpec(StrictValue):
     """One Ray group (worker group or the head group) as the planner needs it."""
 
     name: str
@@ -44,7 +41,9 @@ class PodPhase(StrEnum):
     PENDING = "pending"  # launched, no Raylet yet
 
 
-class ResizeState(StrEnum):
+class KubeletResizeState(StrEnum):
+    """Where the kubelet stands on a resize asked of it (the pod's resize conditions)."""
+
     IN_PROGRESS = "in_progress"
     DEFERRED = "deferred"
     INFEASIBLE = "infeasible"
@@ -53,15 +52,19 @@ class ResizeState(StrEnum):
 
     @property
     def in_flight(self) -> bool:
-        return self in (ResizeState.IN_PROGRESS, ResizeState.DEFERRED, ResizeState.INFEASIBLE)
+        return self in (
+            KubeletResizeState.IN_PROGRESS,
+            KubeletResizeState.DEFERRED,
+            KubeletResizeState.INFEASIBLE,
+        )
 
 
-class PodResize(_Frozen):
+class PodResize(StrictValue):
     """A resize that has been asked of Kubernetes and not yet finished."""
 
     cpu: int = Field(description="target millicores")
     memory: int = Field(description="target bytes")
-    state: ResizeState = ResizeState.IN_PROGRESS
+    state: KubeletResizeState = KubeletResizeState.IN_PROGRESS
     asked_s: float | None = Field(
         default=None,
         description="seconds since raysize last asked for it (ray.io/ippr-status resizing-at;"
@@ -73,7 +76,7 @@ class PodResize(_Frozen):
     )
 
 
-class PodView(_Frozen):
+class PodView(StrictValue):
     """One Ray pod as the planner sees it."""
 
     name: str
@@ -96,7 +99,7 @@ class PodView(_Frozen):
     )
 
 
-class Demand(_Frozen):
+class Demand(StrictValue):
     """`count` tasks or actors of one shape waiting for resources."""
 
     shape: Resources
@@ -111,7 +114,7 @@ class GangStrategy(StrEnum):
     STRICT_SPREAD = "STRICT_SPREAD"
 
 
-class Gang(_Frozen):
+class Gang(StrictValue):
     """A placement group waiting for resources: all bundles or none."""
 
     bundles: tuple[Resources, ...]
@@ -120,7 +123,7 @@ class Gang(_Frozen):
     bundle_selectors: tuple[dict[str, str], ...] = ()
 
 
-class Constraint(_Frozen):
+class Constraint(StrictValue):
     """`request_resources()`: the cluster must have capacity (not free space) for these."""
 
     shape: Resources
@@ -138,7 +141,7 @@ class ResizePolicy(StrEnum):
     MAX = "max"  # Ray's behaviour: one step to the group maximum
 
 
-class PlannerSettings(_Frozen):
+class PlannerSettings(StrictValue):
     idle_timeout_s: float = 60.0
     max_workers: int | None = Field(default=None, description="cluster-wide cap on workers")
     upscaling_mode: UpscalingMode = UpscalingMode.DEFAULT
@@ -153,7 +156,7 @@ class PlannerSettings(_Frozen):
     )
 
 
-class ClusterSnapshot(_Frozen):
+class ClusterSnapshot(StrictValue):
     """Everything one decision needs; time enters only through `idle_s`."""
 
     name: str = "cluster"
@@ -213,7 +216,7 @@ def bounded(snapshot: ClusterSnapshot, limit: int = MAX_PLAN_UNITS) -> tuple[Clu
     return cut, total - plan_units(cut)
 
 
-class ResizeAction(_Frozen):
+class ResizeAction(StrictValue):
     pod: str
     group: str
     cpu: int = Field(description="absolute target millicores")
@@ -231,25 +234,25 @@ class ResizeAction(_Frozen):
         return self.cpu < self.from_cpu or self.memory < self.from_memory
 
 
-class TerminateAction(_Frozen):
+class TerminateAction(StrictValue):
     pod: str
     group: str
     reason: str
 
 
-class LaunchAction(_Frozen):
+class LaunchAction(StrictValue):
     group: str
     count: int
     reason: str
 
 
-class Infeasible(_Frozen):
+class Infeasible(StrictValue):
     demands: int = 0
     gangs: int = 0
     constraints: int = 0
 
 
-class Plan(_Frozen):
+class Plan(StrictValue):
     launch: tuple[LaunchAction, ...] = ()
     resize: tuple[ResizeAction, ...] = ()
     terminate: tuple[TerminateAction, ...] = ()

@@ -48,13 +48,13 @@ from workflows.model import (
     GangStrategy,
     GroupSpec,
     Infeasible,
+    KubeletResizeState,
     LaunchAction,
     Plan,
     PodPhase,
     PodView,
     ResizeAction,
     ResizePolicy,
-    ResizeState,
     TerminateAction,
     UpscalingMode,
     bounded,
@@ -353,7 +353,7 @@ class _Planner:
         r = p.resize
         return (
             r is not None
-            and r.state == ResizeState.IN_PROGRESS
+            and r.state == KubeletResizeState.IN_PROGRESS
             and r.cpu >= p.total.cpu
             and r.memory >= p.total.memory
             # a kubelet suggestion below the target: the node has no room for more

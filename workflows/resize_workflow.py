@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
         ResizePhase,
         ResizeProgress,
         ResizeRequest,
-        ResizeState,
+        ResizeSagaState,
         SetStatusInput,
         WaitResizeInput,
     )
@@ -152,9 +152,9 @@ class PodResizeWorkflow:
         self.new_target = wanted
 
     @workflow.query
-    def state(self) -> ResizeState:
+    def state(self) -> ResizeSagaState:
         req = self.req
-        return ResizeState(
+        return ResizeSagaState(
             pod=req.pod if req else "",
             phase=self.phase,
             outcome=self.outcome,
@@ -171,7 +171,7 @@ class PodResizeWorkflow:
 
     # --- the saga ------------------------------------------------------------------------
     @workflow.run
-    async def run(self, req: ResizeRequest) -> ResizeState:
+    async def run(self, req: ResizeRequest) -> ResizeSagaState:
         self.req = req
         self.cpu, self.memory = req.cpu, req.memory
         self.status = IpprStatus(raylet_id=req.node_id)

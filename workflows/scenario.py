@@ -25,13 +25,13 @@ from workflows.model import (
     GangStrategy,
     GroupSpec,
     IpprLimits,
+    KubeletResizeState,
     Plan,
     PlannerSettings,
     PodPhase,
     PodResize,
     PodView,
     ResizePolicy,
-    ResizeState,
     UpscalingMode,
     plan_units,
 )
@@ -91,7 +91,7 @@ GANG_KEYS = ("bundles", "strategy", "count", "bundle_selectors")
 CONSTRAINT_KEYS = ("shape", "count")
 # The accepted values of each enum field, in declaration order (the messages list them).
 _POD_PHASES = tuple(m.value for m in PodPhase)
-_RESIZE_STATES = tuple(m.value for m in ResizeState)
+_RESIZE_STATES = tuple(m.value for m in KubeletResizeState)
 _GANG_STRATEGIES = tuple(m.value for m in GangStrategy)
 _UPSCALING_MODES = tuple(m.value for m in UpscalingMode)
 _RESIZE_POLICIES = tuple(m.value for m in ResizePolicy)
@@ -464,14 +464,16 @@ def _pod(i: int, raw: object, groups: dict[str, GroupSpec], seen: dict[str, int]
         rpath = f"{path}.resize"
         r = _obj(p["resize"], rpath)
         _keys(r, rpath, RESIZE_KEYS)
-        state = ResizeState(_enum(r.get("state", "in_progress"), f"{rpath}.state", _RESIZE_STATES))
+        state = KubeletResizeState(
+            _enum(r.get("state", "in_progress"), f"{rpath}.state", _RESIZE_STATES)
+        )
         if r.get("suggested_max_cpu") is not None:
             sug_cpu = _cores(r["suggested_max_cpu"], f"{rpath}.suggested_max_cpu")
         if r.get("suggested_max_memory") is not None:
             sug_mem = _int(r["suggested_max_memory"], f"{rpath}.suggested_max_memory", unit="bytes")
         failed = _bool(r.get("failed", False), f"{rpath}.failed") or state in (
-            ResizeState.ERROR,
-            ResizeState.TIMED_OUT,
+            KubeletResizeState.ERROR,
+            KubeletResizeState.TIMED_OUT,
         )
         if "cpu" in r or "memory" in r:
             resize = PodResize(

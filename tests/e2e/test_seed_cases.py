@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from sandbox.kubelet import NodeSpec
-from workflows.contracts import ResizeOutcome, ResizeState
+from workflows.contracts import ResizeOutcome, ResizeSagaState
 from workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import GIB, Stack, ippr_cluster, stop_driver
@@ -32,7 +32,7 @@ async def run_driver(
     return [line for line in out.splitlines() if line.startswith("ran with")]
 
 
-async def resize_of(stack: Stack, pod: str) -> ResizeState:
+async def resize_of(stack: Stack, pod: str) -> ResizeSagaState:
     handle = stack.temporal.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/default/{pod}")
     return await handle.result()
 

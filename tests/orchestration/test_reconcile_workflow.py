@@ -33,13 +33,12 @@ from workflows.contracts import (
     ResizeOutcome,
     ResizeProgress,
     ResizeRequest,
-    ResizeState,
+    ResizeSagaState,
     SetStatusInput,
     WaitResizeInput,
 )
 from workflows.ippr import ConfigError
-from workflows.model import PlannerSettings, PodResize, ResizePolicy
-from workflows.model import ResizeState as PodResizeState
+from workflows.model import KubeletResizeState, PlannerSettings, PodResize, ResizePolicy
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
 from workflows.resources import GIB
@@ -139,7 +138,7 @@ async def status_of(handle: WorkflowHandle) -> ReconcileStatus:
     return await handle.query(ReconcileWorkflow.status)
 
 
-async def children(env: WorkflowEnvironment, handle: WorkflowHandle) -> list[ResizeState]:
+async def children(env: WorkflowEnvironment, handle: WorkflowHandle) -> list[ResizeSagaState]:
     ns = handle.id.split("/")[1]
     out = []
     for name in ("w1", "w2", "w3"):
@@ -387,7 +386,7 @@ async def test_a_stuck_resize_with_no_saga_is_settled_and_a_live_saga_is_left_al
     """A pod held spec 4 CPU / actuated 1 CPU for 600 s with no workflow on it: the loop
     starts a saga that takes the pod back to what it has, says so, and never retargets a
     saga that still runs (an operator may have paused it)."""
-    stuck = PodResize(cpu=4000, memory=2 * GIB, state=PodResizeState.DEFERRED, asked_s=600)
+    stuck = PodResize(cpu=4000, memory=2 * GIB, state=KubeletResizeState.DEFERRED, asked_s=600)
     world = FakeWorld(snapshot([group()], [pod("w1", resize=stuck)]))
     world.resizing.add("w1")
     recorder = ResizeRecorder(world)
@@ -436,8 +435,7 @@ async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
 ) -> None:
     # issue 13: w1 (1 CPU, may grow to 4) is growing to 2 for a task when another task of
     # {CPU: 1} arrives. The running saga is sent the new target 3; no pod is launched.
-    from workflows.model import PodResize
-    from workflows.model import ResizeState as PodResizeState
+    from workflows.model import KubeletResizeState, PodResize
 
     world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
     recorder = ResizeRecorder(world)
@@ -445,7 +443,7 @@ async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
     async with reconciling(ts_env, world, recorder) as handle:
         ns = handle.id.split("/")[1]
         await until(lambda: "w1" in world.resizing)
-        growing = PodResize(cpu=2000, memory=2 * 1024**3, state=PodResizeState.IN_PROGRESS)
+        growing = PodResize(cpu=2000, memory=2 * 1024**3, state=KubeletResizeState.IN_PROGRESS)
         w1 = world.snapshot.pods[1].model_copy(update={"resize": growing})
         world.snapshot = world.snapshot.model_copy(update={"pods": (world.snapshot.pods[0], w1)})
         world.set_demands((res(2), 1), (res(1), 1))

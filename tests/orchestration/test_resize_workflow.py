@@ -13,7 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from worker.run import workflow_runner
-from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeState
+from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeSagaState
 from workflows.naming import resize_workflow_id
 from workflows.resize_workflow import PodResizeWorkflow
 
@@ -45,7 +45,7 @@ def request(**kw: object) -> ResizeRequest:
 @asynccontextmanager
 async def running(
     env: WorkflowEnvironment, cluster: FakeCluster, req: ResizeRequest, cached: bool = True
-) -> AsyncIterator[WorkflowHandle[PodResizeWorkflow, ResizeState]]:
+) -> AsyncIterator[WorkflowHandle[PodResizeWorkflow, ResizeSagaState]]:
     queue = f"q-{uuid.uuid4()}"
     async with Worker(
         env.client,

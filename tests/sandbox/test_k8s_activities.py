@@ -33,7 +33,7 @@ from workflows.contracts import (
     WaitResizeInput,
 )
 from workflows.ippr import IpprStatus, parse_kubelet_message
-from workflows.model import PodPhase, ResizeState
+from workflows.model import KubeletResizeState, PodPhase
 from workflows.resources import GIB
 
 
@@ -149,7 +149,7 @@ def test_deferred_and_infeasible_progress(env):
         "Node didn't have enough capacity: cpu, requested: 8500, capacity: 8000"
     )
     view = next(p for p in kube.read_cluster("default", "rc").pods if p.name == pod)
-    assert view.resize is not None and view.resize.state == ResizeState.INFEASIBLE
+    assert view.resize is not None and view.resize.state == KubeletResizeState.INFEASIBLE
     assert pod in kube.read_cluster("default", "rc").resizing
     gen = kube.patch_resize("default", pod, 7500, 2 * GIB)
     progress = wait_for(

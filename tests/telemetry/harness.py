@@ -19,7 +19,7 @@ from workflows.contracts import (
     FinishResizeInput,
     FinishResizeResult,
     ReconcileInput,
-    ResizeState,
+    ResizeSagaState,
 )
 from workflows.reconcile_workflow import ReconcileWorkflow
 from workflows.resize_workflow import PodResizeWorkflow
@@ -73,7 +73,7 @@ async def reconcile_one_resize(
     namespace: str | None = None,
     *,
     cached: bool = True,
-) -> tuple[str, ResizeState]:
+) -> tuple[str, ResizeSagaState]:
     """Run the reconcile loop until the resize of w1 it starts has finished; returns the
     namespace used and the resize's final state."""
     queue = f"q-{uuid.uuid4()}"

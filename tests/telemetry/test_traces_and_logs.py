@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.orchestration.temporal_env import start_time_skipping
 from worker.telemetry import JsonFormatter, TextFormatter, default_interceptors
-from workflows.contracts import Act, ResizeOutcome, ResizeState
+from workflows.contracts import Act, ResizeOutcome, ResizeSagaState
 from workflows.telemetry import DECISION_SPAN
 
 from .harness import FlakyRaylet, growing_world, reconcile_one_resize, with_interceptors
@@ -36,7 +36,7 @@ class _Records(logging.Handler):
 @dataclass
 class TracedRun:
     namespace: str
-    state: ResizeState
+    state: ResizeSagaState
     spans: tuple[ReadableSpan, ...]
     records: list[logging.LogRecord]
 

@@ -11,7 +11,7 @@ from workflows.deadlines import (
     stuck_after_s,
     stuck_resizes,
 )
-from workflows.model import PlannerSettings, PodPhase, PodResize, ResizeState
+from workflows.model import KubeletResizeState, PlannerSettings, PodPhase, PodResize
 from workflows.planner import plan
 from workflows.resources import GIB
 
@@ -72,7 +72,7 @@ def test_the_cluster_own_idle_timeout_counts():
     assert next_decision_in(snap) == 20 + MARGIN_S
 
 
-def stuck_pod(asked_s: float | None, state: ResizeState = ResizeState.DEFERRED):
+def stuck_pod(asked_s: float | None, state: KubeletResizeState = KubeletResizeState.DEFERRED):
     return pod("w1", resize=PodResize(cpu=4000, memory=2 * GIB, state=state, asked_s=asked_s))
 
 
@@ -91,7 +91,7 @@ def test_a_resize_nobody_works_on_is_taken_back_to_the_pods_actual_size():
     )
     # a resize raysize did not ask for (no resizing-at) is someone else's: left alone
     assert stuck_resizes(snapshot([group()], [stuck_pod(None)], settings=SETTINGS)) == ()
-    done = pod("w1", resize=PodResize(cpu=4000, memory=2 * GIB, state=ResizeState.ERROR))
+    done = pod("w1", resize=PodResize(cpu=4000, memory=2 * GIB, state=KubeletResizeState.ERROR))
     assert stuck_resizes(snapshot([group()], [done], settings=SETTINGS)) == ()
 
 
@@ -100,7 +100,9 @@ def test_a_raylet_out_of_step_with_its_pod_is_brought_to_the_pods_size():
     line keeps the template's CPUs): the pod had 3 CPU, its Raylet 1, for good. After
     RAYLET_DRIFT_S with no resize on it, a saga brings the Raylet to the pod's size; a
     fresh difference (a saga's own sync in progress) is left alone, and looked at then."""
-    drift = PodResize(cpu=3000, memory=2 * GIB, state=ResizeState.IN_PROGRESS, raylet_only=True)
+    drift = PodResize(
+        cpu=3000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS, raylet_only=True
+    )
     snap = snapshot([group()], [pod("w1", resize=drift)], settings=SETTINGS)
     assert drifting(snap) == ("w1",)
     assert stuck_resizes(snap, {"w1": 5.0}) == ()

@@ -14,11 +14,11 @@ from workflows.model import (
     Demand,
     Gang,
     GangStrategy,
+    KubeletResizeState,
     PlannerSettings,
     PodPhase,
     PodResize,
     ResizePolicy,
-    ResizeState,
     UpscalingMode,
 )
 from workflows.planner import plan
@@ -95,7 +95,7 @@ def test_case_4_ippr_timeout() -> None:
         "w1": (4, 8)
     }
     # T2: the resize timed out: it is rolled back and the plan scales out
-    timed_out = PodResize(cpu=cores(4), memory=8 * GIB, state=ResizeState.TIMED_OUT)
+    timed_out = PodResize(cpu=cores(4), memory=8 * GIB, state=KubeletResizeState.TIMED_OUT)
     t2 = plan(
         snapshot([group()], [pod("w1", resize=timed_out, failed=True)], [(res(2), 1)], settings=RAY)
     )
@@ -135,7 +135,7 @@ def test_failed_pod_is_never_resized_again() -> None:
 
 
 def test_in_flight_resize_counts_at_its_target() -> None:
-    inflight = PodResize(cpu=cores(4), memory=8 * GIB, state=ResizeState.IN_PROGRESS)
+    inflight = PodResize(cpu=cores(4), memory=8 * GIB, state=KubeletResizeState.IN_PROGRESS)
     p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(2), 1)]))
     assert p.is_empty  # the 2 CPUs fit the 4 it is growing to
     p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(2), 2), (res(1), 1)]))
@@ -144,7 +144,7 @@ def test_in_flight_resize_counts_at_its_target() -> None:
 
 
 def test_deferred_resize_counts_at_the_suggested_size() -> None:
-    deferred = PodResize(cpu=cores(4), memory=8 * GIB, state=ResizeState.DEFERRED)
+    deferred = PodResize(cpu=cores(4), memory=8 * GIB, state=KubeletResizeState.DEFERRED)
     p = plan(snapshot([group()], [pod("w1", resize=deferred, suggested_cpu=2)], [(res(3), 1)]))
     assert p.launch_by_group == {"g1": 1}  # counted at 2, not 4
 
@@ -482,7 +482,7 @@ def test_request_resources_counts_pending_gpu_pods_last() -> None:
 
 def test_a_grow_in_progress_is_retargeted_before_a_pod_is_launched() -> None:
     # w1 is growing 1 → 2 CPUs; a {CPU: 3} task arrives: the grow goes on to 3, no new pod
-    inflight = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.IN_PROGRESS)
+    inflight = PodResize(cpu=cores(2), memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS)
     p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(3), 1)]))
     assert p.launch == ()
     (r,) = p.resize
@@ -494,7 +494,7 @@ def test_the_demo_placement_group_takes_the_grow_that_is_finishing() -> None:
     # issue 13: one worker that may grow to 4 CPUs has grown to 2 for a task (the pod and
     # its Raylet have 2 CPUs; the saga is still finishing); a PACK group of 2 × {CPU: 2}
     # arrives. Ray grows the pod to 4 and places the group on it; so does the plan.
-    finishing = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.IN_PROGRESS)
+    finishing = PodResize(cpu=cores(2), memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS)
     w1 = pod("w1", cpu=2, resize=finishing)
     g = gang(GangStrategy.PACK, res(2), res(2))
     p = plan(snapshot([group()], [w1], gangs=(g,)))
@@ -503,10 +503,10 @@ def test_the_demo_placement_group_takes_the_grow_that_is_finishing() -> None:
 
 
 def test_a_deferred_or_failed_grow_is_not_retargeted() -> None:
-    deferred = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.DEFERRED)
+    deferred = PodResize(cpu=cores(2), memory=2 * GIB, state=KubeletResizeState.DEFERRED)
     p = plan(snapshot([group()], [pod("w1", resize=deferred)], [(res(3), 1)]))
     assert p.resize == () and p.launch_by_group == {"g1": 1}
-    inflight = PodResize(cpu=cores(2), memory=2 * GIB, state=ResizeState.IN_PROGRESS)
+    inflight = PodResize(cpu=cores(2), memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS)
     p = plan(snapshot([group()], [pod("w1", resize=inflight, failed=True)], [(res(3), 1)]))
     assert p.resize == () and p.launch_by_group == {"g1": 1}
 

@@ -45,12 +45,12 @@ from workflows.model import (
     GangStrategy,
     GroupSpec,
     IpprLimits,
+    KubeletResizeState,
     PlannerSettings,
     PodPhase,
     PodResize,
     PodView,
     ResizePolicy,
-    ResizeState,
     UpscalingMode,
 )
 from workflows.planner import plan, plan_with_trace
@@ -139,7 +139,7 @@ def scenarios(draw: st.DrawFn, *, caps: bool = True) -> ClusterSnapshot:
             resize = PodResize(
                 cpu=draw(st.sampled_from([g.ippr.max_cpu, step, total.cpu])),
                 memory=draw(st.sampled_from([g.ippr.max_memory, total.memory])),
-                state=draw(st.sampled_from(list(ResizeState))),
+                state=draw(st.sampled_from(list(KubeletResizeState))),
             )
         busy = bool(used)
         pods.append(
@@ -515,7 +515,7 @@ def test_a_never_above_a_group_global_or_ippr_maximum(snap: ClusterSnapshot) -> 
         assert g.ippr is not None, "a group without IPPR was resized"
         assert not pod.failed, "a pod whose resize failed was resized again"
         if pod.resize is not None:  # only a grow in progress, and only further up
-            assert pod.resize.state == ResizeState.IN_PROGRESS, "a resize over a stuck one"
+            assert pod.resize.state == KubeletResizeState.IN_PROGRESS, "a resize over a stuck one"
             assert cpu >= pod.resize.cpu and mem >= pod.resize.memory, "a retarget down"
         assert pod.phase == PodPhase.RUNNING and pod.raylet_id is not None
         assert cpu <= max(g.ippr.max_cpu, pod.total.cpu)
@@ -754,7 +754,7 @@ def retargetable(p: PodView, g: GroupSpec) -> bool:
     return (
         r is not None
         and g.ippr is not None
-        and r.state == ResizeState.IN_PROGRESS
+        and r.state == KubeletResizeState.IN_PROGRESS
         and p.phase == PodPhase.RUNNING
         and p.raylet_id is not None
         and not p.failed

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench.plan_bench import SIZES, generate
-from workflows.model import PodPhase, ResizePolicy, ResizeState, UpscalingMode
+from workflows.model import KubeletResizeState, PodPhase, ResizePolicy, UpscalingMode
 from workflows.resources import GIB, Resources
 from workflows.scenario import ScenarioError, load_scenario, parse_scenario_json
 
@@ -53,7 +53,7 @@ def test_every_optional_key_is_read() -> None:
     assert head.available == head.total  # available defaults to total
     assert busy.available == Resources.of(cpu=1000, memory=8 * GIB)
     assert busy.labels["rack"] == "r1"
-    assert busy.resize is not None and busy.resize.state == ResizeState.DEFERRED
+    assert busy.resize is not None and busy.resize.state == KubeletResizeState.DEFERRED
     assert (busy.suggested_max_cpu, busy.suggested_max_memory, busy.failed) == (6000, None, False)
     assert pending.phase == PodPhase.PENDING and pending.raylet_id is None
     assert snap.demands[0].label_selector == {"zone": "in(a,b)", "rack": "!r2"}
