@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start managing a RayCluster now (the worker's discovery does this by itself)."""
         ns, name = _split(cluster, "raycluster")
-        from activities.cluster import start_reconciler
+        from activities.discovery import start_reconciler
         from worker.run import reconcile_input
 
         async def go(client: Client) -> str:

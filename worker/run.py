@@ -16,7 +16,8 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.cluster import ClusterActivities, DiscoveryActivities, RaySettings
+from activities.cluster import ClusterActivities, RaySettings
+from activities.discovery import DiscoveryActivities
 from activities.k8s import Kube, KubeconfigError
 from activities.ray_errors import RayError
 from activities.ray_gcs import TlsConfig, resolve_token

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from activities.cluster import next_read_pause
-from activities.gcs_cadence import GcsCadence
+from activities.gcs_cadence import GcsCadence, next_read_pause
 
 READ_S = 0.001  # one read's round trip
 

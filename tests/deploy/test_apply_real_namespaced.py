@@ -14,7 +14,7 @@ import yaml
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
-from activities.cluster import list_rayclusters
+from activities.discovery import list_rayclusters
 from activities.k8s import Kube
 from activities.k8s_errors import Forbidden
 from sandbox.cluster import SandboxConfig
@@ -153,7 +153,7 @@ async def test_a_namespace_raysize_may_not_read_does_not_stop_discovery_elsewher
 ) -> None:
     """RAYSIZE_NAMESPACES naming a namespace without its Role (403) made every discovery
     round fail, so no cluster was found in any namespace. It is skipped, and said so."""
-    from activities.cluster import DiscoveryActivities
+    from activities.discovery import DiscoveryActivities
     from workflows.contracts import ReconcileInput
 
     discovery = DiscoveryActivities(

@@ -8,7 +8,7 @@ import pytest
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
-from activities.cluster import list_rayclusters
+from activities.discovery import list_rayclusters
 from activities.k8s import Kube
 from sandbox.rbac import Authorizer
 from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, TRIAL, render

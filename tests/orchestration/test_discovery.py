@@ -10,8 +10,8 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
-import activities.cluster as cluster_module
-from activities.cluster import DiscoveryActivities
+import activities.discovery as discovery_module
+from activities.discovery import DiscoveryActivities
 from workflows.contracts import ReconcileInput
 from workflows.naming import RAY_CLUSTER, reconcile_workflow_id
 from workflows.reconcile_workflow import ReconcileWorkflow
@@ -67,7 +67,7 @@ async def test_a_stopped_cluster_stays_stopped_until_started_again(
         await other.terminate("test")
         assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 0
         # ... but once RECHECK_AFTER_S has passed it is, and one that ended starts anew
-        monkeypatch.setattr(cluster_module, "RECHECK_AFTER_S", 0.0)
+        monkeypatch.setattr(discovery_module, "RECHECK_AFTER_S", 0.0)
         assert await ensure.run(discovery.ensure_reconcilers, [(ns, "other")]) == 1
         assert (await other.describe()).status == WorkflowExecutionStatus.RUNNING
         await other.terminate("test over")
