@@ -22,8 +22,10 @@ from temporalio.exceptions import ApplicationError
 from activities.gcs_cadence import (
     next_read_pause,
 )
-from activities.k8s import K8sActivities, Kube, KubeCluster
+from activities.k8s import Kube
+from activities.k8s_activities import K8sActivities
 from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
+from activities.k8s_objects import KubeCluster
 from activities.pod_watch import PodWatch
 from activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
 from activities.ray_gcs import RayGcsClient, TlsConfig

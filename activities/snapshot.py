@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.k8s import KubeCluster
+from activities.k8s_objects import KubeCluster
 from activities.ray_state import ClusterState, LabelOperator, LabelSelector, RayNode
 from workflows.model import (
     ClusterSnapshot,

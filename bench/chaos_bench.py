@@ -40,7 +40,7 @@ from kubernetes import client, config
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.k8s import gcs_address
+from activities.k8s_objects import gcs_address
 from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
 from bench.procs import start_raysize_worker, stop_on_sigterm

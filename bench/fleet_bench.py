@@ -212,7 +212,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
 
             # 2. reaction on the real cluster
             rc = custom.get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", REAL)
-            from activities.k8s import gcs_address
+            from activities.k8s_objects import gcs_address
 
             took = await reaction(env.client, gcs_address(rc), args.trials)
             p50 = median(took)

@@ -37,7 +37,7 @@ from typing import Any
 from kubernetes import client, config
 from temporalio.client import Client
 
-from activities.k8s import gcs_address
+from activities.k8s_objects import gcs_address
 from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
 from bench.procs import start_dev_server, stop_on_sigterm

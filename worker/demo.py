@@ -39,7 +39,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.k8s import gcs_address
+from activities.k8s_objects import gcs_address
 from activities.ray_gcs import RayGcsClient
 from activities.ray_state import ClusterState
 from sandbox.cluster import Sandbox, SandboxConfig

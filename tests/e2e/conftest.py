@@ -22,7 +22,7 @@ from kubernetes import client, config
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.k8s import gcs_address
+from activities.k8s_objects import gcs_address
 from activities.ray_errors import RayError
 from activities.ray_gcs import RayGcsClient
 from sandbox.cluster import Sandbox, SandboxConfig

@@ -10,7 +10,8 @@ from kubernetes import client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.k8s import K8sActivities, Kube, gcs_address, resize_patch
+from activities.k8s import Kube
+from activities.k8s_activities import K8sActivities
 from activities.k8s_errors import (
     ClusterGone,
     Conflict,
@@ -20,6 +21,7 @@ from activities.k8s_errors import (
     PodGone,
     Unavailable,
 )
+from activities.k8s_objects import gcs_address, resize_patch
 from sandbox.faults import FaultRule
 from sandbox.kubelet import KubeletTiming
 from tests.sandbox.conftest import client_for, wait_for

@@ -7,7 +7,7 @@ import time
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.k8s import K8sActivities
+from activities.k8s_activities import K8sActivities
 from activities.pod_watch import PodWatch
 from sandbox.faults import FaultRule
 from workflows.contracts import ApplyResizeInput, ProgressState

@@ -1,0 +1,197 @@
+"""Kubernetes activities: resize pods and watch the kubelet, write a pod's
+`ray.io/ippr-status`, scale groups, record events. `K8sActivities` exposes `Kube` to
+Temporal under the activity names of `workflows.contracts.Act`, run in a thread so the
+worker's event loop never blocks on HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from temporalio import activity
+
+from activities.k8s import Kube
+from activities.k8s_errors import (
+    KubeError,
+    NoRoom,
+)
+from activities.k8s_objects import (
+    Obj,
+    progress_of,
+)
+from activities.pod_watch import PodWatch
+from workflows.contracts import (
+    HEARTBEAT_TIMEOUT,
+    Act,
+    ApplyResizeInput,
+    ApplyResizeResult,
+    EventInput,
+    ProgressState,
+    ResizeProgress,
+    ScaleInput,
+    SetStatusInput,
+    WaitResizeInput,
+)
+
+T = TypeVar("T")
+
+HEARTBEAT_EVERY_S = HEARTBEAT_TIMEOUT.total_seconds() / 3  # well inside the saga's timeout
+
+
+class K8sActivities:
+    """The Temporal face of `Kube`: typed errors become non-retryable where they must."""
+
+    def __init__(self, kube: Kube, pods: PodWatch | None = None) -> None:
+        """`pods`: the worker's shared pod watch; without it, waits poll the pod."""
+        self.kube = kube
+        self.pods = pods
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except KubeError as exc:
+            raise exc.to_application_error() from exc
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [
+            self.apply_resize,
+            self.wait_resize,
+            self.set_status,
+            self.scale_groups,
+            self.record_event,
+        ]
+
+    @activity.defn(name=Act.APPLY_RESIZE)
+    async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
+        """PATCH pods/resize (absolute, so a retry repeats nothing), record
+        ray.io/ippr-status, then watch the kubelet for up to the window."""
+        sent = asyncio.ensure_future(
+            asyncio.to_thread(self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory)
+        )
+        try:
+            try:
+                generation = await asyncio.shield(sent)
+            except asyncio.CancelledError:
+                # the request is on its way: let it land (or fail) before this activity
+                # ends, so the saga's next patch (a rollback) always comes after it
+                while not sent.done():
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(sent)
+                raise
+        except NoRoom as exc:  # 1.36+ admission: what 1.33-1.35's kubelet says as Infeasible
+            return await self._refused_for_room(inp, exc)
+        except KubeError as exc:
+            raise exc.to_application_error() from exc
+        now = await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
+        progress = await self._watch(
+            inp.namespace, inp.pod, inp.cpu, inp.memory, generation, inp.poll_interval_s,
+            inp.window_s, now,
+        )  # fmt: skip
+        return ApplyResizeResult(generation=generation, progress=progress)
+
+    async def _refused_for_room(self, inp: ApplyResizeInput, exc: NoRoom) -> ApplyResizeResult:
+        """The pod was left as it was: report Infeasible with the server's numbers, so the
+        saga asks again at what fits or rolls back, as for the kubelet's Infeasible."""
+        pod = await self._run(self.kube.find_pod, inp.namespace, inp.pod)
+        if pod is None:
+            return ApplyResizeResult(
+                generation=0, progress=ResizeProgress(state=ProgressState.POD_GONE)
+            )
+        generation = int(pod["metadata"].get("generation", 0))
+        progress = progress_of(pod, inp.cpu, inp.memory, generation).model_copy(
+            update={
+                "state": ProgressState.INFEASIBLE,
+                "reason": "Infeasible",
+                "message": f"refused at admission: {exc.message}",
+            }
+        )
+        return ApplyResizeResult(generation=generation, progress=progress)
+
+    @activity.defn(name=Act.WAIT_RESIZE)
+    async def wait_resize(self, inp: WaitResizeInput) -> ResizeProgress:
+        """Poll the pod until the resize leaves IN_PROGRESS or the window ends; heartbeats."""
+        return await self._watch(
+            inp.namespace, inp.pod, inp.cpu, inp.memory, inp.generation, inp.poll_interval_s,
+            inp.window_s,
+        )  # fmt: skip
+
+    async def _watch(
+        self,
+        namespace: str,
+        pod: str,
+        cpu: int,
+        memory: int,
+        generation: int,
+        poll_interval_s: float,
+        window_s: float,
+        current: Obj | None = None,
+    ) -> ResizeProgress:
+        started = time.monotonic()
+        deadline = started + window_s
+
+        def beat(progress: ResizeProgress) -> None:
+            # a heartbeat is a write on the server: none while a resize is quick (the
+            # timeout is 15 s; the SDK sends the first one at once, then throttles)
+            if time.monotonic() - started >= HEARTBEAT_EVERY_S:
+                activity.heartbeat(progress.state.value)
+
+        if self.pods is None:
+            while True:
+                progress = await self._run(
+                    self.kube.resize_progress, namespace, pod, cpu, memory, generation
+                )
+                left = deadline - time.monotonic()
+                if progress.state != ProgressState.IN_PROGRESS or left <= 0:
+                    return progress
+                beat(progress)
+                await asyncio.sleep(min(poll_interval_s, left))
+        # subscribe first, then read: no change can fall between the two
+        with self.pods.subscribe(namespace, pod) as changes:
+            # what the caller just read is as new as a read now (the watch has the rest)
+            obj = current or await self._run(self.kube.find_pod, namespace, pod)
+            while True:
+                if obj is None:
+                    return ResizeProgress(state=ProgressState.POD_GONE)
+                progress = progress_of(obj, cpu, memory, generation)
+                left = deadline - time.monotonic()
+                if progress.state != ProgressState.IN_PROGRESS or left <= 0:
+                    return progress
+                beat(progress)
+                # silence longer than the poll interval: read the pod (a watch can be
+                # quiet for reasons of its own); every few seconds at most, to heartbeat
+                heard = await changes.wait(min(poll_interval_s, HEARTBEAT_EVERY_S, left))
+                if heard and changes.latest is not None and not changes.deleted:
+                    obj = changes.latest
+                else:  # silence, a restarted watch, or a deletion to confirm: read it
+                    obj = await self._run(self.kube.find_pod, namespace, pod)
+
+    @activity.defn(name=Act.SET_STATUS)
+    async def set_status(self, inp: SetStatusInput) -> None:
+        await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
+
+    @activity.defn(name=Act.SCALE)
+    async def scale_groups(self, inp: ScaleInput) -> bool:
+        return await self._run(
+            self.kube.scale,
+            inp.namespace,
+            inp.cluster,
+            inp.replicas,
+            inp.workers_to_delete,
+            inp.resource_version,
+        )
+
+    @activity.defn(name=Act.EVENT)
+    async def record_event(self, inp: EventInput) -> None:
+        await self._run(
+            self.kube.record_event,
+            inp.namespace,
+            inp.kind,
+            inp.name,
+            inp.reason,
+            inp.message,
+            inp.warning,
+        )

@@ -1,0 +1,285 @@
+"""Kubernetes objects as raysize reads and writes them, pure translation on plain dicts:
+a pod's view for the planner (`pod_view`), where the kubelet stands on a resize
+(`resize_state`, `progress_of`), the resize patch (`resize_patch`), a RayCluster's GCS
+address (`gcs_address`), and `KubeCluster`, one consistent read of a RayCluster and its
+pods. The calls are `activities/k8s.py`'s; the activities `activities/k8s_activities.py`.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from activities.k8s_errors import (
+    Invalid,
+)
+from workflows.contracts import (
+    ProgressState,
+    ResizeProgress,
+)
+from workflows.ippr import (
+    IPPR_STATUS_ANNOTATION,
+    GroupSpecs,
+    IpprStatus,
+    read_planner_settings,
+)
+from workflows.model import (
+    ClusterSnapshot,
+    KubeletResizeState,
+    PlannerSettings,
+    PodPhase,
+    PodResize,
+    PodView,
+)
+from workflows.resources import CPU, MEMORY, Resources, quantity_to_units, units_to_quantity
+from workflows.values import Value
+
+RAY_GROUP, RAY_API, RAY_PLURAL = "ray.io", "v1", "rayclusters"
+PENDING, IN_PROGRESS = "PodResizePending", "PodResizeInProgress"
+Obj = dict[str, Any]
+
+
+class ContainerSize(Value):
+    """One container's cpu/memory: requests and limits (absent = 0), in units."""
+
+    cpu_request: int = 0
+    cpu_limit: int = 0
+    memory_request: int = 0
+    memory_limit: int = 0
+
+    @classmethod
+    def of(cls, resources: Obj | None) -> ContainerSize:
+        res = resources or {}
+        req, lim = res.get("requests") or {}, res.get("limits") or {}
+        return cls(
+            cpu_request=quantity_to_units(req.get("cpu", 0), CPU),
+            cpu_limit=quantity_to_units(lim.get("cpu", 0), CPU),
+            memory_request=quantity_to_units(req.get("memory", 0), MEMORY),
+            memory_limit=quantity_to_units(lim.get("memory", 0), MEMORY),
+        )
+
+    @property
+    def cpu(self) -> int:
+        """Ray's reading: the limit when set, else the request."""
+        return self.cpu_limit or self.cpu_request
+
+    @property
+    def memory(self) -> int:
+        return self.memory_limit or self.memory_request
+
+
+class KubeCluster(Value):
+    """A RayCluster and its pods, as one consistent read."""
+
+    namespace: str
+    name: str
+    raycluster: Obj
+    groups: GroupSpecs
+    pods: tuple[PodView, ...]
+    replicas: dict[str, int]
+    workers_to_delete: tuple[str, ...]
+    resource_version: str
+    pods_version: str
+    resizing: tuple[str, ...]
+    gcs_address: str
+    mark: str = ""  # raycluster_mark: what the cluster-change watch compares
+
+    @property
+    def in_tree_autoscaling(self) -> bool:
+        """Ray's own autoscaler runs beside the head (`spec.enableInTreeAutoscaling`)."""
+        return (self.raycluster.get("spec") or {}).get("enableInTreeAutoscaling") is True
+
+    def snapshot(self, settings: PlannerSettings | None = None) -> ClusterSnapshot:
+        return ClusterSnapshot(
+            name=self.name,
+            groups=self.groups.groups,
+            pods=self.pods,
+            settings=read_planner_settings(self.raycluster, settings or PlannerSettings()),
+        )
+
+
+def _condition(pod: Obj, ctype: str) -> Obj | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status") == "True":
+            return dict(c)
+    return None
+
+
+def _container_sizes(pod: Obj) -> tuple[ContainerSize, ContainerSize | None]:
+    """(spec size, actual size from status.resources or None) of the Ray container."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        raise Invalid(f'pod "{pod["metadata"]["name"]}" has no containers')
+    first = containers[0]
+    spec = ContainerSize.of(first.get("resources"))
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == first.get("name") and cs.get("resources") is not None:
+            return spec, ContainerSize.of(cs["resources"])
+    return spec, None
+
+
+def resize_state(pod: Obj) -> KubeletResizeState | None:
+    """The resize state the conditions report (None: nothing in flight)."""
+    pending = _condition(pod, PENDING)
+    if pending is not None:
+        return (
+            KubeletResizeState.INFEASIBLE
+            if pending.get("reason") == "Infeasible"
+            else (KubeletResizeState.DEFERRED)
+        )
+    progress = _condition(pod, IN_PROGRESS)
+    if progress is not None:
+        return (
+            KubeletResizeState.ERROR
+            if progress.get("reason") == "Error"
+            else KubeletResizeState.IN_PROGRESS
+        )
+    return None
+
+
+def pod_view(pod: Obj, now: float | None = None) -> PodView:
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    status = IpprStatus.from_annotation((meta.get("annotations") or {}).get(IPPR_STATUS_ANNOTATION))
+    spec, actual = _container_sizes(pod)
+    current = actual or spec
+    state = resize_state(pod)
+    resize = None
+    if state is None and (spec.cpu, spec.memory) != (current.cpu, current.memory):
+        state = KubeletResizeState.IN_PROGRESS  # asked, and the kubelet has not reported yet
+    if state is not None:
+        asked = (
+            max(0.0, (time.time() if now is None else now) - status.resizing_at)
+            if status.resizing_at is not None
+            else None
+        )
+        resize = PodResize(cpu=spec.cpu, memory=spec.memory, state=state, asked_s=asked)
+    running = (pod.get("status") or {}).get("phase") == "Running" and not meta.get(
+        "deletionTimestamp"
+    )
+    return PodView(
+        name=meta["name"],
+        group=labels.get("ray.io/group", ""),
+        phase=PodPhase.RUNNING if running else PodPhase.PENDING,
+        raylet_id=status.raylet_id,
+        total=Resources.of(cpu=current.cpu, memory=current.memory),
+        labels=dict(labels),
+        resize=resize,
+        suggested_max_cpu=status.suggested_max_cpu,
+        suggested_max_memory=status.suggested_max_memory,
+        failed=status.last_failed_at is not None,
+        failed_age_s=max(0.0, (time.time() if now is None else now) - status.last_failed_at)
+        if status.last_failed_at is not None
+        else 0.0,
+        running_s=_running_s(pod, time.time() if now is None else now) if running else 0.0,
+    )
+
+
+def _running_s(pod: Obj, now: float) -> float:
+    """Seconds since the pod's status.startTime (0 when it has none)."""
+    started = (pod.get("status") or {}).get("startTime")
+    if not isinstance(started, str):
+        return 0.0
+    try:
+        at = datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+    return max(0.0, now - at)
+
+
+def progress_of(pod: Obj, cpu: int, memory: int, generation: int) -> ResizeProgress:
+    """Where the resize of `pod` to (cpu, memory) at `generation` stands."""
+    spec, actual = _container_sizes(pod)
+    current = actual or spec
+    gaps = {
+        "cpu_gap": current.cpu_limit - current.cpu_request if current.cpu_limit else 0,
+        "memory_gap": (
+            current.memory_limit - current.memory_request if current.memory_limit else 0
+        ),
+    }
+    others = [
+        ContainerSize.of(cs.get("resources"))
+        for cs in ((pod.get("status") or {}).get("containerStatuses") or [])[1:]
+    ]
+    base: dict[str, Any] = {
+        "cpu": current.cpu,
+        "memory": current.memory,
+        **gaps,
+        "other_cpu_requests": sum(o.cpu_request for o in others),
+        "other_memory_requests": sum(o.memory_request for o in others),
+    }
+    pending = _condition(pod, PENDING)
+    if pending is not None and int(pending.get("observedGeneration") or generation) >= generation:
+        reason = str(pending.get("reason", ""))
+        state = ProgressState.INFEASIBLE if reason == "Infeasible" else ProgressState.DEFERRED
+        return ResizeProgress(
+            state=state, reason=reason, message=str(pending.get("message", "")), **base
+        )
+    progress = _condition(pod, IN_PROGRESS)
+    if progress is not None and progress.get("reason") == "Error":
+        return ResizeProgress(
+            state=ProgressState.ERROR,
+            reason="Error",
+            message=str(progress.get("message", "")),
+            **base,
+        )
+    if progress is None and pending is None and (current.cpu, current.memory) == (cpu, memory):
+        return ResizeProgress(state=ProgressState.DONE, **base)
+    return ResizeProgress(state=ProgressState.IN_PROGRESS, **base)
+
+
+def gcs_address(rc: Obj) -> str:
+    """host:port of the RayCluster's GCS from its status, "" until KubeRay reports both.
+    The port is the head service's port named `gcs` (KubeRay 1.6) or `gcs-server` (older
+    KubeRay); the host is the head service's IP, else the head pod's."""
+    status = rc.get("status") or {}
+    head, endpoints = status.get("head") or {}, status.get("endpoints") or {}
+    port = endpoints.get("gcs") or endpoints.get("gcs-server") or ""
+    host = head.get("serviceIP") or head.get("podIP") or ""
+    return f"{host}:{port}" if host and port else ""
+
+
+def resize_patch(pod: Obj, cpu: int, memory: int) -> list[Obj]:
+    """JSON patch setting the Ray container to (cpu, memory), keeping limit − request.
+
+    The size is the limit where the container has one (its request moves with it, the
+    gap unchanged, so the QoS class stays), else the request.
+    """
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        raise Invalid(f'pod "{pod["metadata"]["name"]}" has no containers')
+    res = containers[0].get("resources") or {}
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    ops: list[Obj] = []
+    if not res:
+        ops.append({"op": "add", "path": "/spec/containers/0/resources", "value": {}})
+    if not requests:
+        ops.append({"op": "add", "path": "/spec/containers/0/resources/requests", "value": {}})
+    for key, unit, target in (("cpu", CPU, cpu), ("memory", MEMORY, memory)):
+        request = quantity_to_units(requests.get(key, 0), unit)
+        if key in limits:
+            limit = quantity_to_units(limits[key], unit)
+            new_request = target - (limit - request)
+            if new_request <= 0:
+                raise Invalid(
+                    f"cannot size {key} to {units_to_quantity(target, unit)}: the container's "
+                    f"limit − request gap is {units_to_quantity(limit - request, unit)}"
+                )
+            ops.append(
+                {
+                    "op": "replace",
+                    "path": f"/spec/containers/0/resources/limits/{key}",
+                    "value": units_to_quantity(target, unit),
+                }
+            )
+        else:
+            new_request = target
+        ops.append(
+            {
+                "op": "add" if key not in requests else "replace",
+                "path": f"/spec/containers/0/resources/requests/{key}",
+                "value": units_to_quantity(new_request, unit),
+            }
+        )
+    return ops
