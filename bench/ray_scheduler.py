@@ -388,7 +388,7 @@ def _send(message: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    from workflows.scenario import load_scenario
+    from worker.scenario import load_scenario
 
     # Ray's scheduler logs each min_workers launch and termination at INFO
     logging.getLogger("ray").setLevel(logging.ERROR)

@@ -16,6 +16,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from worker.cli_common import DEV_PANEL
+from worker.scenario import ScenarioError, load_scenario, parse_scenario_json, plan_to_json
 from workflows.model import (
     ClusterSnapshot,
     GroupSpec,
@@ -36,7 +37,6 @@ from workflows.planner import (
     selector_matches,
 )
 from workflows.resources import CPU, MEMORY, Resources, units_to_float
-from workflows.scenario import ScenarioError, load_scenario, parse_scenario_json, plan_to_json
 
 
 def _read(path: Path) -> object:

@@ -36,6 +36,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, reject, settings
 from hypothesis import strategies as st
 
+from worker.scenario import load_scenario, plan_to_json
 from workflows.model import (
     HEAD_GROUP,
     ClusterSnapshot,
@@ -55,7 +56,6 @@ from workflows.model import (
 )
 from workflows.planner import plan, plan_with_trace
 from workflows.resources import CPU, GIB, MEMORY, Resources, float_to_units
-from workflows.scenario import load_scenario, plan_to_json
 
 PlanJson = dict[str, Any]  # plan_to_json's output: SCENARIO.md's plan format
 GPU = "GPU"
