@@ -22,7 +22,10 @@ without GPUs, (3) pending GPU pods (counted empty at their maximum) and new GPU 
 
 A pod whose grow is in flight (`in_progress`) counts at its target and may grow further up
 to its group's IPPR maximum: the plan then retargets the running resize (`ResizeAction.
-retarget`) rather than launching a pod.
+retarget`) rather than launching a pod. While such a grow lands (`landing_grows`), no pod
+is launched for demand at all: Ray publishes its demand list once a second, so the work
+the grow is for may still be reported pending beside new work that the grown pod could
+take once that work has run (issue #13: a task, then a placement group).
 
 Task and actor demands that name a placement group's own resources (`CPU_group_<id>`,
 `CPU_group_<i>_<id>`, `bundle_group_<id>`, ...) wait for a bundle of that group, which
@@ -189,6 +192,10 @@ class _Planner:
         self.launch_reasons: dict[str, Counter[str]] = {}
         self.terminate: dict[str, TerminateAction] = {}
         self.notes: list[str] = [bound_note] if bound_note else []
+        # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
+        # demand until they have
+        self.landing = landing_grows(snap)
+        self.held_for_landing = False
         self.new_serial = 0
         # undo log of the gang being placed: bin id -> (bin, state before)
         self.txn: dict[int, tuple[_Bin, _BinState]] | None = None
@@ -245,6 +252,12 @@ class _Planner:
         every group in turn computes it once.
         """
         room = 1 << 62
+        if rate_limited and self.landing:
+            # Ray reports the work a grow is for as pending until the grow lands (its demand
+            # list is published once a second): a pod launched now could be for work that
+            # is about to run. Launch for what is still waiting once the grow has landed.
+            self.held_for_landing = True
+            return 0
         conservative = rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE
         if self.settings.max_workers is None and not conservative:
             return room
@@ -1030,6 +1043,11 @@ class _Planner:
             self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
         gangs_left = sum(left for _, left in pending_gangs)
         left_d = sum(it.remaining for it in d_items)
+        if self.held_for_landing and (gangs_left or left_d or left_c):
+            self.notes.append(
+                f"no pod launched while the grow of {', '.join(self.landing)} lands: Ray "
+                "reports the work a grow is for as pending until it has landed"
+            )
         if gangs_left:
             self.notes.append(f"{gangs_left} placement group(s) cannot be placed")
         if left_d:
@@ -1166,6 +1184,26 @@ def _size_text(cpu: int, memory: int) -> str:
     cores = cpu / 1000
     mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
     return f"{int(cores) if cores == int(cores) else cores} CPU/{mem}"
+
+
+# A grow raysize asked for longer ago than this is stuck, not landing: launches go ahead.
+LANDING_S = 10.0
+
+
+def landing_grows(snap: ClusterSnapshot) -> list[str]:
+    """Pods whose grow is landing: the pod has its new size and only its Raylet is
+    catching up (`raylet_only`), or raysize asked the kubelet within LANDING_S and it is
+    carrying the grow out. A pod with a failure on record grows no more."""
+    return sorted(
+        p.name
+        for p in snap.pods
+        if p.phase == PodPhase.RUNNING
+        and not p.failed
+        and (r := p.resize) is not None
+        and r.state == KubeletResizeState.IN_PROGRESS
+        and (r.cpu > p.total.cpu or r.memory > p.total.memory)
+        and (r.raylet_only or (r.asked_s is not None and r.asked_s <= LANDING_S))
+    )
 
 
 def plan(snapshot: ClusterSnapshot) -> Plan:

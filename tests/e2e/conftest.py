@@ -379,11 +379,34 @@ DRIVER = textwrap.dedent(
         time.sleep(hold_s)  # hold the CPUs a while, like real work
         return f"ran with {cpus:g} CPU on {ray.get_runtime_context().get_node_id()}"
 
-    sizes = [float(c) for c in sys.argv[2].split(",")]
-    hold = float(sys.argv[4])
-    refs = [work.options(num_cpus=c).remote(c, hold) for c in sizes]
-    for line in ray.get(refs, timeout=float(sys.argv[3])):
-        print(line, flush=True)
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    hold, deadline = float(sys.argv[4]), time.monotonic() + float(sys.argv[3])
+    # stages apart by ";", each waited for before the next: tasks "2,4", or a PACK group
+    # "pg:2+2" (a bundle of {CPU: 2} each, a task in each bundle)
+    for stage in sys.argv[2].split(";"):
+        refs = []
+        for item in stage.split(","):
+            if item.startswith("pg:"):
+                sizes = [float(c) for c in item[3:].split("+")]
+                asked = time.monotonic()
+                pg = placement_group([{"CPU": c} for c in sizes], strategy="PACK")
+                ray.get(pg.ready(), timeout=deadline - time.monotonic())
+                print(f"group ready after {time.monotonic() - asked:.2f} s", flush=True)
+                refs += [
+                    work.options(
+                        num_cpus=c,
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(
+                            pg, placement_group_bundle_index=i
+                        ),
+                    ).remote(c, hold)
+                    for i, c in enumerate(sizes)
+                ]
+            else:
+                refs.append(work.options(num_cpus=float(item)).remote(float(item), hold))
+        for line in ray.get(refs, timeout=deadline - time.monotonic()):
+            print(line, flush=True)
     """
 )
 
@@ -391,8 +414,9 @@ DRIVER = textwrap.dedent(
 def start_driver(
     gcs: str, cpus: float | str, timeout_s: float = 120, hold_s: float = 0
 ) -> subprocess.Popen[str]:
-    """A Ray driver in its own process group that runs tasks of these CPU sizes
-    ("2" or "4,2") and waits for all of them."""
+    """A Ray driver in its own process group that runs tasks of these CPU sizes ("2" or
+    "4,2"), or placement groups ("pg:2+2"), in stages apart by ";" (see `DRIVER`), and
+    waits for all of them."""
     return subprocess.Popen(
         [sys.executable, "-c", DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s)],
         stdout=subprocess.PIPE,

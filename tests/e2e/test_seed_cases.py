@@ -29,7 +29,7 @@ async def run_driver(
         stop_driver(driver)
     assert driver.returncode == 0, err[-2000:]
     # the tasks' lines (Ray may print its own, e.g. the raylet's infeasible-task warning)
-    return [line for line in out.splitlines() if line.startswith("ran with")]
+    return [line for line in out.splitlines() if line.startswith(("ran with", "group ready"))]
 
 
 async def resize_of(stack: Stack, pod: str) -> ResizeSagaState:
@@ -115,3 +115,28 @@ async def test_case_4_ippr_timeout_rolls_back_and_scales_out(any_stack: Stack) -
     (other,) = [n for n in pods if n != stuck]
     assert cpu_of(pods[other]) == "2"  # scaled out, and the new pod grew
     assert (await resize_of(stack, other)).outcome == ResizeOutcome.SUCCEEDED
+
+
+async def test_a_group_that_arrives_as_a_grow_finishes_takes_the_room_that_pod_can_reach(
+    any_stack: Stack,
+) -> None:
+    """Issue #13 item 3, measured beside Ray's own autoscaler: one 1-CPU worker that may
+    grow to 4, a task of {CPU: 2}, then at once a PACK group of 2 × {CPU: 2}. Ray grows
+    the one pod to its maximum and the group is ready with one pod; raysize launched a
+    second pod ("1 for gang bundle {CPU: 4}", every run here before the fix): while the
+    grow to 2 landed, Ray still reported the task as pending (it publishes demands once a
+    second) beside the new group, 6 CPUs for a pod of 4. No pod is launched for demand
+    while a grow lands; then the group takes the room the pod can grow into."""
+    stack = any_stack
+    name = stack.unique("inflight")
+    stack.create(ippr_cluster(name, max_replicas=2))
+    gcs = await stack.gcs_address(name)
+    first = await stack.running_workers(name)
+    out = await run_driver(stack, name, gcs, "2;pg:2+2")
+    assert out[0].startswith("ran with 2 CPU")
+    assert out[1].startswith("group ready")
+    assert sorted(line.split(" on ")[0] for line in out[2:]) == ["ran with 2 CPU"] * 2
+    pods = stack.workers(name)
+    assert [p.metadata.name for p in pods] == [first[0].metadata.name]  # no second pod
+    assert cpu_of(pods[0]) == "4"
+    assert stack.raycluster(name)["spec"]["workerGroupSpecs"][0]["replicas"] == 1

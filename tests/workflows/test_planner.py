@@ -21,7 +21,7 @@ from workflows.model import (
     ResizePolicy,
     UpscalingMode,
 )
-from workflows.planner import plan
+from workflows.planner import LANDING_S, plan
 from workflows.resources import GIB, Resources
 
 from .kit import cores, group, pod, res, snapshot
@@ -135,12 +135,29 @@ def test_failed_pod_is_never_resized_again() -> None:
 
 
 def test_in_flight_resize_counts_at_its_target() -> None:
-    inflight = PodResize(cpu=cores(4), memory=8 * GIB, state=KubeletResizeState.IN_PROGRESS)
+    inflight = PodResize(
+        cpu=cores(4), memory=8 * GIB, state=KubeletResizeState.IN_PROGRESS, asked_s=0.5
+    )
     p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(2), 1)]))
     assert p.is_empty  # the 2 CPUs fit the 4 it is growing to
-    p = plan(snapshot([group()], [pod("w1", resize=inflight)], [(res(2), 2), (res(1), 1)]))
+    more = [(res(2), 2), (res(1), 1)]  # 5 CPUs: more than the pod's maximum of 4
+    p = plan(snapshot([group()], [pod("w1", resize=inflight)], more))
     assert p.resize == ()  # no second resize while one is in flight
+    # ... and no launch while it lands: Ray may still report the work it is for as pending
+    assert p.launch == ()
+    assert any("while the grow of w1 lands" in n for n in p.notes)
+    # landed: what is still pending gets its pod
+    p = plan(snapshot([group()], [pod("w1", cpu=4, mem_gib=8)], more))
     assert p.launch_by_group == {"g1": 1}
+    # the pod has its size and only its Raylet lags: landing too
+    raylet = inflight.model_copy(update={"asked_s": None, "raylet_only": True})
+    assert plan(snapshot([group()], [pod("w1", resize=raylet)], more)).launch == ()
+    # a grow asked for long ago is stuck, not landing (nor one raysize did not ask for,
+    # of which it cannot tell): launches go ahead
+    for other in (LANDING_S + 1, None):
+        stuck = inflight.model_copy(update={"asked_s": other})
+        p = plan(snapshot([group()], [pod("w1", resize=stuck)], more))
+        assert p.launch_by_group == {"g1": 1}
 
 
 def test_deferred_resize_counts_at_the_suggested_size() -> None:
