@@ -4,7 +4,8 @@ The reconcile loop waits for a change: a pod, the RayCluster, or what Ray report
 decisions come due with no change at all, only because time passed: an idle pod reaches
 its idle timeout, a pod whose resize failed may shrink back an idle timeout after the
 failure, a running pod whose Raylet never registered is replaced after the Raylet start
-timeout, a resize no saga works on any more is settled (`stuck_resizes`).
+timeout, a resize no saga works on any more is settled (`stuck_resizes`), a grow that
+held back launches stops landing (`planner.LANDING_S` after raysize asked for it).
 `next_decision_in` says when the first of those falls, so the loop's wait ends then, and
 the fixed tick is only a safety net measured in minutes.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
+from workflows.planner import LANDING_S
 from workflows.summaries import size_text
 
 # read the cluster a little after the deadline, so the timer never fires just before it
@@ -115,6 +117,7 @@ def next_decision_in(
     idle_timeout = snapshot.settings.idle_timeout_s
     start_timeout = snapshot.settings.raylet_start_timeout_s
     due: list[float] = []
+    waiting = bool(snapshot.demands or snapshot.gangs or snapshot.constraints)
     for p in snapshot.pods:
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
@@ -122,6 +125,8 @@ def next_decision_in(
             due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
         elif p.resize is not None and p.resize.state.in_flight and p.resize.asked_s is not None:
             due.append(stuck_after_s(_timeout(snapshot, p)) - p.resize.asked_s)
+            if waiting:  # launches wait while a grow lands (planner.landing_grows)
+                due.append(LANDING_S - p.resize.asked_s)
         if p.raylet_id is None:
             if p.running_s > 0:
                 due.append(start_timeout - p.running_s)

@@ -3,6 +3,8 @@ so an idle pod still shrinks on time though the safety tick is minutes long."""
 
 from __future__ import annotations
 
+import pytest
+
 from workflows.deadlines import (
     MARGIN_S,
     RAYLET_DRIFT_S,
@@ -12,10 +14,10 @@ from workflows.deadlines import (
     stuck_resizes,
 )
 from workflows.model import KubeletResizeState, PlannerSettings, PodPhase, PodResize
-from workflows.planner import plan
+from workflows.planner import LANDING_S, plan
 from workflows.resources import GIB
 
-from .kit import group, pod, snapshot
+from .kit import group, pod, res, snapshot
 
 SETTINGS = PlannerSettings(idle_timeout_s=60, raylet_start_timeout_s=600)
 
@@ -112,3 +114,16 @@ def test_a_raylet_out_of_step_with_its_pod_is_brought_to_the_pods_size():
     assert action.reason.startswith(
         "Raylet out of step: the pod has 3 CPU/2Gi, its Raylet reports 1 CPU/2Gi for 31s"
     )
+
+
+def test_launches_held_for_a_landing_grow_are_due_when_it_stops_landing():
+    """A grow the kubelet is carrying out holds back launches (planner.landing_grows);
+    should it never land, the plan must be made again when it stops counting as landing,
+    though nothing changes. With nothing pending, nothing waits on it."""
+    grow = PodResize(cpu=4000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS, asked_s=3)
+    busy = snapshot([group()], [pod("w1", resize=grow)], [(res(2), 3)])
+    assert plan(busy).launch == ()
+    assert next_decision_in(busy) == pytest.approx(LANDING_S - 3 + MARGIN_S)
+    assert plan(busy.model_copy(update={"pods": (pod("w1", cpu=4, mem_gib=2),)})).launch
+    quiet = snapshot([group()], [pod("w1", resize=grow)])
+    assert next_decision_in(quiet) == pytest.approx(stuck_after_s(60) - 3 + MARGIN_S)
