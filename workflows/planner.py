@@ -1206,9 +1206,14 @@ def landing_grows(snap: ClusterSnapshot) -> list[str]:
     )
 
 
-def plan(snapshot: ClusterSnapshot) -> Plan:
-    """Decide one reconcile tick. Pure: the same snapshot always gives the same plan."""
-    return _Planner(*_bound(snapshot)).run()
+def plan(snapshot: ClusterSnapshot, *, hold_while_landing: bool = True) -> Plan:
+    """Decide one reconcile tick. Pure: the same snapshot always gives the same plan.
+    `hold_while_landing=False`: launch for demand even while a grow lands (what reconcile
+    runs recorded before that rule decided, replayed as they were)."""
+    planner = _Planner(*_bound(snapshot))
+    if not hold_while_landing:
+        planner.landing = []
+    return planner.run()
 
 
 def _bound(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, str]:

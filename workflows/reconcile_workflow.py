@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from datetime import timedelta
 
 from temporalio import workflow
@@ -45,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
         resize_search_attributes,
         resize_workflow_id,
     )
-    from workflows.planner import plan
+    from workflows.planner import landing_grows, plan
     from workflows.resize_workflow import PodResizeWorkflow
     from workflows.resources import CPU, MEMORY, Resources, units_to_float
     from workflows.summaries import resize_details, resize_summary
@@ -85,6 +86,9 @@ SETTLE_PATCH = "reconcile-settle-stuck"
 # a planned resize that grows a resize in flight further (`ResizeAction.retarget`) goes to
 # the running saga (`retarget`) instead of being skipped; older runs keep skipping it
 RETARGET_IN_FLIGHT_PATCH = "reconcile-retarget-in-flight"
+# no pod is launched for demand while a grow lands (`planner.landing_grows`); older runs
+# launched, and replay so
+HOLD_WHILE_LANDING_PATCH = "reconcile-hold-launch-while-landing"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -240,7 +244,10 @@ class ReconcileWorkflow:
         seen = telemetry.demand_seen_at(self.carry.demand_seen_at, snapshot)
         if seen != self.carry.demand_seen_at:
             self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
-        p = telemetry.timed_plan(plan, snapshot, inp.cluster, inp.namespace)
+        planner = plan
+        if landing_grows(snapshot) and not workflow.patched(HOLD_WHILE_LANDING_PATCH):
+            planner = functools.partial(plan, hold_while_landing=False)
+        p = telemetry.timed_plan(planner, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
         stuck = stuck_resizes(snapshot, drift_s)
         if stuck and workflow.patched(SETTLE_PATCH):
