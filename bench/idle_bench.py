@@ -36,7 +36,7 @@ from bench.procs import start_dev_server, start_raysize_worker, stop_on_sigterm
 from sandbox.cluster import Sandbox, SandboxConfig
 from sandbox.kubelet import NodeSpec
 from sandbox.localray import stop_group
-from sandbox.rayprocs import free_port
+from sandbox.ports import free_port
 from workflows.contracts import RAY_STATE_READS, ReconcileStatus
 from workflows.naming import reconcile_workflow_id
 

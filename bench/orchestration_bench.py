@@ -29,7 +29,7 @@ from temporalio.client import Client
 from bench.procs import ONE_PARTITION, start_dev_server, stop_on_sigterm
 from bench.sandbox_bench import raw
 from sandbox.gcs_standin import GcsStandIn
-from sandbox.rayprocs import free_port
+from sandbox.ports import free_port
 from workflows.contracts import ResizeOutcome, ResizeRequest
 from workflows.naming import resize_search_attributes
 from workflows.resize_workflow import PodResizeWorkflow

@@ -16,7 +16,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,18 +28,13 @@ from typing import Any, TypeVar
 
 from activities.ray_gcs import RayError, RayGcsClient
 from activities.ray_state import ClusterState
+from sandbox.ports import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 T = TypeVar("T")
 
 # Each environment variable Ray reads that could leak in from the outside world.
 _SCRUB = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_ADDRESS", "RAY_USE_TLS")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(

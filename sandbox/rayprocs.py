@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sandbox.ports import free_port
 from workflows.resources import CPU, MEMORY, quantity_to_units
 
 if TYPE_CHECKING:
@@ -54,12 +55,6 @@ def wait_for_port(port: int, timeout_s: float) -> bool:
         except OSError:
             time.sleep(0.2)
     return False
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def pod_size(pod: Obj) -> tuple[int, int]:

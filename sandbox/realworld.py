@@ -35,7 +35,8 @@ from sandbox.errors import ApiError
 from sandbox.kubeconfig import write_kubeconfig
 from sandbox.kubelet import Kubelet
 from sandbox.podnet import ApiAccess, ContainerRuntime, PodNetwork, ServiceProxy
-from sandbox.rayprocs import free_port, stop_process_groups, wait_for_port
+from sandbox.ports import free_port
+from sandbox.rayprocs import stop_process_groups, wait_for_port
 
 log = logging.getLogger(__name__)
 

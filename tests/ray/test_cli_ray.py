@@ -28,7 +28,8 @@ from activities.ray_state import (
     RayNode,
     ResourceConstraint,
 )
-from sandbox.localray import Driver, LocalRayCluster, free_port, holding_one_cpu, wait_for
+from sandbox.localray import Driver, LocalRayCluster, holding_one_cpu, wait_for
+from sandbox.ports import free_port
 from tests.ray.conftest import WORKERS
 from worker.cli import app
 from worker.cli_ray import print_status

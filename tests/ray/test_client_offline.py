@@ -26,7 +26,7 @@ from activities.ray_state import (
     NodeStatus,
     parse_cluster_state,
 )
-from sandbox.localray import free_port
+from sandbox.ports import free_port
 from workflows.model import GangStrategy
 from workflows.resources import Resources
 

@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.cluster import ClusterActivities, RaySettings
 from activities.ray_gcs import RayGcsClient
 from sandbox.gcs_standin import GcsStandIn
-from sandbox.rayprocs import free_port
+from sandbox.ports import free_port
 from workflows.contracts import Err, RayletResizeInput, WaitInput
 from workflows.resources import GIB
 

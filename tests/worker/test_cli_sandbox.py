@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from sandbox.faults import parse_fault
-from sandbox.rayprocs import free_port
+from sandbox.ports import free_port
 from tests.orchestration.temporal_env import venv_binary
 from tests.sandbox.conftest import pod_body, wait_for
 from tests.sandbox.test_kubectl_and_operator import raycluster

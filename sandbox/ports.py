@@ -1,0 +1,42 @@
+"""Free TCP ports for the processes the test worlds start (Ray nodes, servers)."""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port() -> int:
+    """A free port on 127.0.0.1, below the kernel's ephemeral range.
+
+    Binding to port 0 gives one from that range, and so may every client that connects
+    somewhere: between this call and the server's bind, the port can be taken as a
+    client's source port, and a client that keeps dialling a local port nothing listens on
+    yet (raysize reading a Ray head that is starting) may even be connected to itself on it
+    (TCP self-connect). The server then cannot bind: seen once in CI, a Ray head whose GCS
+    never came up and that exited 1 three minutes later. Below the range neither happens.
+    """
+    high = _ephemeral_low() - 1
+    low = 20000 if high > 21000 else 10000
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
