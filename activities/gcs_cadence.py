@@ -100,14 +100,16 @@ class GcsCadence:
         if p_lo > p_hi:
             self._strike(lo, hi)
             return
-        for m, w_lo, w_hi in self.windows:
-            lo, hi = max(lo, w_lo + (n - m) * p_lo), min(hi, w_hi + (n - m) * p_hi)
-        if lo > hi:
+        # the observed window, narrowed by every window carried forward to it (a strike
+        # restarts from the observation itself, not from an empty intersection)
+        new_lo = max([lo] + [w_lo + (n - m) * p_lo for m, w_lo, _ in self.windows])
+        new_hi = min([hi] + [w_hi + (n - m) * p_hi for m, _, w_hi in self.windows])
+        if new_lo > new_hi:
             self._strike(lo, hi)
             return
         if n == n_last:
             self.windows.pop()
-        self.windows.append((n, lo, hi))
+        self.windows.append((n, new_lo, new_hi))
         del self.windows[:-KEPT_WINDOWS]
         self.period, self.strikes = (p_lo, p_hi), 0
         if n > n_last:

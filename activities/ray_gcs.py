@@ -471,6 +471,17 @@ class RayGcsClient:
         self.close()
 
     # --- calls ------------------------------------------------------------------------
+    def _rpc_error(self, err: grpc.RpcError, what: str, path: str, deadline: float) -> RayError:
+        """One failed call to this GCS, typed: the blocking and the event-loop calls alike."""
+        return map_rpc_error(
+            err,
+            target=f"Ray GCS {self.address}",
+            what=what,
+            sent_token=bool(self._metadata),
+            method=path,
+            timeout=deadline,
+        )
+
     def _call(
         self,
         method: tuple[str, grpc.UnaryUnaryMultiCallable],
@@ -483,14 +494,7 @@ class RayGcsClient:
         try:
             reply = call(request, timeout=deadline, metadata=self._metadata)
         except grpc.RpcError as err:
-            raise map_rpc_error(
-                err,
-                target=f"Ray GCS {self.address}",
-                what=what,
-                sent_token=bool(self._metadata),
-                method=path,
-                timeout=deadline,
-            ) from err
+            raise self._rpc_error(err, what, path, deadline) from err
         status = getattr(reply, "status", None)
         if status is not None and status.code != 0:
             # The older GCS services answer gRPC OK and report their errors in the reply:
@@ -539,14 +543,7 @@ class RayGcsClient:
                 metadata=self._metadata,
             )
         except grpc.RpcError as err:
-            raise map_rpc_error(
-                err,
-                target=target,
-                what=what,
-                sent_token=bool(self._metadata),
-                method=_STATE_PATH,
-                timeout=deadline,
-            ) from err
+            raise self._rpc_error(err, what, _STATE_PATH, deadline) from err
         try:
             reply = autoscaler_pb2.GetClusterResourceStateReply.FromString(raw)
         except DecodeError as err:

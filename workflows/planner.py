@@ -152,7 +152,9 @@ class _Item:
 
 
 class _Planner:
-    def __init__(self, snap: ClusterSnapshot, bound_note: str = "") -> None:
+    def __init__(
+        self, snap: ClusterSnapshot, bound_note: str = "", *, hold_while_landing: bool = True
+    ) -> None:
         self.snap = snap
         self.settings = snap.settings
         # tasks waiting inside a placement group: its bundle holds their room
@@ -194,7 +196,7 @@ class _Planner:
         self.notes: list[str] = [bound_note] if bound_note else []
         # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
         # demand until they have
-        self.landing = landing_grows(snap)
+        self.landing = landing_grows(snap) if hold_while_landing else []
         self.held_for_landing = False
         self.new_serial = 0
         # undo log of the gang being placed: bin id -> (bin, state before)
@@ -1210,10 +1212,7 @@ def plan(snapshot: ClusterSnapshot, *, hold_while_landing: bool = True) -> Plan:
     """Decide one reconcile tick. Pure: the same snapshot always gives the same plan.
     `hold_while_landing=False`: launch for demand even while a grow lands (what reconcile
     runs recorded before that rule decided, replayed as they were)."""
-    planner = _Planner(*_bound(snapshot))
-    if not hold_while_landing:
-        planner.landing = []
-    return planner.run()
+    return _Planner(*_bound(snapshot), hold_while_landing=hold_while_landing).run()
 
 
 def _bound(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, str]:

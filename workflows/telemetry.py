@@ -100,6 +100,13 @@ def resize_started(req: ResizeRequest) -> None:
     )
 
 
+# outcomes that say why by themselves
+_GONE: Mapping[str, FailureCause] = {
+    ResizeOutcome.POD_GONE: FailureCause.POD_GONE,
+    ResizeOutcome.RAYLET_GONE: FailureCause.RAYLET_GONE,
+}
+
+
 def resize_finished(
     req: ResizeRequest,
     outcome: ResizeOutcome | str,
@@ -124,13 +131,7 @@ def resize_finished(
             RESIZES_ROLLED_BACK, "pod resizes rolled back to where they started, by reason"
         ).add(1, {**attrs, "reason": reason})
     else:
-        reason = (
-            FailureCause.POD_GONE
-            if outcome == ResizeOutcome.POD_GONE
-            else FailureCause.RAYLET_GONE
-            if outcome == ResizeOutcome.RAYLET_GONE
-            else cause
-        ).value
+        reason = _GONE.get(outcome, cause).value
         meter.create_counter(RESIZES_FAILED, "pod resizes that ended otherwise, by reason").add(
             1, {**attrs, "reason": reason}
         )
