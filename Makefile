@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 typecheck: $(STAMP)
-	$(BIN)/mypy workflows activities worker sandbox
+	$(BIN)/mypy raysize
 
 # every test, every tier (tests/conftest.py): what CI runs
 suite: $(STAMP) control-plane

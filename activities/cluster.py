@@ -19,18 +19,18 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.gcs_cadence import (
+from raysize.activities.gcs_cadence import (
     next_read_pause,
 )
-from activities.k8s import Kube
-from activities.k8s_activities import K8sActivities
-from activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
-from activities.k8s_objects import KubeCluster
-from activities.pod_watch import PodWatch
-from activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
-from activities.ray_gcs import RayGcsClient, TlsConfig
-from activities.snapshot import join
-from workflows.contracts import (
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_activities import K8sActivities
+from raysize.activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
+from raysize.activities.k8s_objects import KubeCluster
+from raysize.activities.pod_watch import PodWatch
+from raysize.activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
+from raysize.activities.ray_gcs import RayGcsClient, TlsConfig
+from raysize.activities.snapshot import join
+from raysize.workflows.contracts import (
     RAY_STATE_READS,
     Act,
     Err,
@@ -42,10 +42,10 @@ from workflows.contracts import (
     RayletResizeResult,
     WaitInput,
 )
-from workflows.model import (
+from raysize.workflows.model import (
     PlannerSettings,
 )
-from workflows.resources import CPU, MEMORY
+from raysize.workflows.resources import CPU, MEMORY
 
 log = logging.getLogger("raysize.activities")
 

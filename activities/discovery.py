@@ -15,18 +15,18 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.k8s import Kube
-from activities.k8s_errors import Forbidden, KubeError, NotFound
-from workflows.contracts import (
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_errors import Forbidden, KubeError, NotFound
+from raysize.workflows.contracts import (
     Act,
     ReconcileInput,
 )
-from workflows.naming import (
+from raysize.workflows.naming import (
     RECONCILE_WORKFLOW,
     reconcile_search_attributes,
     reconcile_workflow_id,
 )
-from workflows.summaries import reconcile_details, reconcile_summary
+from raysize.workflows.summaries import reconcile_details, reconcile_summary
 
 log = logging.getLogger("raysize.activities")
 

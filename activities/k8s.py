@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from activities.k8s_errors import (
+from raysize.activities.k8s_errors import (
     Conflict,
     Invalid,
     KubeError,
@@ -23,7 +23,7 @@ from activities.k8s_errors import (
     Unavailable,
     from_api_exception,
 )
-from activities.k8s_objects import (
+from raysize.activities.k8s_objects import (
     RAY_API,
     RAY_GROUP,
     RAY_PLURAL,
@@ -34,12 +34,12 @@ from activities.k8s_objects import (
     progress_of,
     resize_patch,
 )
-from activities.pod_watch import raycluster_mark
-from workflows.contracts import (
+from raysize.activities.pod_watch import raycluster_mark
+from raysize.workflows.contracts import (
     ProgressState,
     ResizeProgress,
 )
-from workflows.ippr import (
+from raysize.workflows.ippr import (
     IPPR_STATUS_ANNOTATION,
     IpprStatus,
     read_group_specs,

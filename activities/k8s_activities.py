@@ -14,17 +14,17 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 
-from activities.k8s import Kube
-from activities.k8s_errors import (
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_errors import (
     KubeError,
     NoRoom,
 )
-from activities.k8s_objects import (
+from raysize.activities.k8s_objects import (
     Obj,
     progress_of,
 )
-from activities.pod_watch import PodWatch
-from workflows.contracts import (
+from raysize.activities.pod_watch import PodWatch
+from raysize.workflows.contracts import (
     HEARTBEAT_TIMEOUT,
     Act,
     ApplyResizeInput,

@@ -22,7 +22,7 @@ from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
-from workflows.contracts import Err
+from raysize.workflows.contracts import Err
 
 _FORBIDDEN_RE = re.compile(
     r'cannot (?P<verb>\S+) resource "(?P<resource>[^"]+)" in API group "(?P<group>[^"]*)"'

@@ -11,20 +11,20 @@ import time
 from datetime import datetime
 from typing import Any
 
-from activities.k8s_errors import (
+from raysize.activities.k8s_errors import (
     Invalid,
 )
-from workflows.contracts import (
+from raysize.workflows.contracts import (
     ProgressState,
     ResizeProgress,
 )
-from workflows.ippr import (
+from raysize.workflows.ippr import (
     IPPR_STATUS_ANNOTATION,
     GroupSpecs,
     IpprStatus,
     read_planner_settings,
 )
-from workflows.model import (
+from raysize.workflows.model import (
     ClusterSnapshot,
     KubeletResizeState,
     PlannerSettings,
@@ -32,8 +32,8 @@ from workflows.model import (
     PodResize,
     PodView,
 )
-from workflows.resources import CPU, MEMORY, Resources, quantity_to_units, units_to_quantity
-from workflows.values import Value
+from raysize.workflows.resources import CPU, MEMORY, Resources, quantity_to_units, units_to_quantity
+from raysize.workflows.values import Value
 
 RAY_GROUP, RAY_API, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 PENDING, IN_PROGRESS = "PodResizePending", "PodResizeInProgress"

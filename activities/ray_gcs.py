@@ -25,8 +25,8 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from activities.gcs_cadence import GcsCadence
-from activities.ray_errors import (
+from raysize.activities.gcs_cadence import GcsCadence
+from raysize.activities.ray_errors import (
     RayError,
     RayInvalidArgument,
     RayletNotFound,
@@ -37,9 +37,9 @@ from activities.ray_errors import (
     RayUnavailable,
     RayUnsupported,
 )
-from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
-from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
-from activities.ray_state import (
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
+from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
+from raysize.activities.ray_state import (
     ClusterState,
     NodeInfo,
     demand_digest,
@@ -48,7 +48,7 @@ from activities.ray_state import (
     ray_amounts,
     state_fingerprint,
 )
-from workflows.resources import CPU, MEMORY, Resources
+from raysize.workflows.resources import CPU, MEMORY, Resources
 
 __all__ = [
     "RayError",

@@ -16,12 +16,12 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from activities.ray_errors import RayReplyError
-from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
-from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
-from workflows.model import GangStrategy
-from workflows.resources import CPU, MEMORY, QuantityError, Resources, float_to_units
-from workflows.values import StrictValue
+from raysize.activities.ray_errors import RayReplyError
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
+from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
+from raysize.workflows.model import GangStrategy
+from raysize.workflows.resources import CPU, MEMORY, QuantityError, Resources, float_to_units
+from raysize.workflows.values import StrictValue
 
 _EXACT_SCALES = frozenset({CPU, MEMORY})
 _OTHER = "other"  # stands for every other name: all are counted in 1/10000 units

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.k8s_objects import KubeCluster
-from activities.ray_state import ClusterState, LabelOperator, LabelSelector, RayNode
-from workflows.model import (
+from raysize.activities.k8s_objects import KubeCluster
+from raysize.activities.ray_state import ClusterState, LabelOperator, LabelSelector, RayNode
+from raysize.workflows.model import (
     ClusterSnapshot,
     Constraint,
     Demand,
@@ -19,7 +19,7 @@ from workflows.model import (
     PodResize,
     PodView,
 )
-from workflows.resources import CPU, MEMORY
+from raysize.workflows.resources import CPU, MEMORY
 
 
 def selector_text(selectors: tuple[LabelSelector, ...]) -> dict[str, str]:

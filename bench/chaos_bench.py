@@ -40,17 +40,17 @@ from kubernetes import client, config
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.k8s_objects import gcs_address
-from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
 from bench.procs import start_raysize_worker, stop_on_sigterm
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.faults import FaultRule
-from sandbox.kubelet import KubeletTiming, NodeSpec
-from sandbox.localray import stop_group
-from sandbox.rayprocs import free_port
-from workflows.contracts import ResizeSagaState
-from workflows.naming import RESIZE_OUTCOME, SEARCH_ATTRIBUTES
+from raysize.activities.k8s_objects import gcs_address
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.faults import FaultRule
+from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
+from raysize.sandbox.localray import stop_group
+from raysize.sandbox.rayprocs import free_port
+from raysize.workflows.contracts import ResizeSagaState
+from raysize.workflows.naming import RESIZE_OUTCOME, SEARCH_ATTRIBUTES
 
 GIB = 1024**3
 NAMESPACE = "default"

@@ -44,10 +44,10 @@ from bench.idle_bench import cpu_seconds, rss_mib
 from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker, stop_on_sigterm
 from bench.reaction_bench import median, report, run_trials
 from bench.reaction_bench import raycluster as real_raycluster
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import KubeletTiming
-from sandbox.localray import stop_group
-from sandbox.ray_standin import RayStandIn
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.sandbox.localray import stop_group
+from raysize.sandbox.ray_standin import RayStandIn
 
 GIB = 1024**3
 NAMESPACE = "default"
@@ -212,7 +212,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
 
             # 2. reaction on the real cluster
             rc = custom.get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", REAL)
-            from activities.k8s_objects import gcs_address
+            from raysize.activities.k8s_objects import gcs_address
 
             took = await reaction(env.client, gcs_address(rc), args.trials)
             p50 = median(took)

@@ -33,12 +33,12 @@ from temporalio.client import Client
 
 from bench.clusters import small_raycluster
 from bench.procs import start_dev_server, start_raysize_worker, stop_on_sigterm
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import NodeSpec
-from sandbox.localray import stop_group
-from sandbox.ports import free_port
-from workflows.contracts import RAY_STATE_READS, ReconcileStatus
-from workflows.naming import reconcile_workflow_id
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubelet import NodeSpec
+from raysize.sandbox.localray import stop_group
+from raysize.sandbox.ports import free_port
+from raysize.workflows.contracts import RAY_STATE_READS, ReconcileStatus
+from raysize.workflows.naming import reconcile_workflow_id
 
 GIB = 1024**3
 CLUSTER = "idle"

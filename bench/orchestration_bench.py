@@ -28,11 +28,11 @@ from temporalio.client import Client
 
 from bench.procs import ONE_PARTITION, start_dev_server, stop_on_sigterm
 from bench.sandbox_bench import raw
-from sandbox.gcs_standin import GcsStandIn
-from sandbox.ports import free_port
-from workflows.contracts import ResizeOutcome, ResizeRequest
-from workflows.naming import resize_search_attributes
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.sandbox.gcs_standin import GcsStandIn
+from raysize.sandbox.ports import free_port
+from raysize.workflows.contracts import ResizeOutcome, ResizeRequest
+from raysize.workflows.naming import resize_search_attributes
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 GIB = 1024**3
 
@@ -105,7 +105,7 @@ async def run(n: int, tmp: Path) -> None:
     kubeconfig = tmp / "kubeconfig"
     sandbox = subprocess.Popen(
         # 250 pods per node, each node with room for all of them to double
-        [sys.executable, "-m", "worker.cli", "sandbox", "up", "--nodes", str(-(-n // 250)),
+        [sys.executable, "-m", "raysize.worker.cli", "sandbox", "up", "--nodes", str(-(-n // 250)),
          "--node-cpu", "1000", "--node-memory", "4Ti", "--max-pods", "250",
          "--actuation-delay", "0",
          "--port", str(free_port()), "--kubeconfig", str(kubeconfig)],
@@ -137,7 +137,7 @@ async def run(n: int, tmp: Path) -> None:
             queue = f"bench-{uuid.uuid4().hex[:6]}"
             log = (tmp / "worker.log").open("wb")
             worker = subprocess.Popen(
-                [sys.executable, "-m", "worker.cli", "worker", "--log-level", "WARNING"],
+                [sys.executable, "-m", "raysize.worker.cli", "worker", "--log-level", "WARNING"],
                 env={
                     **os.environ,
                     "RAYSIZE_TEMPORAL_ADDRESS": env.client.service_client.config.target_host,

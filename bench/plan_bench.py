@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from worker.scenario import load_scenario, plan_to_json
-from workflows.planner import plan
+from raysize.worker.scenario import load_scenario, plan_to_json
+from raysize.workflows.planner import plan
 
 GIB = 1024**3
 SIZES = [(200, 2_000), (2_000, 20_000), (5_000, 50_000)]

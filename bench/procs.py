@@ -14,7 +14,7 @@ from types import FrameType
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from workflows.naming import SEARCH_ATTRIBUTES
+from raysize.workflows.naming import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,7 @@ def start_raysize_worker(
     }
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker"],
+            [sys.executable, "-m", "raysize.worker.cli", "worker"],
             env=env,
             cwd=ROOT,
             stdin=subprocess.DEVNULL,

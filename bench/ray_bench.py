@@ -30,11 +30,11 @@ from typing import Any
 
 import grpc
 
-from activities.ray_gcs import RayError, RayGcsClient, node_id_bytes, resize_request
-from activities.ray_proto import ray_autoscaler_pb2 as pb
-from activities.ray_proto import ray_rpc_pb2 as rpc
-from activities.ray_state import parse_cluster_state, ray_amounts
 from bench.procs import stop_on_sigterm
+from raysize.activities.ray_gcs import RayError, RayGcsClient, node_id_bytes, resize_request
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as pb
+from raysize.activities.ray_proto import ray_rpc_pb2 as rpc
+from raysize.activities.ray_state import parse_cluster_state, ray_amounts
 
 STATE = "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState"
 RESIZE = "/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances"
@@ -390,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.gcs:
         bench_cluster(args.gcs, args.token, args.node, args.calls, targets)
     else:
-        from sandbox.localray import LocalRayCluster
+        from raysize.sandbox.localray import LocalRayCluster
 
         root = Path(tempfile.mkdtemp(prefix="rs-", dir="/tmp"))
         cluster = LocalRayCluster(root=root)

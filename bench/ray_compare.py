@@ -58,10 +58,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.procs import stop_on_sigterm
-from worker.scenario import load_scenario
-from workflows.model import ClusterSnapshot, Plan, PodView
-from workflows.planner import plan
-from workflows.resources import CPU, GIB, units_to_float
+from raysize.worker.scenario import load_scenario
+from raysize.workflows.model import ClusterSnapshot, Plan, PodView
+from raysize.workflows.planner import plan
+from raysize.workflows.resources import CPU, GIB, units_to_float
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS = ((200, 10), (2_000, 2))  # (pods, seeds)

@@ -67,7 +67,7 @@ from ray.core.generated.common_pb2 import (
 from ray.core.generated.instance_manager_pb2 import Instance, NodeKind, TerminationRequest
 
 from bench.ray_compare import Outcome, Resize, scenario_totals
-from workflows.model import (
+from raysize.workflows.model import (
     ClusterSnapshot,
     Demand,
     GangStrategy,
@@ -76,7 +76,7 @@ from workflows.model import (
     PodPhase,
     PodView,
 )
-from workflows.resources import CPU, Resources, units_to_float
+from raysize.workflows.resources import CPU, Resources, units_to_float
 
 # A group without max_workers: KubeRay always sets maxReplicas; any cap above the
 # scenario's size behaves the same.
@@ -388,7 +388,7 @@ def _send(message: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    from worker.scenario import load_scenario
+    from raysize.worker.scenario import load_scenario
 
     # Ray's scheduler logs each min_workers launch and termination at INFO
     logging.getLogger("ray").setLevel(logging.ERROR)

@@ -37,15 +37,15 @@ from typing import Any
 from kubernetes import client, config
 from temporalio.client import Client
 
-from activities.k8s_objects import gcs_address
-from activities.ray_gcs import RayGcsClient
 from bench.clusters import small_raycluster
 from bench.procs import start_dev_server, stop_on_sigterm
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import KubeletTiming, NodeSpec
-from worker.run import run_worker
-from worker.settings import Settings
-from workflows.contracts import Act
+from raysize.activities.k8s_objects import gcs_address
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
+from raysize.worker.run import run_worker
+from raysize.worker.settings import Settings
+from raysize.workflows.contracts import Act
 
 GIB = 1024**3
 DRIVER = textwrap.dedent(

@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes import client, config
 
 from bench.procs import stop_on_sigterm
-from sandbox.rayprocs import free_port
+from raysize.sandbox.rayprocs import free_port
 
 PODS = 2000
 PATCHES = 1000
@@ -234,7 +234,7 @@ def main() -> None:
         cmd = [
             sys.executable,
             "-m",
-            "worker.cli",
+            "raysize.worker.cli",
             "sandbox",
             "up",
             "--nodes",

@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from sandbox.errors import ApiError
-from sandbox.store import Watcher
+from raysize.sandbox.errors import ApiError
+from raysize.sandbox.store import Watcher
 
 log = logging.getLogger(__name__)
 

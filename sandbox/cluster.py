@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from sandbox.faults import Faults
-from sandbox.kubeconfig import write_kubeconfig
-from sandbox.kubelet import ExitReport, Kubelet, KubeletTiming, NodeSpec, PodRuntime
-from sandbox.operator import RayOperator
-from sandbox.rayprocs import RayRuntime
-from sandbox.server import Api, ApiServer
-from sandbox.store import HISTORY, Obj, Store
-from workflows.resources import GIB
+from raysize.sandbox.faults import Faults
+from raysize.sandbox.kubeconfig import write_kubeconfig
+from raysize.sandbox.kubelet import ExitReport, Kubelet, KubeletTiming, NodeSpec, PodRuntime
+from raysize.sandbox.operator import RayOperator
+from raysize.sandbox.rayprocs import RayRuntime
+from raysize.sandbox.server import Api, ApiServer
+from raysize.sandbox.store import HISTORY, Obj, Store
+from raysize.workflows.resources import GIB
 
 
 @dataclass

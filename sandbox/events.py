@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.kubetime import TimeParseError, canonical_micro_time, canonical_time
+from raysize.sandbox.kubetime import TimeParseError, canonical_micro_time, canonical_time
 
 Obj = dict[str, Any]
 

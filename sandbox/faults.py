@@ -13,7 +13,7 @@ import random
 import threading
 from dataclasses import dataclass, field
 
-from sandbox.errors import ApiError, conflict, internal_error, too_many_requests
+from raysize.sandbox.errors import ApiError, conflict, internal_error, too_many_requests
 
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "*")
 ERROR_CODES = (409, 429, 500)

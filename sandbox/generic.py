@@ -23,8 +23,8 @@ import itertools
 import threading
 from typing import Any
 
-from sandbox.errors import FieldError, invalid, invalid_object, required
-from sandbox.store import ResourceType
+from raysize.sandbox.errors import FieldError, invalid, invalid_object, required
+from raysize.sandbox.store import ResourceType
 
 Obj = dict[str, Any]
 

@@ -34,11 +34,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sandbox import pods as podlib
-from sandbox.errors import ApiError
-from sandbox.quantity import canonical
-from sandbox.store import Obj, Watcher, now_rfc3339
-from workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
+from raysize.sandbox import pods as podlib
+from raysize.sandbox.errors import ApiError
+from raysize.sandbox.quantity import canonical
+from raysize.sandbox.store import Obj, Watcher, now_rfc3339
+from raysize.workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
 
 log = logging.getLogger(__name__)
 

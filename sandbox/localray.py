@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from activities.ray_gcs import RayError, RayGcsClient
-from activities.ray_state import ClusterState
-from sandbox.ports import free_port
+from raysize.activities.ray_gcs import RayError, RayGcsClient
+from raysize.activities.ray_state import ClusterState
+from raysize.sandbox.ports import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
 T = TypeVar("T")

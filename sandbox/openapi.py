@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox.resources import ALL, GROUP_VERSIONS
+from raysize.sandbox.resources import ALL, GROUP_VERSIONS
 
 Obj = dict[str, Any]
 

@@ -17,10 +17,10 @@ import queue
 import threading
 from collections.abc import Callable
 
-from sandbox.errors import ApiError
-from sandbox.server import Api
-from sandbox.store import Obj, Watcher, now_rfc3339
-from workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
+from raysize.sandbox.errors import ApiError
+from raysize.sandbox.server import Api
+from raysize.sandbox.store import Obj, Watcher, now_rfc3339
+from raysize.workflows.resources import CPU, MEMORY, quantity_to_units, units_to_quantity
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import copy
 import json
 from typing import Any
 
-from sandbox.errors import ApiError, bad_request, unprocessable
+from raysize.sandbox.errors import ApiError, bad_request, unprocessable
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandbox.rayprocs import exit_code, stop_process_groups
+from raysize.sandbox.rayprocs import exit_code, stop_process_groups
 
 if TYPE_CHECKING:
-    from sandbox.kubelet import ExitReport
+    from raysize.sandbox.kubelet import ExitReport
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from sandbox.errors import (
+from raysize.sandbox.errors import (
     ApiError,
     FieldError,
     admission_forbidden,
@@ -20,8 +20,8 @@ from sandbox.errors import (
     invalid_object,
     required,
 )
-from sandbox.quantity import canonical, sum_of
-from workflows.resources import QuantityError, parse_quantity
+from raysize.sandbox.quantity import canonical, sum_of
+from raysize.workflows.resources import QuantityError, parse_quantity
 
 Obj = dict[str, Any]
 
@@ -621,7 +621,7 @@ def admit_resize(old: Obj, new: Obj, node: Obj | None) -> None:
             f"pod update requires features {INIT_RESIZE_FEATURE} which are not available "
             f'on node "{node_name}"',
         )
-    from sandbox.kubelet import requests_of  # the kubelet's own sum (resourcehelper)
+    from raysize.sandbox.kubelet import requests_of  # the kubelet's own sum (resourcehelper)
 
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     wanted = requests_of(new)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from decimal import ROUND_CEILING, Decimal
 
-from workflows.resources import QuantityError, parse_quantity
+from raysize.workflows.resources import QuantityError, parse_quantity
 
 _SUFFIX_RE = re.compile(r"(Ki|Mi|Gi|Ti|Pi|Ei)$|[eE][+-]?[0-9]+$")
 _DECIMAL_SUFFIXES = [(18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, "")]

@@ -23,10 +23,10 @@ from typing import Any
 
 import grpc
 
-from activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
-from activities.ray_proto import ray_autoscaler_pb2_grpc as autoscaler_grpc
-from activities.ray_proto import ray_rpc_pb2 as rpc_pb2
-from activities.ray_proto import ray_rpc_pb2_grpc as rpc_grpc
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
+from raysize.activities.ray_proto import ray_autoscaler_pb2_grpc as autoscaler_grpc
+from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
+from raysize.activities.ray_proto import ray_rpc_pb2_grpc as rpc_grpc
 
 
 @dataclass

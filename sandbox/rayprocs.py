@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandbox.ports import free_port
-from workflows.resources import CPU, MEMORY, quantity_to_units
+from raysize.sandbox.ports import free_port
+from raysize.workflows.resources import CPU, MEMORY, quantity_to_units
 
 if TYPE_CHECKING:
-    from sandbox.kubelet import ExitReport
+    from raysize.sandbox.kubelet import ExitReport
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sandbox.store import Store
+from raysize.sandbox.store import Store
 
 Obj = dict[str, Any]
 

@@ -29,14 +29,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from sandbox.apistore import ApiStore, KubeHttp
-from sandbox.cluster import SandboxConfig
-from sandbox.errors import ApiError
-from sandbox.kubeconfig import write_kubeconfig
-from sandbox.kubelet import Kubelet
-from sandbox.podnet import ApiAccess, ContainerRuntime, PodNetwork, ServiceProxy
-from sandbox.ports import free_port
-from sandbox.rayprocs import stop_process_groups, wait_for_port
+from raysize.sandbox.apistore import ApiStore, KubeHttp
+from raysize.sandbox.cluster import SandboxConfig
+from raysize.sandbox.errors import ApiError
+from raysize.sandbox.kubeconfig import write_kubeconfig
+from raysize.sandbox.kubelet import Kubelet
+from raysize.sandbox.podnet import ApiAccess, ContainerRuntime, PodNetwork, ServiceProxy
+from raysize.sandbox.ports import free_port
+from raysize.sandbox.rayprocs import stop_process_groups, wait_for_port
 
 log = logging.getLogger(__name__)
 

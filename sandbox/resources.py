@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox import generic, pods
-from sandbox.errors import FieldError, invalid, invalid_object, required
-from sandbox.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
-from sandbox.store import ResourceType
+from raysize.sandbox import generic, pods
+from raysize.sandbox.errors import FieldError, invalid, invalid_object, required
+from raysize.sandbox.patch import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH
+from raysize.sandbox.store import ResourceType
 
 Obj = dict[str, Any]
 

@@ -18,12 +18,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from sandbox import errors, events, openapi, pods, tables
-from sandbox.errors import ApiError
-from sandbox.faults import Faults
-from sandbox.patch import APPLY_PATCH, apply_config, apply_patch, decode_apply_config
-from sandbox.rbac import Authorizer, Request
-from sandbox.resources import (
+from raysize.sandbox import errors, events, openapi, pods, tables
+from raysize.sandbox.errors import ApiError
+from raysize.sandbox.faults import Faults
+from raysize.sandbox.patch import APPLY_PATCH, apply_config, apply_patch, decode_apply_config
+from raysize.sandbox.rbac import Authorizer, Request
+from raysize.sandbox.resources import (
     ALL,
     BY_GROUP,
     EVENTS,
@@ -36,13 +36,13 @@ from sandbox.resources import (
     prepare_update,
     strategic_merge_allowed,
 )
-from sandbox.selectors import (
+from raysize.sandbox.selectors import (
     fields_match,
     labels_match,
     parse_field_selector,
     parse_label_selector,
 )
-from sandbox.store import INITIAL_END, Obj, ResourceType, Store, clone, dumps, rfc3339_in
+from raysize.sandbox.store import INITIAL_END, Obj, ResourceType, Store, clone, dumps, rfc3339_in
 
 log = logging.getLogger(__name__)
 

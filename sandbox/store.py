@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.errors import already_exists, gone, invalid_object, not_found, required
+from raysize.sandbox.errors import already_exists, gone, invalid_object, not_found, required
 
 Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.kubetime import translate_since
-from sandbox.store import Obj, ResourceType
+from raysize.sandbox.kubetime import translate_since
+from raysize.sandbox.store import Obj, ResourceType
 
 Column = tuple[str, str, int, Callable[[Obj], Any]]  # name, type, priority, cell
 INCLUDE_OBJECT = ("None", "Metadata", "Object")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 GRPCIO_TOOLS_VERSION = "1.85.1"
 ROOT = Path(__file__).resolve().parent.parent
-PROTO_DIR = Path("activities/ray_proto")
+PROTO_DIR = Path("raysize/activities/ray_proto")
 
 
 def proto_files() -> list[Path]:

@@ -39,7 +39,7 @@ Samples = dict[tuple[str, str], list[float]]
 
 def outcomes() -> list[str]:
     sys.path.insert(0, str(ROOT))
-    from workflows.contracts import ResizeOutcome
+    from raysize.workflows.contracts import ResizeOutcome
 
     # every outcome a saga records (Pending is a state, not an outcome)
     return [o.value for o in ResizeOutcome if o is not ResizeOutcome.PENDING]

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from worker.cli_common import DEV_PANEL
+from raysize.worker.cli_common import DEV_PANEL, stand_ins, usage_error
 
 # the stories by name, for --help without loading the demo (and the sandbox it builds on):
 # tests/demo checks these against worker/demo_scenarios.py's SCENARIOS
@@ -45,14 +45,10 @@ DEMO_HELP = "\n\n".join(
 )
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
-
 
 def _port(value: int, flag: str) -> int:
     if not 1 <= value <= 65535:
-        raise _fail(f"{flag} {value}: expected a port number 1..65535")
+        raise usage_error(f"{flag} {value}: expected a port number 1..65535")
     return value
 
 
@@ -105,15 +101,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run raysize end to end on this machine, no cluster needed (see --help)."""
         if scenario not in STORIES:
-            raise _fail(f"--scenario {scenario!r}: expected one of {', '.join(STORIES)}")
+            raise usage_error(f"--scenario {scenario!r}: expected one of {', '.join(STORIES)}")
         _port(temporal_port, "--temporal-port")
         _port(ui_port, "--ui-port")
         if not timeout > 0:
-            raise _fail(f"--timeout {timeout:g}: expected a positive number of seconds")
+            raise usage_error(f"--timeout {timeout:g}: expected a positive number of seconds")
 
-        from worker.demo import DemoConfig, run_demo
-        from worker.demo_scenarios import SCENARIOS
-        from worker.demo_view import JsonSink, LiveSink, Sink
+        with stand_ins("demo"):
+            from raysize.worker.demo import DemoConfig, run_demo
+            from raysize.worker.demo_scenarios import SCENARIOS
+            from raysize.worker.demo_view import JsonSink, LiveSink, Sink
 
         sink: Sink = JsonSink() if headless else LiveSink()
         cfg = DemoConfig(

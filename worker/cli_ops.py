@@ -16,14 +16,14 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.cli_common import OPS_PANEL
-from worker.settings import Settings, check_log_level
-from worker.status_view import ResizeRow, render_rows, resize_rows
-from worker.temporal import SetupError, connect
-from workflows.contracts import ReconcileStatus
-from workflows.naming import reconcile_workflow_id, resize_workflow_id
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resources import CPU, units_to_float
+from raysize.worker.cli_common import OPS_PANEL
+from raysize.worker.settings import Settings, check_log_level
+from raysize.worker.status_view import ResizeRow, render_rows, resize_rows
+from raysize.worker.temporal import SetupError, connect
+from raysize.workflows.contracts import ReconcileStatus
+from raysize.workflows.naming import reconcile_workflow_id, resize_workflow_id
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resources import CPU, units_to_float
 
 T = TypeVar("T")
 
@@ -91,8 +91,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Run the raysize worker (settings: RAYSIZE_* environment variables, see README)."""
-        from worker.run import run_worker
-        from worker.telemetry import configure_logging
+        from raysize.worker.run import run_worker
+        from raysize.worker.telemetry import configure_logging
 
         settings = _settings()
         level = settings.log_level
@@ -122,8 +122,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Start managing a RayCluster now (the worker's discovery does this by itself)."""
         ns, name = _split(cluster, "raycluster")
-        from activities.discovery import start_reconciler
-        from worker.run import reconcile_input
+        from raysize.activities.discovery import start_reconciler
+        from raysize.worker.run import reconcile_input
 
         async def go(client: Client) -> str:
             settings = _settings()

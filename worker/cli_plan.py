@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 from typer.core import TyperCommand
 
-from worker.cli_common import DEV_PANEL
-from worker.scenario import ScenarioError, load_scenario, parse_scenario_json, plan_to_json
-from workflows.model import (
+from raysize.worker.cli_common import DEV_PANEL
+from raysize.worker.scenario import ScenarioError, load_scenario, parse_scenario_json, plan_to_json
+from raysize.workflows.model import (
     ClusterSnapshot,
     GroupSpec,
     Plan,
@@ -25,7 +25,7 @@ from workflows.model import (
     ResizePolicy,
     UpscalingMode,
 )
-from workflows.planner import (
+from raysize.workflows.planner import (
     FREE_ROOM,
     GROWN,
     NEW_POD,
@@ -36,7 +36,7 @@ from workflows.planner import (
     plan_with_trace,
     selector_matches,
 )
-from workflows.resources import CPU, MEMORY, Resources, units_to_float
+from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
 
 
 def _read(path: Path) -> object:

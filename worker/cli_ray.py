@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from activities.ray_gcs import (
+from raysize.activities.ray_gcs import (
     DEFAULT_TIMEOUT_S,
     TLS_SERVER_NAME_ENV,
     RayError,
@@ -26,9 +26,9 @@ from activities.ray_gcs import (
     TlsConfig,
     resize_request,
 )
-from activities.ray_state import ClusterState, LabelSelector, RayNode
-from worker.cli_common import DEV_PANEL
-from workflows.resources import (
+from raysize.activities.ray_state import ClusterState, LabelSelector, RayNode
+from raysize.worker.cli_common import DEV_PANEL
+from raysize.workflows.resources import (
     CPU,
     MEMORY,
     QuantityError,

@@ -9,15 +9,11 @@ from types import FrameType
 
 import typer
 
-from worker.cli_common import DEV_PANEL
-from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
+from raysize.worker.cli_common import DEV_PANEL, stand_ins, usage_error
+from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
 DEFAULT_KUBECONFIG = Path.home() / ".kube" / "raysize-sandbox.yaml"
 
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
 
 
 def register(app: typer.Typer) -> None:
@@ -76,39 +72,40 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the sandbox in the foreground until Ctrl-C."""
         # a development tool: `raysize worker` never loads the sandbox
-        from sandbox.cluster import Sandbox, SandboxConfig
-        from sandbox.faults import describe, parse_fault
-        from sandbox.kubelet import KubeletTiming
-        from sandbox.realworld import ControlPlaneError, RealSandbox
+        with stand_ins("sandbox up"):
+            from raysize.sandbox.cluster import Sandbox, SandboxConfig
+            from raysize.sandbox.faults import describe, parse_fault
+            from raysize.sandbox.kubelet import KubeletTiming
+            from raysize.sandbox.realworld import ControlPlaneError, RealSandbox
 
         if control_plane not in ("embedded", "real"):
-            raise _fail(f"--control-plane {control_plane!r}: expected 'embedded' or 'real'")
+            raise usage_error(f"--control-plane {control_plane!r}: expected 'embedded' or 'real'")
         if control_plane == "real" and (fault or port):
-            raise _fail(
+            raise usage_error(
                 "--fault and --port need the embedded API server: drop them, or use "
                 "--control-plane embedded"
             )
         if nodes < 1:
-            raise _fail(f"--nodes {nodes}: expected at least 1")
+            raise usage_error(f"--nodes {nodes}: expected at least 1")
         if max_pods < 1:
-            raise _fail(f"--max-pods {max_pods}: expected at least 1")
+            raise usage_error(f"--max-pods {max_pods}: expected at least 1")
         if not 0 <= port <= 65535:
-            raise _fail(f"--port {port}: expected 0..65535")
+            raise usage_error(f"--port {port}: expected 0..65535")
         if actuation_delay < 0 or retry_interval <= 0:
-            raise _fail("--actuation-delay must be >= 0 and --retry-interval > 0")
+            raise usage_error("--actuation-delay must be >= 0 and --retry-interval > 0")
         try:
             cpu = quantity_to_units(node_cpu, CPU, what="--node-cpu")
             memory = quantity_to_units(node_memory, MEMORY, what="--node-memory")
         except QuantityError as exc:
-            raise _fail(str(exc)) from None
+            raise usage_error(str(exc)) from None
         if cpu <= 0 or memory <= 0:
-            raise _fail("--node-cpu and --node-memory must be positive")
+            raise usage_error("--node-cpu and --node-memory must be positive")
         rules = []
         for text in fault:
             try:
                 rules.append(parse_fault(text))
             except ValueError as exc:
-                raise _fail(f"--fault {text!r}: {exc}") from None
+                raise usage_error(f"--fault {text!r}: {exc}") from None
         config = SandboxConfig(
             nodes=nodes,
             node_cpu=cpu,
@@ -127,9 +124,9 @@ def register(app: typer.Typer) -> None:
         try:
             sandbox = Sandbox(config) if control_plane == "embedded" else RealSandbox(config)
         except OSError as exc:
-            raise _fail(f"cannot listen on port {port}: {exc.strerror}") from None
+            raise usage_error(f"cannot listen on port {port}: {exc.strerror}") from None
         except ControlPlaneError as exc:
-            raise _fail(f"the real control plane: {exc}") from None
+            raise usage_error(f"the real control plane: {exc}") from None
         stop = threading.Event()
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -143,7 +140,7 @@ def register(app: typer.Typer) -> None:
             try:
                 sandbox.start()
             except ControlPlaneError as exc:
-                raise _fail(f"the real control plane did not start: {exc}") from None
+                raise usage_error(f"the real control plane did not start: {exc}") from None
             path = sandbox.write_kubeconfig(kubeconfig)
             kind = (
                 "embedded API server"

@@ -39,12 +39,12 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from activities.k8s_objects import gcs_address
-from activities.ray_gcs import RayGcsClient
-from activities.ray_state import ClusterState
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import KubeletTiming
-from worker.demo_procs import (
+from raysize.activities.k8s_objects import gcs_address
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.activities.ray_state import ClusterState
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.worker.demo_procs import (
     EXIT_INTERRUPTED,
     EXIT_NOT_DONE,
     EXIT_OK,
@@ -59,7 +59,7 @@ from worker.demo_procs import (
     start_server,
     start_worker,
 )
-from worker.demo_scenarios import (
+from raysize.worker.demo_scenarios import (
     CLUSTER,
     NAMESPACE,
     Progress,
@@ -67,7 +67,7 @@ from worker.demo_scenarios import (
     neighbour_pod,
     raycluster,
 )
-from worker.demo_view import (
+from raysize.worker.demo_view import (
     DemoState,
     JsonSink,
     PodRow,
@@ -77,10 +77,10 @@ from worker.demo_view import (
     resize_text,
     summary,
 )
-from workflows.contracts import ReconcileStatus, ResizeSagaState
-from workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE, reconcile_workflow_id
-from workflows.resize_workflow import PodResizeWorkflow
-from workflows.resources import CPU, GIB, MEMORY, Resources
+from raysize.workflows.contracts import ReconcileStatus, ResizeSagaState
+from raysize.workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE, reconcile_workflow_id
+from raysize.workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.resources import CPU, GIB, MEMORY, Resources
 
 log = logging.getLogger("raysize.demo")
 

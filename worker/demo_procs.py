@@ -25,9 +25,9 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from sandbox.cluster import Sandbox
-from worker.demo_scenarios import DRIVER, NAMESPACE, Scenario
-from workflows.naming import SEARCH_ATTRIBUTES
+from raysize.sandbox.cluster import Sandbox
+from raysize.worker.demo_scenarios import DRIVER, NAMESPACE, Scenario
+from raysize.workflows.naming import SEARCH_ATTRIBUTES
 
 INSTALL_HINT = "install with: pip install -e '.[demo]'"
 STOP_GRACE_S = 10.0
@@ -288,7 +288,7 @@ def start_worker(
     out = (started.workdir / "worker.log").open("wb")
     started.files.append(out)
     started.worker = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker"],
+        [sys.executable, "-m", "raysize.worker.cli", "worker"],
         stdin=subprocess.DEVNULL,
         stdout=out,
         stderr=subprocess.STDOUT,

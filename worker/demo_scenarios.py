@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.kubelet import NodeSpec
-from workflows.contracts import ResizeOutcome
-from workflows.resources import GIB
+from raysize.sandbox.kubelet import NodeSpec
+from raysize.workflows.contracts import ResizeOutcome
+from raysize.workflows.resources import GIB
 
 CLUSTER = "demo"
 NAMESPACE = "default"

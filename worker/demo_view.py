@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
-from worker.demo_scenarios import CLUSTER, NAMESPACE, ResizeView, Scenario
-from workflows.resources import CPU, MEMORY, units_to_float, units_to_quantity
+from raysize.worker.demo_scenarios import CLUSTER, NAMESPACE, ResizeView, Scenario
+from raysize.workflows.resources import CPU, MEMORY, units_to_float, units_to_quantity
 
 MIB = 1024**2
 NS_CLUSTER = f"{NAMESPACE}/{CLUSTER}"

@@ -16,7 +16,7 @@ one, `live` only proves the container runs.
 How the worker must call it (worker/run.py, `run_worker`, first statement, before
 connecting to Temporal, so a restarted container overwrites a stale beat at once):
 
-    from worker.health import heartbeat
+    from raysize.worker.health import heartbeat
     beat = asyncio.create_task(heartbeat())
     try:
         ...  # everything run_worker does now

@@ -16,19 +16,19 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.cluster import ClusterActivities, RaySettings
-from activities.discovery import DiscoveryActivities
-from activities.k8s import Kube, KubeconfigError
-from activities.ray_errors import RayError
-from activities.ray_gcs import TlsConfig, resolve_token
-from worker.health import heartbeat
-from worker.settings import Settings
-from worker.telemetry import Telemetry, setup_telemetry
-from worker.temporal import SetupError, connect, ensure_search_attributes
-from workflows.contracts import ReconcileInput
-from workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.activities.cluster import ClusterActivities, RaySettings
+from raysize.activities.discovery import DiscoveryActivities
+from raysize.activities.k8s import Kube, KubeconfigError
+from raysize.activities.ray_errors import RayError
+from raysize.activities.ray_gcs import TlsConfig, resolve_token
+from raysize.worker.health import heartbeat
+from raysize.worker.settings import Settings
+from raysize.worker.telemetry import Telemetry, setup_telemetry
+from raysize.worker.temporal import SetupError, connect, ensure_search_attributes
+from raysize.workflows.contracts import ReconcileInput
+from raysize.workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 log = logging.getLogger("raysize.worker")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from workflows.model import (
+from raysize.workflows.model import (
     HEAD_GROUP,
     MAX_PLAN_UNITS,
     ClusterSnapshot,
@@ -35,7 +35,7 @@ from workflows.model import (
     UpscalingMode,
     plan_units,
 )
-from workflows.resources import (
+from raysize.workflows.resources import (
     CPU,
     MAX_UNITS,
     MEMORY,

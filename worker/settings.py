@@ -8,9 +8,9 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from workflows.contracts import POLL_INTERVAL_S
-from workflows.model import PlannerSettings, ResizePolicy
-from workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
+from raysize.workflows.contracts import POLL_INTERVAL_S
+from raysize.workflows.model import PlannerSettings, ResizePolicy
+from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 

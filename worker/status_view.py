@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from workflows.contracts import ResizePhase, ResizeSagaState
-from workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.contracts import ResizePhase, ResizeSagaState
+from raysize.workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 LIMIT = 200  # resizes read per cluster, newest first

@@ -42,9 +42,9 @@ from temporalio.runtime import (
     TelemetryConfig,
 )
 
-from worker.settings import Settings
-from workflows.contracts import Act, RayletResizeInput
-from workflows.telemetry import (
+from raysize.worker.settings import Settings
+from raysize.workflows.contracts import Act, RayletResizeInput
+from raysize.workflows.telemetry import (
     DECISION_SPAN_END_EXTERN,
     DECISION_SPAN_EXTERN,
     HISTOGRAM_BUCKETS,
@@ -300,7 +300,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        from workflows.telemetry import logfmt
+        from raysize.workflows.telemetry import logfmt
 
         line = super().format(record)
         context = _temporal_context(record)

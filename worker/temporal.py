@@ -14,9 +14,9 @@ from temporalio.client import Client, TLSConfig
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
-from worker.settings import Settings
-from worker.telemetry import Telemetry, default_interceptors
-from workflows.naming import SEARCH_ATTRIBUTES
+from raysize.worker.settings import Settings
+from raysize.worker.telemetry import Telemetry, default_interceptors
+from raysize.workflows.naming import SEARCH_ATTRIBUTES
 
 
 class SetupError(RuntimeError):

@@ -12,9 +12,9 @@ from typing import Final
 
 from pydantic import Field
 
-from workflows.ippr import ConfigError, IpprStatus
-from workflows.model import ClusterSnapshot, Plan, PlannerSettings
-from workflows.values import Value
+from raysize.workflows.ippr import ConfigError, IpprStatus
+from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings
+from raysize.workflows.values import Value
 
 
 # --- activity names ---------------------------------------------------------------------

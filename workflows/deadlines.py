@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
-from workflows.planner import LANDING_S
-from workflows.summaries import size_text
+from raysize.workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
+from raysize.workflows.planner import LANDING_S
+from raysize.workflows.summaries import size_text
 
 # read the cluster a little after the deadline, so the timer never fires just before it
 MARGIN_S = 0.5

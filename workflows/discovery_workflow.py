@@ -12,10 +12,10 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts import Act
-    from workflows.naming import DISCOVERY_WORKFLOW
-    from workflows.values import Value
-    from workflows.waiting import raise_if_cancelled
+    from raysize.workflows.contracts import Act
+    from raysize.workflows.naming import DISCOVERY_WORKFLOW
+    from raysize.workflows.values import Value
+    from raysize.workflows.waiting import raise_if_cancelled
 
 
 class DiscoveryInput(Value):

@@ -19,8 +19,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from workflows.model import HEAD_GROUP, GroupSpec, IpprLimits, PlannerSettings, UpscalingMode
-from workflows.resources import (
+from raysize.workflows.model import (
+    HEAD_GROUP,
+    GroupSpec,
+    IpprLimits,
+    PlannerSettings,
+    UpscalingMode,
+)
+from raysize.workflows.resources import (
     CPU,
     MEMORY,
     QuantityError,
@@ -30,7 +36,7 @@ from workflows.resources import (
     ray_accepted,
     units_to_float,
 )
-from workflows.values import Value
+from raysize.workflows.values import Value
 
 IPPR_ANNOTATION = "ray.io/ippr"
 IPPR_STATUS_ANNOTATION = "ray.io/ippr-status"

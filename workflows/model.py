@@ -10,8 +10,8 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from workflows.resources import GIB, Resources
-from workflows.values import StrictValue
+from raysize.workflows.resources import GIB, Resources
+from raysize.workflows.values import StrictValue
 
 HEAD_GROUP = "headgroup"
 

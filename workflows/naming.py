@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest
+from raysize.workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest
 
 # workflow types, as registered (`@workflow.defn(name=...)`)
 RECONCILE_WORKFLOW = "ReconcileWorkflow"

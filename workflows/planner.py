@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from workflows.model import (
+from raysize.workflows.model import (
     MAX_PLAN_UNITS,
     ClusterSnapshot,
     Constraint,
@@ -63,7 +63,7 @@ from workflows.model import (
     bounded,
     plan_units,
 )
-from workflows.resources import CPU, MEMORY, Resources
+from raysize.workflows.resources import CPU, MEMORY, Resources
 
 Shape = tuple[tuple[int, int], ...]
 Selector = tuple[tuple[str, str], ...]

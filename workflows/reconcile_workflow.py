@@ -25,8 +25,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import telemetry
-    from workflows.contracts import (
+    from raysize.workflows import telemetry
+    from raysize.workflows.contracts import (
         Act,
         Decision,
         Err,
@@ -39,18 +39,18 @@ with workflow.unsafe.imports_passed_through():
         ScaleInput,
         WaitInput,
     )
-    from workflows.deadlines import drifting, next_decision_in, stuck_resizes
-    from workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
-    from workflows.naming import (
+    from raysize.workflows.deadlines import drifting, next_decision_in, stuck_resizes
+    from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
+    from raysize.workflows.naming import (
         RECONCILE_WORKFLOW,
         resize_search_attributes,
         resize_workflow_id,
     )
-    from workflows.planner import landing_grows, plan
-    from workflows.resize_workflow import PodResizeWorkflow
-    from workflows.resources import CPU, MEMORY, Resources, units_to_float
-    from workflows.summaries import resize_details, resize_summary
-    from workflows.waiting import raise_if_cancelled, until_done_or
+    from raysize.workflows.planner import landing_grows, plan
+    from raysize.workflows.resize_workflow import PodResizeWorkflow
+    from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
+    from raysize.workflows.summaries import resize_details, resize_summary
+    from raysize.workflows.waiting import raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
 

@@ -24,8 +24,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    from workflows import telemetry
-    from workflows.contracts import (
+    from raysize.workflows import telemetry
+    from raysize.workflows.contracts import (
         HEARTBEAT_TIMEOUT,
         PENDING_CAUSES,
         Act,
@@ -47,16 +47,16 @@ with workflow.unsafe.imports_passed_through():
         SetStatusInput,
         WaitResizeInput,
     )
-    from workflows.ippr import IpprStatus, KubeletReport, parse_kubelet_message
-    from workflows.naming import (
+    from raysize.workflows.ippr import IpprStatus, KubeletReport, parse_kubelet_message
+    from raysize.workflows.naming import (
         RESIZE_OUTCOME,
         RESIZE_PHASE,
         RESIZE_WORKFLOW,
         resize_search_attributes,
         shrinks,
     )
-    from workflows.summaries import outcome_details, size_text
-    from workflows.waiting import until_done_or
+    from raysize.workflows.summaries import outcome_details, size_text
+    from raysize.workflows.waiting import until_done_or
 
 T = TypeVar("T")
 

@@ -9,8 +9,8 @@ nothing said which grew, which shrank, or how it ended until each was opened.
 
 from __future__ import annotations
 
-from workflows.contracts import ResizeRequest
-from workflows.resources import CPU, MEMORY, Resources, units_to_float
+from raysize.workflows.contracts import ResizeRequest
+from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
 
 MAX_SUMMARY = 200  # the UI shows one line; Temporal caps summaries at a few hundred bytes
 

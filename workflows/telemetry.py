@@ -22,8 +22,8 @@ from typing import Any
 
 from temporalio import workflow
 
-from workflows.contracts import FailureCause, ResizeOutcome, ResizeRequest
-from workflows.model import ClusterSnapshot, Plan
+from raysize.workflows.contracts import FailureCause, ResizeOutcome, ResizeRequest
+from raysize.workflows.model import ClusterSnapshot, Plan
 
 # --- metric names ---------------------------------------------------------------------
 RESIZES_STARTED = "raysize_resizes_started"

@@ -1,4 +1,4 @@
-from activities.ray_proto import ray_rpc_pb2 as _ray_rpc_pb2
+from raysize.activities.ray_proto import ray_rpc_pb2 as _ray_rpc_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor

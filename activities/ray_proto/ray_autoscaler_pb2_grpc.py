@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from activities.ray_proto import ray_autoscaler_pb2 as activities_dot_ray__proto_dot_ray__autoscaler__pb2
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in activities/ray_proto/ray_autoscaler_pb2_grpc.py depends on'
+        + ' but the generated code in raysize/activities/ray_proto/ray_autoscaler_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -38,13 +38,13 @@ class AutoscalerStateServiceStub:
         """
         self.GetClusterResourceState = channel.unary_unary(
                 '/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState',
-                request_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.SerializeToString,
-                response_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.FromString,
+                request_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.SerializeToString,
+                response_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.FromString,
                 _registered_method=True)
         self.ResizeRayletResourceInstances = channel.unary_unary(
                 '/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances',
-                request_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.SerializeToString,
-                response_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.FromString,
+                request_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.SerializeToString,
+                response_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.FromString,
                 _registered_method=True)
 
 
@@ -70,13 +70,13 @@ def add_AutoscalerStateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetClusterResourceState': grpc.unary_unary_rpc_method_handler(
                     servicer.GetClusterResourceState,
-                    request_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.FromString,
-                    response_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.SerializeToString,
+                    request_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.FromString,
+                    response_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.SerializeToString,
             ),
             'ResizeRayletResourceInstances': grpc.unary_unary_rpc_method_handler(
                     servicer.ResizeRayletResourceInstances,
-                    request_deserializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.FromString,
-                    response_serializer=activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.SerializeToString,
+                    request_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.FromString,
+                    response_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -106,8 +106,8 @@ class AutoscalerStateService:
             request,
             target,
             '/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState',
-            activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.SerializeToString,
-            activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.FromString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateRequest.SerializeToString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.GetClusterResourceStateReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -133,8 +133,8 @@ class AutoscalerStateService:
             request,
             target,
             '/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances',
-            activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.SerializeToString,
-            activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.FromString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.SerializeToString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from activities.ray_proto import ray_rpc_pb2 as activities_dot_ray__proto_dot_ray__rpc__pb2
+from raysize.activities.ray_proto import ray_rpc_pb2 as raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in activities/ray_proto/ray_rpc_pb2_grpc.py depends on'
+        + ' but the generated code in raysize/activities/ray_proto/ray_rpc_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class NodeInfoGcsServiceStub:
         """
         self.GetAllNodeInfo = channel.unary_unary(
                 '/ray.rpc.NodeInfoGcsService/GetAllNodeInfo',
-                request_serializer=activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoRequest.SerializeToString,
-                response_deserializer=activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoReply.FromString,
+                request_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoRequest.SerializeToString,
+                response_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoReply.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_NodeInfoGcsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetAllNodeInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAllNodeInfo,
-                    request_deserializer=activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoRequest.FromString,
-                    response_serializer=activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoReply.SerializeToString,
+                    request_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoRequest.FromString,
+                    response_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class NodeInfoGcsService:
             request,
             target,
             '/ray.rpc.NodeInfoGcsService/GetAllNodeInfo',
-            activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoRequest.SerializeToString,
-            activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoReply.FromString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoRequest.SerializeToString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.GetAllNodeInfoReply.FromString,
             options,
             channel_credentials,
             insecure,

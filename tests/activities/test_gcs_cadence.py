@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from activities.gcs_cadence import GcsCadence, next_read_pause
+from raysize.activities.gcs_cadence import GcsCadence, next_read_pause
 
 READ_S = 0.001  # one read's round trip
 

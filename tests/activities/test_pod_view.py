@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from activities.k8s_objects import pod_view
+from raysize.activities.k8s_objects import pod_view
 
 
 def _pod(*, phase: str = "Running", start: str | None = None, status: dict | None = None) -> dict:

@@ -3,8 +3,8 @@ depends on, never by what moves with every usage report."""
 
 from __future__ import annotations
 
-from activities.ray_proto import ray_autoscaler_pb2 as pb
-from activities.ray_state import parse_cluster_state, state_fingerprint
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as pb
+from raysize.activities.ray_state import parse_cluster_state, state_fingerprint
 
 
 def reply(

@@ -13,7 +13,7 @@ import pytest
 from tests.orchestration.temporal_env import venv_binary
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("workflows", "activities", "worker", "sandbox", "bench", "tests")
+PACKAGES = ("raysize", "workflows", "activities", "worker", "sandbox", "bench", "tests")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -40,10 +40,11 @@ def test_the_repository_keeps_every_contract() -> None:
         (
             "activities",
             "probe.py",
-            "from workflows.planner import plan",
+            "from raysize.workflows.planner import plan",
             "activities/ take only the pure contracts",
         ),
-        ("worker", "run_probe.py", "import sandbox.cluster", "the product never imports"),
+        ("worker", "run_probe.py", "import raysize.sandbox.cluster", "the product never imports"),
+        ("activities", "probe.py", "from workflows.model import Plan", "one name for each module"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(
@@ -52,11 +53,18 @@ def test_a_forbidden_import_breaks_its_contract(
     """A copy of the repository's packages with one forbidden import added: the check
     fails and names the contract."""
     for name in PACKAGES:
-        shutil.copytree(REPO / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO / name,
+            tmp_path / name,
+            symlinks=True,  # raysize/ links to the folders
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     if package == "worker":  # a product module of the worker: name it in the contract
         text = (tmp_path / "pyproject.toml").read_text()
-        text = text.replace('"worker.run",', '"worker.run", "worker.run_probe",', 1)
+        text = text.replace(
+            '"raysize.worker.run",', '"raysize.worker.run", "raysize.worker.run_probe",', 1
+        )
         (tmp_path / "pyproject.toml").write_text(text)
     (tmp_path / package / module).write_text(f"{line}\n")
     done = lint_imports(tmp_path)

@@ -33,7 +33,7 @@ from bench.ray_compare import (
     table_row,
     verdict,
 )
-from worker.scenario import load_scenario
+from raysize.worker.scenario import load_scenario
 
 GIB = 1024**3
 IPPR = {"max_cpu": 4, "max_memory": 8 * GIB, "resize_timeout_s": 60}

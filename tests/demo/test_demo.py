@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from worker.cli import app
-from worker.demo_procs import port_in_use
+from raysize.worker.cli import app
+from raysize.worker.demo_procs import port_in_use
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -64,7 +64,7 @@ def demo(*args: str) -> Iterator[subprocess.Popen[str]]:
     """`raysize demo --headless ARGS` in its own process group; whatever happens, its
     group is killed at the end (a passing test finds nothing left to kill)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "demo", "--headless", *args],
+        [sys.executable, "-m", "raysize.worker.cli", "demo", "--headless", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -192,7 +192,7 @@ def test_bad_options_are_refused(args: list[str], message: str) -> None:
 
 
 def test_a_missing_dependency_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker import demo_procs
+    from raysize.worker import demo_procs
 
     monkeypatch.setattr(demo_procs, "find_binary", lambda name: None)
     result = runner.invoke(app, ["demo"])

@@ -81,7 +81,7 @@ class Pane:
 @contextlib.contextmanager
 def demo_pane(tmp_path: Path, *args: str) -> Iterator[tuple[Pane, int]]:
     pane = Pane(tmp_path / "tmux.sock")
-    command = shlex.join([sys.executable, "-m", "worker.cli", "demo", *args])
+    command = shlex.join([sys.executable, "-m", "raysize.worker.cli", "demo", *args])
     pid = pane.start(f"cd {shlex.quote(str(ROOT))} && PYTHONPATH=. exec {command}")
     try:
         yield pane, pid

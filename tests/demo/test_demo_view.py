@@ -8,8 +8,8 @@ import re
 
 from rich.console import Console
 
-from worker.demo_scenarios import SCENARIOS, Progress, ResizeView
-from worker.demo_view import (
+from raysize.worker.demo_scenarios import SCENARIOS, Progress, ResizeView
+from raysize.worker.demo_view import (
     DemoState,
     DemoView,
     JsonSink,

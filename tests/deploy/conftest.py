@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import KubeletTiming
-from sandbox.realworld import RealControlPlane
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.sandbox.realworld import RealControlPlane
 from tests.orchestration.temporal_env import venv_binary
 
 KUBECTL = venv_binary("kubectl")

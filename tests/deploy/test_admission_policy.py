@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.realworld import parts
+from raysize.sandbox.realworld import parts
 from tests.deploy.conftest import DEPLOY, SA_USER, find, render
 
 POLICY = DEPLOY / "worker" / "admission-policy.yaml"

@@ -14,17 +14,17 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from activities.k8s import Kube
-from activities.k8s_errors import Forbidden, KubeError
-from sandbox.cluster import SandboxConfig
-from sandbox.kubelet import KubeletTiming
-from sandbox.realworld import RealSandbox
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_errors import Forbidden, KubeError
+from raysize.sandbox.cluster import SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.sandbox.realworld import RealSandbox
+from raysize.worker.run import namespace_problem
+from raysize.workflows.ippr import IpprStatus
+from raysize.workflows.resources import GIB
 from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, find, render, run_kubectl
 from tests.deploy.test_apply_sandbox import NOT_RAYSIZES_CALLS, does_what_raysize_does
 from tests.sandbox.conftest import wait_for
-from worker.run import namespace_problem
-from workflows.ippr import IpprStatus
-from workflows.resources import GIB
 
 
 class World:

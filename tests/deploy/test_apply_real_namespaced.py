@@ -14,17 +14,17 @@ import yaml
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
-from activities.discovery import list_rayclusters
-from activities.k8s import Kube
-from activities.k8s_errors import Forbidden
-from sandbox.cluster import SandboxConfig
-from sandbox.kubelet import KubeletTiming
-from sandbox.realworld import RealSandbox
+from raysize.activities.discovery import list_rayclusters
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_errors import Forbidden
+from raysize.sandbox.cluster import SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.sandbox.realworld import RealSandbox
+from raysize.worker.settings import Settings
+from raysize.workflows.resources import GIB
 from tests.deploy.conftest import EXAMPLE, NAMESPACED, SA_USER, find, render, run_kubectl
 from tests.deploy.test_apply_sandbox import does_what_raysize_does
 from tests.sandbox.conftest import wait_for
-from worker.settings import Settings
-from workflows.resources import GIB
 
 WATCHED = "team-a"
 UNWATCHED = "default"
@@ -153,8 +153,8 @@ async def test_a_namespace_raysize_may_not_read_does_not_stop_discovery_elsewher
 ) -> None:
     """RAYSIZE_NAMESPACES naming a namespace without its Role (403) made every discovery
     round fail, so no cluster was found in any namespace. It is skipped, and said so."""
-    from activities.discovery import DiscoveryActivities
-    from workflows.contracts import ReconcileInput
+    from raysize.activities.discovery import DiscoveryActivities
+    from raysize.workflows.contracts import ReconcileInput
 
     discovery = DiscoveryActivities(
         kube=world.worker_kube(),

@@ -8,13 +8,13 @@ import pytest
 from kubernetes import config
 from kubernetes.client.exceptions import ApiException
 
-from activities.discovery import list_rayclusters
-from activities.k8s import Kube
-from sandbox.rbac import Authorizer
+from raysize.activities.discovery import list_rayclusters
+from raysize.activities.k8s import Kube
+from raysize.sandbox.rbac import Authorizer
+from raysize.workflows.ippr import IpprStatus, read_group_specs
+from raysize.workflows.resources import GIB
 from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, TRIAL, render
 from tests.sandbox.conftest import wait_for
-from workflows.ippr import IpprStatus, read_group_specs
-from workflows.resources import GIB
 
 
 def names(out: str) -> set[str]:

@@ -80,9 +80,9 @@ def test_entrypoint_is_the_worker(stages):
     assert json.loads(entrypoint) == ["raysize", "worker"]  # exec form: signals reach it
     assert not args_of(final, "CMD")
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["raysize"] == "worker.cli:main"
+    assert scripts["raysize"] == "raysize.worker.cli:main"
     out = subprocess.run(
-        [sys.executable, "-c", "from worker.cli import main; main()", "worker", "--help"],
+        [sys.executable, "-c", "from raysize.worker.cli import main; main()", "worker", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -119,7 +119,7 @@ def test_probes_run_in_the_image(stages):
     deploy: dict[str, Any] = one(render(DEPLOY), "Deployment", "raysize-worker")
     (c,) = deploy["spec"]["template"]["spec"]["containers"]
     for probe in ("livenessProbe", "readinessProbe"):
-        assert c[probe]["exec"]["command"][:3] == ["python", "-m", "worker.health"]
+        assert c[probe]["exec"]["command"][:3] == ["python", "-m", "raysize.worker.health"]
     assert (ROOT / "worker" / "health.py").exists()
     assert yaml.safe_load((DEPLOY / "worker" / "kustomization.yaml").read_text())["images"] == [
         {"name": "raysize", "newName": "raysize", "newTag": "0.1.0"}

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from raysize.worker import health
 from tests.deploy.conftest import ROOT
-from worker import health
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_probe_command_as_the_deployment_runs_it(listener, tmp_path):
     }
     for check, code in (("ready", 0), ("live", 0)):
         out = subprocess.run(
-            [sys.executable, "-m", "worker.health", check],
+            [sys.executable, "-m", "raysize.worker.health", check],
             env=env,
             capture_output=True,
             text=True,
@@ -110,7 +110,7 @@ def test_probe_command_as_the_deployment_runs_it(listener, tmp_path):
         assert out.returncode == code, out.stderr
     env[health.TEMPORAL_ADDRESS_ENV] = closed_port()
     out = subprocess.run(
-        [sys.executable, "-m", "worker.health", "ready", "--timeout", "0.5"],
+        [sys.executable, "-m", "raysize.worker.health", "ready", "--timeout", "0.5"],
         env=env,
         capture_output=True,
         text=True,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.realworld import DEFAULT_KUBERNETES_VERSION, parts
+from raysize.sandbox.realworld import DEFAULT_KUBERNETES_VERSION, parts
 from tests.deploy.conftest import (
     ADMISSION_KINDS,
     DEPLOY,

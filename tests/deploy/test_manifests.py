@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from raysize.worker.settings import Settings
+from raysize.workflows.ippr import IPPR_ANNOTATION, read_group_specs
 from tests.deploy.conftest import (
     ADMISSION_KINDS,
     DEPLOY,
@@ -22,8 +24,6 @@ from tests.deploy.conftest import (
     overlay_of,
     render,
 )
-from worker.settings import Settings
-from workflows.ippr import IPPR_ANNOTATION, read_group_specs
 
 # (apiGroup, resource, verb): the whole grant, and nothing else (issue 6).
 EXPECTED_RULES = {
@@ -215,8 +215,18 @@ def test_worker_deployment(base):
     assert c["image"] == "raysize:0.1.0"
     for kind in ("requests", "limits"):
         assert set(c["resources"][kind]) == {"cpu", "memory"}
-    assert c["livenessProbe"]["exec"]["command"][:4] == ["python", "-m", "worker.health", "live"]
-    assert c["readinessProbe"]["exec"]["command"][:4] == ["python", "-m", "worker.health", "ready"]
+    assert c["livenessProbe"]["exec"]["command"][:4] == [
+        "python",
+        "-m",
+        "raysize.worker.health",
+        "live",
+    ]
+    assert c["readinessProbe"]["exec"]["command"][:4] == [
+        "python",
+        "-m",
+        "raysize.worker.health",
+        "ready",
+    ]
     for probe in ("livenessProbe", "readinessProbe"):
         p = c[probe]
         assert p["timeoutSeconds"] >= 5 and p["periodSeconds"] >= 10
@@ -323,7 +333,7 @@ def test_trial_overlay_adds_a_temporal_dev_server_and_points_the_worker_at_it(ba
     worker = one(trial, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
     (init,) = worker["initContainers"]
     assert init["image"] == worker["containers"][0]["image"] == "raysize:0.1.0"
-    assert init["command"][:4] == ["python", "-m", "worker.health", "ready"]
+    assert init["command"][:4] == ["python", "-m", "raysize.worker.health", "ready"]
     assert init["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
     # the overlay grants nothing more
     assert grants(trial) == grants(base)

@@ -27,10 +27,10 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from raysize.worker.settings import Settings
+from raysize.workflows.contracts import Act
 from tests.deploy.conftest import MONITORING, ROOT, find, one, overlay_of, render, run_kubectl
 from tests.orchestration.temporal_env import venv_binary
-from worker.settings import Settings
-from workflows.contracts import Act
 
 DASHBOARD = MONITORING / "raysize-dashboard.json"
 PRODUCT = ("workflows", "activities", "worker")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.realworld import DEFAULT_KUBERNETES_VERSION, parts
+from raysize.sandbox.realworld import DEFAULT_KUBERNETES_VERSION, parts
 from tests.deploy.conftest import DEPLOY, KUBECTL, ROOT
 
 README = ROOT / "README.md"

@@ -9,11 +9,11 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from sandbox import generic, store
-from sandbox.errors import ApiError
-from sandbox.rbac import Authorizer, Request, rule_allows, service_account_user
-from sandbox.resources import ALL, GROUP_VERSIONS, RAYCLUSTERS, strategic_merge_allowed
-from sandbox.store import Store
+from raysize.sandbox import generic, store
+from raysize.sandbox.errors import ApiError
+from raysize.sandbox.rbac import Authorizer, Request, rule_allows, service_account_user
+from raysize.sandbox.resources import ALL, GROUP_VERSIONS, RAYCLUSTERS, strategic_merge_allowed
+from raysize.sandbox.store import Store
 
 
 @pytest.fixture

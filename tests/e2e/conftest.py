@@ -22,17 +22,17 @@ from kubernetes import client, config
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.k8s_objects import gcs_address
-from activities.ray_errors import RayError
-from activities.ray_gcs import RayGcsClient
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import KubeletTiming, NodeSpec
-from sandbox.realworld import RealSandbox
+from raysize.activities.k8s_objects import gcs_address
+from raysize.activities.ray_errors import RayError
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
+from raysize.sandbox.realworld import RealSandbox
+from raysize.worker.run import run_worker
+from raysize.worker.settings import Settings
 from tests.deploy.conftest import DEPLOY, run_kubectl
 from tests.e2e.gcs_proxy import GcsProxy
 from tests.orchestration.temporal_env import start_dev_server
-from worker.run import run_worker
-from worker.settings import Settings
 
 GIB = 1024**3
 

@@ -21,14 +21,14 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.ray_gcs import RayGcsClient
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.faults import FaultRule
-from sandbox.kubelet import KubeletTiming, NodeSpec
-from sandbox.realworld import RealSandbox
-from workflows.contracts import Act, ResizeOutcome, ResizePhase
-from workflows.naming import RESIZE_PHASE
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.faults import FaultRule
+from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
+from raysize.sandbox.realworld import RealSandbox
+from raysize.workflows.contracts import Act, ResizeOutcome, ResizePhase
+from raysize.workflows.naming import RESIZE_PHASE
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import (
     GIB,
@@ -44,7 +44,7 @@ from .gcs_proxy import GcsProxy
 def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker"],
+            [sys.executable, "-m", "raysize.worker.cli", "worker"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -14,14 +14,14 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
-from activities.ray_gcs import RayGcsClient
-from sandbox.kubelet import KubeletTiming
-from worker import cli_ops
-from worker.cli import app
-from workflows.contracts import ReconcileInput, ResizeOutcome, ResizePhase
-from workflows.naming import reconcile_workflow_id
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.worker import cli_ops
+from raysize.worker.cli import app
+from raysize.workflows.contracts import ReconcileInput, ResizeOutcome, ResizePhase
+from raysize.workflows.naming import reconcile_workflow_id
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import Stack, eventually, ippr_cluster, stop_driver
 from .test_seed_cases import cpu_of

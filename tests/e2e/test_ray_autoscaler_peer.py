@@ -22,9 +22,9 @@ from typing import Any
 
 from kubernetes import client
 
-from workflows.contracts import ResizeOutcome
-from workflows.naming import reconcile_workflow_id
-from workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.contracts import ResizeOutcome
+from raysize.workflows.naming import reconcile_workflow_id
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 
 from .conftest import (
     Stack,

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowHandle
 
-from activities.ray_gcs import RayGcsClient
-from sandbox.kubelet import KubeletTiming
-from workflows.contracts import Act, ResizeOutcome, ResizePhase
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.workflows.contracts import Act, ResizeOutcome, ResizePhase
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import Stack, eventually, ippr_cluster, pending_activity, start_driver, stop_driver
 from .gcs_proxy import GcsProxy

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 
+from raysize.workflows.contracts import ResizeOutcome
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 from tests.deploy.conftest import run_kubectl
-from workflows.contracts import ResizeOutcome
-from workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import (
     Stack,

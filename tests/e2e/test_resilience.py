@@ -9,10 +9,10 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from sandbox.faults import FaultRule
-from sandbox.kubelet import KubeletTiming, NodeSpec
-from workflows.contracts import ResizeOutcome, ResizePhase
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.sandbox.faults import FaultRule
+from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
+from raysize.workflows.contracts import ResizeOutcome, ResizePhase
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import GIB, Stack, eventually, ippr_cluster, stop_driver
 from .test_seed_cases import cpu_of, resize_of, run_driver

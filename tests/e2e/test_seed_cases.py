@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from sandbox.kubelet import NodeSpec
-from workflows.contracts import ResizeOutcome, ResizeSagaState
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.sandbox.kubelet import NodeSpec
+from raysize.workflows.contracts import ResizeOutcome, ResizeSagaState
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import GIB, Stack, ippr_cluster, stop_driver
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.contracts import (
+from raysize.workflows.contracts import (
     Act,
     ApplyResizeInput,
     ApplyResizeResult,
@@ -27,7 +27,7 @@ from workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from workflows.ippr import IpprStatus
+from raysize.workflows.ippr import IpprStatus
 
 
 @dataclass

@@ -7,7 +7,7 @@ import asyncio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.contracts import (
+from raysize.workflows.contracts import (
     Act,
     EventInput,
     Observation,
@@ -15,9 +15,9 @@ from workflows.contracts import (
     ScaleInput,
     WaitInput,
 )
-from workflows.ippr import ConfigError
-from workflows.model import ClusterSnapshot, Demand, PodPhase, PodView
-from workflows.resources import Resources
+from raysize.workflows.ippr import ConfigError
+from raysize.workflows.model import ClusterSnapshot, Demand, PodPhase, PodView
+from raysize.workflows.resources import Resources
 
 
 class FakeWorld:

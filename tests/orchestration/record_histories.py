@@ -16,17 +16,17 @@ from pathlib import Path
 
 from temporalio.worker import Worker
 
+from raysize.workflows.contracts import ReconcileInput
+from raysize.workflows.ippr import ConfigError
+from raysize.workflows.model import PlannerSettings
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 from tests.orchestration.fake_cluster import FakeCluster, FakePod
 from tests.orchestration.fake_world import FakeWorld
 from tests.orchestration.temporal_env import start_time_skipping
 from tests.orchestration.test_reconcile_workflow import ResizeRecorder
 from tests.orchestration.test_resize_workflow import request
 from tests.workflows.kit import group, pod, res, snapshot
-from workflows.contracts import ReconcileInput
-from workflows.ippr import ConfigError
-from workflows.model import PlannerSettings
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
 
 HERE = Path(__file__).parent / "histories"
 GIB = 1024**3

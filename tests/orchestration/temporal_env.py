@@ -11,7 +11,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from workflows.naming import SEARCH_ATTRIBUTES
+from raysize.workflows.naming import SEARCH_ATTRIBUTES
 
 
 def venv_binary(name: str) -> str:

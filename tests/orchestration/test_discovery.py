@@ -10,12 +10,12 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
-import activities.discovery as discovery_module
-from activities.discovery import DiscoveryActivities
-from workflows.contracts import ReconcileInput
-from workflows.naming import RAY_CLUSTER, reconcile_workflow_id
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
+import raysize.activities.discovery as discovery_module
+from raysize.activities.discovery import DiscoveryActivities
+from raysize.workflows.contracts import ReconcileInput
+from raysize.workflows.naming import RAY_CLUSTER, reconcile_workflow_id
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from ..workflows.kit import group, pod, snapshot
 from .fake_world import FakeWorld

@@ -18,8 +18,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from worker.run import workflow_runner
-from workflows.contracts import (
+from raysize.worker.run import workflow_runner
+from raysize.workflows.contracts import (
     Act,
     ApplyResizeInput,
     ApplyResizeResult,
@@ -37,11 +37,11 @@ from workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from workflows.ippr import ConfigError
-from workflows.model import KubeletResizeState, PlannerSettings, PodResize, ResizePolicy
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
-from workflows.resources import GIB
+from raysize.workflows.ippr import ConfigError
+from raysize.workflows.model import KubeletResizeState, PlannerSettings, PodResize, ResizePolicy
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.resources import GIB
 
 from ..workflows.kit import group, pod, res, snapshot
 from .fake_world import FakeWorld
@@ -308,7 +308,7 @@ async def test_continue_as_new_keeps_decisions(ts_env: WorkflowEnvironment) -> N
 async def test_right_size_policy_comes_from_the_worker_settings(
     ts_env: WorkflowEnvironment,
 ) -> None:
-    from workflows.model import PlannerSettings
+    from raysize.workflows.model import PlannerSettings
 
     world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
     async with reconciling(
@@ -435,7 +435,7 @@ async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
 ) -> None:
     # issue 13: w1 (1 CPU, may grow to 4) is growing to 2 for a task when another task of
     # {CPU: 1} arrives. The running saga is sent the new target 3; no pod is launched.
-    from workflows.model import KubeletResizeState, PodResize
+    from raysize.workflows.model import KubeletResizeState, PodResize
 
     world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
     recorder = ResizeRecorder(world)
@@ -472,7 +472,7 @@ async def test_tasks_waiting_inside_a_placement_group_are_not_reported_unplaceab
 ) -> None:
     # a bundle's node died: Ray reports the group's waiting tasks with the group's own
     # resource names; no pod can offer those, and the group (not raysize) holds their room
-    from workflows.resources import Resources
+    from raysize.workflows.resources import Resources
 
     pg = "6f1b4a2de0c3417a9b2c8d7e5f60718293a4"
     world = FakeWorld(snapshot([group()], [pod("w1")]))

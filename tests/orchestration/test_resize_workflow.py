@@ -12,10 +12,10 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from worker.run import workflow_runner
-from workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeSagaState
-from workflows.naming import resize_workflow_id
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.worker.run import workflow_runner
+from raysize.workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeSagaState
+from raysize.workflows.naming import resize_workflow_id
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from .fake_cluster import FakeCluster, FakePod
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from activities.ray_gcs import RayError, RayGcsClient
-from sandbox.localray import LocalRayCluster, wait_for
-from workflows.resources import Resources
+from raysize.activities.ray_gcs import RayError, RayGcsClient
+from raysize.sandbox.localray import LocalRayCluster, wait_for
+from raysize.workflows.resources import Resources
 
 WORKERS = ("worker-1", "worker-2")
 GROUP = "cpu-group"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from activities.ray_gcs import RayGcsClient, RayUnauthenticated
-from sandbox.localray import LocalRayCluster
+from raysize.activities.ray_gcs import RayGcsClient, RayUnauthenticated
+from raysize.sandbox.localray import LocalRayCluster
+from raysize.worker.cli import app
 from tests.ray.conftest import short_tmp
-from worker.cli import app
 
 
 @pytest.fixture(scope="module")

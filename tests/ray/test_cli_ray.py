@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner, Result
 
-from activities.ray_gcs import RayGcsClient
-from activities.ray_state import (
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.activities.ray_state import (
     ClusterState,
     GangBundle,
     LabelConstraint,
@@ -28,13 +28,13 @@ from activities.ray_state import (
     RayNode,
     ResourceConstraint,
 )
-from sandbox.localray import Driver, LocalRayCluster, holding_one_cpu, wait_for
-from sandbox.ports import free_port
+from raysize.sandbox.localray import Driver, LocalRayCluster, holding_one_cpu, wait_for
+from raysize.sandbox.ports import free_port
+from raysize.worker.cli import app
+from raysize.worker.cli_ray import print_status
+from raysize.workflows.model import GangStrategy
+from raysize.workflows.resources import Resources
 from tests.ray.conftest import WORKERS
-from worker.cli import app
-from worker.cli_ray import print_status
-from workflows.model import GangStrategy
-from workflows.resources import Resources
 
 PENDING_WORK = """
 import json, sys
@@ -336,7 +336,15 @@ def test_resize_refuses_bad_input_before_anything_is_sent(args, says) -> None:
 def test_an_unreachable_address_is_one_line_and_exit_1() -> None:
     # A real process, as an operator runs it.
     result = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "ray", "status", "--gcs", f"127.0.0.1:{free_port()}"],
+        [
+            sys.executable,
+            "-m",
+            "raysize.worker.cli",
+            "ray",
+            "status",
+            "--gcs",
+            f"127.0.0.1:{free_port()}",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

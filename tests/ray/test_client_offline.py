@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.ray_gcs import (
+from raysize.activities.ray_gcs import (
     RayGcsClient,
     RayInvalidArgument,
     RayReplyError,
@@ -19,16 +19,16 @@ from activities.ray_gcs import (
     resize_request,
     resolve_token,
 )
-from activities.ray_proto import ray_autoscaler_pb2 as pb
-from activities.ray_proto import ray_rpc_pb2 as rpc
-from activities.ray_state import (
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as pb
+from raysize.activities.ray_proto import ray_rpc_pb2 as rpc
+from raysize.activities.ray_state import (
     LabelOperator,
     NodeStatus,
     parse_cluster_state,
 )
-from sandbox.ports import free_port
-from workflows.model import GangStrategy
-from workflows.resources import Resources
+from raysize.sandbox.ports import free_port
+from raysize.workflows.model import GangStrategy
+from raysize.workflows.resources import Resources
 
 NODE = bytes(range(28))
 
@@ -275,7 +275,7 @@ def test_bad_input_is_refused_before_anything_is_sent() -> None:
 def test_a_refused_resize_never_reaches_the_gcs(target, message) -> None:
     """Ray would delete a resource set to 0 or less and accept NaN (docs/ray-protocol.md
     §3(c)), so these must not go out at all: the stand-in counts the resizes it gets."""
-    from sandbox.gcs_standin import GcsStandIn
+    from raysize.sandbox.gcs_standin import GcsStandIn
 
     with GcsStandIn() as gcs, RayGcsClient(gcs.address, timeout=5) as client:
         with pytest.raises(RayInvalidArgument, match=message):
@@ -316,7 +316,7 @@ def test_the_client_reconnects_soon_after_an_outage_of_the_gcs() -> None:
     """gRPC backs off reconnecting up to 120 s by default and fails every call fast
     meanwhile; after a 20 s outage the client must reach the GCS again within a few
     seconds of its return (here: a stand-in GCS behind a proxy that the test cuts)."""
-    from sandbox.gcs_standin import GcsStandIn
+    from raysize.sandbox.gcs_standin import GcsStandIn
     from tests.e2e.gcs_proxy import GcsProxy
 
     with GcsStandIn() as gcs, GcsProxy(gcs.address) as proxy:

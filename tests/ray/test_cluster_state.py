@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from activities.ray_gcs import RayGcsClient
-from activities.ray_state import ClusterState, NodeStatus
-from sandbox.localray import Driver, LocalRayCluster, wait_for
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.activities.ray_state import ClusterState, NodeStatus
+from raysize.sandbox.localray import Driver, LocalRayCluster, wait_for
+from raysize.workflows.model import GangStrategy
+from raysize.workflows.resources import Resources
 from tests.ray.conftest import GROUP, WORKER_MEMORY, WORKERS
-from workflows.model import GangStrategy
-from workflows.resources import Resources
 
 DEMANDS = """
 import json, sys, time

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import localray as harness
-from sandbox.localray import LocalRayCluster, RayNodeProcess
+from raysize.sandbox import localray as harness
+from raysize.sandbox.localray import LocalRayCluster, RayNodeProcess
 
 
 def sleeper(pod: str, tmp_path: Path) -> RayNodeProcess:

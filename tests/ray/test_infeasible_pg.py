@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
-from activities.ray_gcs import RayGcsClient
-from sandbox.localray import Driver, LocalRayCluster, wait_for
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.localray import Driver, LocalRayCluster, wait_for
 
 WATCH_PLACEMENT_GROUP = """
 import json, sys, time

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from activities.ray_gcs import RayGcsClient, RayletNotFound, RayUnavailable
-from activities.ray_state import NodeDeathReason, NodeStatus, RayNode
-from sandbox.localray import LocalRayCluster, wait_for
+from raysize.activities.ray_gcs import RayGcsClient, RayletNotFound, RayUnavailable
+from raysize.activities.ray_state import NodeDeathReason, NodeStatus, RayNode
+from raysize.sandbox.localray import LocalRayCluster, wait_for
 
 
 def test_a_killed_raylet_is_retryable_until_the_gcs_declares_it_dead(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from google.protobuf import descriptor_pb2
 
-from activities.ray_gcs import RayGcsClient
-from activities.ray_proto import ray_autoscaler_pb2, ray_rpc_pb2
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.activities.ray_proto import ray_autoscaler_pb2, ray_rpc_pb2
 from tests.ray.descriptors import compare
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,11 +51,13 @@ def test_regenerating_the_stubs_gives_the_checked_in_files(tmp_path: Path) -> No
         check=True,
         timeout=120,
     )
-    generated = sorted(p.name for p in (tmp_path / "activities" / "ray_proto").iterdir())
+    generated = sorted(
+        p.name for p in (tmp_path / "raysize" / "activities" / "ray_proto").iterdir()
+    )
     checked_in = sorted(p.name for p in PROTO_DIR.glob("*_pb2*"))
     assert generated == checked_in
     for name in generated:
-        fresh = (tmp_path / "activities" / "ray_proto" / name).read_bytes()
+        fresh = (tmp_path / "raysize" / "activities" / "ray_proto" / name).read_bytes()
         assert fresh == (PROTO_DIR / name).read_bytes(), (
             f"{name} is stale: run scripts/gen_ray_proto.py"
         )

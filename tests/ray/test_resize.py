@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from activities.ray_gcs import RayGcsClient, RayletNotFound
-from sandbox.localray import Driver, LocalRayCluster, holding_one_cpu, wait_for
+from raysize.activities.ray_gcs import RayGcsClient, RayletNotFound
+from raysize.sandbox.localray import Driver, LocalRayCluster, holding_one_cpu, wait_for
+from raysize.workflows.resources import Resources
 from tests.ray.conftest import WORKER_MEMORY
-from workflows.resources import Resources
 
 PENDING_TWO_CPU_TASK = """
 import json

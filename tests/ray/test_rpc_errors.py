@@ -22,8 +22,8 @@ from typing import Any
 import grpc
 import pytest
 
-from activities.cluster import _ray_error
-from activities.ray_gcs import (
+from raysize.activities.cluster import _ray_error
+from raysize.activities.ray_gcs import (
     RayError,
     RayGcsClient,
     RayInvalidArgument,
@@ -35,10 +35,10 @@ from activities.ray_gcs import (
     RayUnavailable,
     RayUnsupported,
 )
-from activities.ray_proto import ray_rpc_pb2 as rpc
-from sandbox.gcs_standin import GcsStandIn
+from raysize.activities.ray_proto import ray_rpc_pb2 as rpc
+from raysize.sandbox.gcs_standin import GcsStandIn
+from raysize.workflows.contracts import Err
 from tests.e2e.gcs_proxy import GcsProxy
-from workflows.contracts import Err
 
 NODE = os.urandom(28)
 TRAILER = "grpc-status-details-bin"

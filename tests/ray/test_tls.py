@@ -17,9 +17,9 @@ import grpc
 import pytest
 from typer.testing import CliRunner, Result
 
-from activities.ray_gcs import RayGcsClient, RayUnavailable, TlsConfig
-from activities.ray_proto import ray_autoscaler_pb2 as pb
-from worker.cli import app
+from raysize.activities.ray_gcs import RayGcsClient, RayUnavailable, TlsConfig
+from raysize.activities.ray_proto import ray_autoscaler_pb2 as pb
+from raysize.worker.cli import app
 
 
 def run(*args: str) -> Result:

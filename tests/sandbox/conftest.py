@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubelet import KubeletTiming
-from sandbox.realworld import DEFAULT_KUBERNETES_VERSION, RealSandbox
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.sandbox.realworld import DEFAULT_KUBERNETES_VERSION, RealSandbox
 
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 

@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from raysize.workflows.resources import CPU, quantity_to_units
 from tests.sandbox.conftest import PARKED_NODE, PAUSE_IMAGE, pod_body, wait_for
-from workflows.resources import CPU, quantity_to_units
 
 APPLY = "application/apply-patch+yaml"
 BURSTABLE = {

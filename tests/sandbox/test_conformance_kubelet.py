@@ -20,9 +20,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from sandbox.kubelet import KubeletTiming
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.workflows.resources import CPU, MEMORY, quantity_to_units
 from tests.sandbox.conftest import PAUSE_IMAGE, client_for, wait_for
-from workflows.resources import CPU, MEMORY, quantity_to_units
 
 PENDING = "PodResizePending"
 IN_PROGRESS = "PodResizeInProgress"

@@ -10,9 +10,9 @@ from kubernetes import client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.k8s import Kube
-from activities.k8s_activities import K8sActivities
-from activities.k8s_errors import (
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_activities import K8sActivities
+from raysize.activities.k8s_errors import (
     ClusterGone,
     Conflict,
     Forbidden,
@@ -21,12 +21,10 @@ from activities.k8s_errors import (
     PodGone,
     Unavailable,
 )
-from activities.k8s_objects import gcs_address, resize_patch
-from sandbox.faults import FaultRule
-from sandbox.kubelet import KubeletTiming
-from tests.sandbox.conftest import client_for, wait_for
-from tests.sandbox.test_kubectl_and_operator import raycluster
-from workflows.contracts import (
+from raysize.activities.k8s_objects import gcs_address, resize_patch
+from raysize.sandbox.faults import FaultRule
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.workflows.contracts import (
     ApplyResizeInput,
     Err,
     EventInput,
@@ -34,9 +32,11 @@ from workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from workflows.ippr import IpprStatus, parse_kubelet_message
-from workflows.model import KubeletResizeState, PodPhase
-from workflows.resources import GIB
+from raysize.workflows.ippr import IpprStatus, parse_kubelet_message
+from raysize.workflows.model import KubeletResizeState, PodPhase
+from raysize.workflows.resources import GIB
+from tests.sandbox.conftest import client_for, wait_for
+from tests.sandbox.test_kubectl_and_operator import raycluster
 
 
 def run(fn, inp):

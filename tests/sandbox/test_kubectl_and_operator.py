@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from sandbox.faults import FaultRule
-from sandbox.kubelet import KubeletTiming
+from raysize.sandbox.faults import FaultRule
+from raysize.sandbox.kubelet import KubeletTiming
 from tests.orchestration.temporal_env import venv_binary
 from tests.sandbox.conftest import client_for, wait_for
 

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from sandbox import kubetime
-from sandbox.apistore import KubeHttp
-from sandbox.errors import ApiError
+from raysize.sandbox import kubetime
+from raysize.sandbox.apistore import KubeHttp
+from raysize.sandbox.errors import ApiError
 from tests.orchestration.temporal_env import venv_binary
 from tests.sandbox.conftest import PARKED_NODE, pod_body, wait_for
 

@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from sandbox.kubelet import MEMORY_USAGE_ANNOTATION, KubeletTiming, NodeSpec
-from sandbox.pods import MIRROR_ANNOTATION
+from raysize.sandbox.kubelet import MEMORY_USAGE_ANNOTATION, KubeletTiming, NodeSpec
+from raysize.sandbox.pods import MIRROR_ANNOTATION
 from tests.sandbox.conftest import client_for, pod_body, wait_for
 
 GI = 1024**3

@@ -7,12 +7,12 @@ import time
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.k8s_activities import K8sActivities
-from activities.pod_watch import PodWatch
-from sandbox.faults import FaultRule
-from workflows.contracts import ApplyResizeInput, ProgressState
-from workflows.ippr import IpprStatus
-from workflows.resources import GIB
+from raysize.activities.k8s_activities import K8sActivities
+from raysize.activities.pod_watch import PodWatch
+from raysize.sandbox.faults import FaultRule
+from raysize.workflows.contracts import ApplyResizeInput, ProgressState
+from raysize.workflows.ippr import IpprStatus
+from raysize.workflows.resources import GIB
 
 from .test_k8s_activities import env, workers
 

@@ -4,7 +4,7 @@ seeing it: the kubelet's `$(VAR)` expansion (KubeRay's autoscaler sidecar runs
 
 from __future__ import annotations
 
-from sandbox.podnet import expand
+from raysize.sandbox.podnet import expand
 
 
 def test_defined_variables_are_expanded_and_the_rest_kept_as_written() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from sandbox.ports import _ephemeral_low, free_port
+from raysize.sandbox.ports import _ephemeral_low, free_port
 
 
 def test_free_ports_are_free_and_below_the_ephemeral_range() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from sandbox.rayprocs import RayRuntime
+from raysize.sandbox.rayprocs import RayRuntime
 
 
 def test_keep_logs_copies_the_logs_and_skips_sockets_and_links(tmp_path: Path) -> None:

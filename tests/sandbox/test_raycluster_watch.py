@@ -9,8 +9,8 @@ import time
 
 from kubernetes import client
 
-from activities.pod_watch import PodWatch, raycluster_mark
 from bench.clusters import small_raycluster
+from raysize.activities.pod_watch import PodWatch, raycluster_mark
 
 
 def test_annotations_wake_the_cluster_watch_and_status_writes_do_not(kube, ns) -> None:

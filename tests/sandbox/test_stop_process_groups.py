@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from sandbox.rayprocs import stop_process_groups
+from raysize.sandbox.rayprocs import stop_process_groups
 
 # On SIGTERM: say so, then exit only once every sibling has said so too. Stopped one by
 # one, the first would wait for the others forever and be SIGKILLed at its deadline.

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from tests.sandbox.conftest import client_for, pod_body
 
 

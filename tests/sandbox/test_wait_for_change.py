@@ -10,12 +10,12 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.cluster import ClusterActivities, RaySettings
-from activities.ray_gcs import RayGcsClient
-from sandbox.gcs_standin import GcsStandIn
-from sandbox.ports import free_port
-from workflows.contracts import Err, RayletResizeInput, WaitInput
-from workflows.resources import GIB
+from raysize.activities.cluster import ClusterActivities, RaySettings
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.gcs_standin import GcsStandIn
+from raysize.sandbox.ports import free_port
+from raysize.workflows.contracts import Err, RayletResizeInput, WaitInput
+from raysize.workflows.resources import GIB
 
 from .test_k8s_activities import env, workers
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from kubernetes import client
 
-from activities.ray_gcs import RayGcsClient
-from sandbox.kubelet import KubeletTiming
+from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox.kubelet import KubeletTiming
 from tests.sandbox.conftest import client_for, wait_for
 from tests.sandbox.test_kubectl_and_operator import raycluster
 

@@ -11,18 +11,18 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from tests.orchestration.fake_world import FakeWorld
-from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
-from tests.workflows.kit import group, pod, res, snapshot
-from workflows.contracts import (
+from raysize.workflows.contracts import (
     Act,
     FinishResizeInput,
     FinishResizeResult,
     ReconcileInput,
     ResizeSagaState,
 )
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
+from tests.orchestration.fake_world import FakeWorld
+from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
+from tests.workflows.kit import group, pod, res, snapshot
 
 
 class FlakyRaylet(ResizeRecorder):

@@ -20,15 +20,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from temporalio.worker import Worker
 
+from raysize.worker.settings import Settings
+from raysize.worker.telemetry import DecisionTracing, setup_telemetry
+from raysize.worker.temporal import connect
+from raysize.workflows.contracts import Act, ResizeOutcome
+from raysize.workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.telemetry import RESIZE_DURATION, RESIZES_STARTED
 from tests.orchestration.fake_cluster import FakeCluster
 from tests.orchestration.temporal_env import start_time_skipping
 from tests.orchestration.test_resize_workflow import pod, request
-from worker.settings import Settings
-from worker.telemetry import DecisionTracing, setup_telemetry
-from worker.temporal import connect
-from workflows.contracts import Act, ResizeOutcome
-from workflows.resize_workflow import PodResizeWorkflow
-from workflows.telemetry import RESIZE_DURATION, RESIZES_STARTED
 
 
 class Collector:

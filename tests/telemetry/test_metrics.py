@@ -21,13 +21,10 @@ from temporalio.runtime import (
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tests.orchestration.fake_cluster import FakeCluster
-from tests.orchestration.temporal_env import register_search_attributes, venv_binary
-from tests.orchestration.test_resize_workflow import pod, request
-from worker.telemetry import default_interceptors
-from workflows.contracts import ResizeOutcome
-from workflows.resize_workflow import PodResizeWorkflow
-from workflows.telemetry import (
+from raysize.worker.telemetry import default_interceptors
+from raysize.workflows.contracts import ResizeOutcome
+from raysize.workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.telemetry import (
     DEMAND_TO_RESIZE,
     PLAN_DURATION,
     RAYLET_SYNC_RETRIES,
@@ -37,6 +34,9 @@ from workflows.telemetry import (
     RESIZES_ROLLED_BACK,
     RESIZES_STARTED,
 )
+from tests.orchestration.fake_cluster import FakeCluster
+from tests.orchestration.temporal_env import register_search_attributes, venv_binary
+from tests.orchestration.test_resize_workflow import pod, request
 
 from .harness import FlakyRaylet, growing_world, reconcile_one_resize, with_interceptors
 

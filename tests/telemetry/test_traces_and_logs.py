@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from raysize.worker.telemetry import JsonFormatter, TextFormatter, default_interceptors
+from raysize.workflows.contracts import Act, ResizeOutcome, ResizeSagaState
+from raysize.workflows.telemetry import DECISION_SPAN
 from tests.orchestration.temporal_env import start_time_skipping
-from worker.telemetry import JsonFormatter, TextFormatter, default_interceptors
-from workflows.contracts import Act, ResizeOutcome, ResizeSagaState
-from workflows.telemetry import DECISION_SPAN
 
 from .harness import FlakyRaylet, growing_world, reconcile_one_resize, with_interceptors
 

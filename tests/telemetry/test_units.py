@@ -12,11 +12,11 @@ import pytest
 from pydantic import ValidationError
 from temporalio import activity, workflow
 
-from worker.settings import Settings
-from worker.telemetry import JsonFormatter, TextFormatter, _otlp_headers, configure_logging
-from workflows import telemetry
-from workflows.contracts import FailureCause
-from workflows.telemetry import logfmt
+from raysize.worker.settings import Settings
+from raysize.worker.telemetry import JsonFormatter, TextFormatter, _otlp_headers, configure_logging
+from raysize.workflows import telemetry
+from raysize.workflows.contracts import FailureCause
+from raysize.workflows.telemetry import logfmt
 
 ROOT = Path(__file__).resolve().parents[2]
 

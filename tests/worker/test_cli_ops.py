@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from worker.cli import app
+from raysize.worker.cli import app
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.plan_bench import generate
-from worker.cli import app
+from raysize.worker.cli import app
 
 GIB = 1024**3
 SEED_CASE_2 = {

@@ -21,12 +21,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
-from sandbox.faults import parse_fault
-from sandbox.ports import free_port
+from raysize.sandbox.faults import parse_fault
+from raysize.sandbox.ports import free_port
+from raysize.worker.cli import app
 from tests.orchestration.temporal_env import venv_binary
 from tests.sandbox.conftest import pod_body, wait_for
 from tests.sandbox.test_kubectl_and_operator import raycluster
-from worker.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
 BANNER_END = "Ctrl-C stops everything."
@@ -110,7 +110,7 @@ def sandbox_up(
     stderr = (tmp_path / "stderr").open("w")
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "worker.cli", "sandbox", "up"),
+            *(sys.executable, "-m", "raysize.worker.cli", "sandbox", "up"),
             *(("--control-plane", "real") if real else ("--port", str(port))),
             *("--kubeconfig", str(kubeconfig), *args),
         ],

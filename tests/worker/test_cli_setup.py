@@ -20,15 +20,15 @@ from kubernetes import config
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.k8s import Kube
-from sandbox.cluster import Sandbox, SandboxConfig
-from sandbox.kubeconfig import write_kubeconfig
-from sandbox.kubelet import KubeletTiming
-from sandbox.rbac import Authorizer
+from raysize.activities.k8s import Kube
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.kubeconfig import write_kubeconfig
+from raysize.sandbox.kubelet import KubeletTiming
+from raysize.sandbox.rbac import Authorizer
+from raysize.worker.run import namespace_problem
+from raysize.workflows.naming import SEARCH_ATTRIBUTES
 from tests.deploy.conftest import DEPLOY, SA_USER, run_kubectl
 from tests.orchestration.temporal_env import venv_binary
-from worker.run import namespace_problem
-from workflows.naming import SEARCH_ATTRIBUTES
 
 RAYSIZE = str(Path(sys.executable).with_name("raysize"))
 NOWHERE = "127.0.0.1:9"  # nothing listens: a check that needed Temporal would say so

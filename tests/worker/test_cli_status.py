@@ -15,14 +15,14 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from typer.testing import CliRunner
 
+from raysize.worker.cli import app
+from raysize.workflows.contracts import ReconcileInput
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.resize_workflow import PodResizeWorkflow
 from tests.orchestration.fake_world import FakeWorld
 from tests.orchestration.temporal_env import start_dev_server
 from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
 from tests.workflows.kit import group, pod, res, snapshot
-from worker.cli import app
-from workflows.contracts import ReconcileInput
-from workflows.reconcile_workflow import ReconcileWorkflow
-from workflows.resize_workflow import PodResizeWorkflow
 
 
 @pytest_asyncio.fixture(scope="module")

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from bench.plan_bench import SIZES, generate
-from worker.scenario import ScenarioError, load_scenario, parse_scenario_json
-from workflows.model import KubeletResizeState, PodPhase, ResizePolicy, UpscalingMode
-from workflows.resources import GIB, Resources
+from raysize.worker.scenario import ScenarioError, load_scenario, parse_scenario_json
+from raysize.workflows.model import KubeletResizeState, PodPhase, ResizePolicy, UpscalingMode
+from raysize.workflows.resources import GIB, Resources
 
 FORMAT_PAGE = Path(__file__).resolve().parents[2] / "bench" / "SCENARIO.md"
 

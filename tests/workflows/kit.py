@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows.model import (
+from raysize.workflows.model import (
     ClusterSnapshot,
     Demand,
     GroupSpec,
@@ -14,7 +14,7 @@ from workflows.model import (
     PodResize,
     PodView,
 )
-from workflows.resources import GIB, Resources
+from raysize.workflows.resources import GIB, Resources
 
 
 def cores(n: float) -> int:

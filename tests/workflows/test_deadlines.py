@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.deadlines import (
+from raysize.workflows.deadlines import (
     MARGIN_S,
     RAYLET_DRIFT_S,
     drifting,
@@ -13,9 +13,9 @@ from workflows.deadlines import (
     stuck_after_s,
     stuck_resizes,
 )
-from workflows.model import KubeletResizeState, PlannerSettings, PodPhase, PodResize
-from workflows.planner import LANDING_S, plan
-from workflows.resources import GIB
+from raysize.workflows.model import KubeletResizeState, PlannerSettings, PodPhase, PodResize
+from raysize.workflows.planner import LANDING_S, plan
+from raysize.workflows.resources import GIB
 
 from .kit import group, pod, res, snapshot
 

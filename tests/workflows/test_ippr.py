@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from workflows.ippr import (
+from raysize.workflows.ippr import (
     IPPR_ANNOTATION,
     IpprStatus,
     parse_kubelet_message,
     read_group_specs,
     read_planner_settings,
 )
-from workflows.model import PlannerSettings, UpscalingMode
-from workflows.resources import GIB, Resources
+from raysize.workflows.model import PlannerSettings, UpscalingMode
+from raysize.workflows.resources import GIB, Resources
 
 
 def container(requests: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.model import (
+from raysize.workflows.model import (
     Constraint,
     Demand,
     Gang,
@@ -21,8 +21,8 @@ from workflows.model import (
     ResizePolicy,
     UpscalingMode,
 )
-from workflows.planner import LANDING_S, plan
-from workflows.resources import GIB, Resources
+from raysize.workflows.planner import LANDING_S, plan
+from raysize.workflows.resources import GIB, Resources
 
 from .kit import cores, group, pod, res, snapshot
 
@@ -687,7 +687,7 @@ def test_plan_is_deterministic() -> None:
 def test_one_plan_places_at_most_the_limit_and_says_what_waits():
     """Ray may report any number of tasks; a plan takes the first MAX_PLAN_UNITS (tasks,
     then placement groups) so planning stays about a second, and says the rest waits."""
-    from workflows.model import MAX_PLAN_UNITS, Gang
+    from raysize.workflows.model import MAX_PLAN_UNITS, Gang
 
     snap = snapshot(
         [group(max_cpu=None, max_workers=None)],

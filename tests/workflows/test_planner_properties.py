@@ -36,8 +36,8 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, reject, settings
 from hypothesis import strategies as st
 
-from worker.scenario import load_scenario, plan_to_json
-from workflows.model import (
+from raysize.worker.scenario import load_scenario, plan_to_json
+from raysize.workflows.model import (
     HEAD_GROUP,
     ClusterSnapshot,
     Constraint,
@@ -54,8 +54,8 @@ from workflows.model import (
     ResizePolicy,
     UpscalingMode,
 )
-from workflows.planner import plan, plan_with_trace
-from workflows.resources import CPU, GIB, MEMORY, Resources, float_to_units
+from raysize.workflows.planner import plan, plan_with_trace
+from raysize.workflows.resources import CPU, GIB, MEMORY, Resources, float_to_units
 
 PlanJson = dict[str, Any]  # plan_to_json's output: SCENARIO.md's plan format
 GPU = "GPU"

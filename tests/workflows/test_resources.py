@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.resources import (
+from raysize.workflows.resources import (
     CPU,
     GIB,
     MEMORY,
