@@ -45,7 +45,6 @@ DEMO_HELP = "\n\n".join(
 )
 
 
-
 def _port(value: int, flag: str) -> int:
     if not 1 <= value <= 65535:
         raise usage_error(f"{flag} {value}: expected a port number 1..65535")

@@ -15,7 +15,6 @@ from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_
 DEFAULT_KUBECONFIG = Path.home() / ".kube" / "raysize-sandbox.yaml"
 
 
-
 def register(app: typer.Typer) -> None:
     sandbox_app = typer.Typer(
         help="A local stand-in for a Kubernetes cluster with KubeRay, for demos and tests.",

@@ -41,6 +41,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum, IntEnum, StrEnum
 
 from raysize.workflows.model import (
     MAX_PLAN_UNITS,
@@ -68,10 +69,37 @@ from raysize.workflows.resources import CPU, MEMORY, Resources
 Shape = tuple[tuple[int, int], ...]
 Selector = tuple[tuple[str, str], ...]
 
-DEMAND, GANG, CONSTRAINT = "pending", "gang bundle", "requested"
+
+class Work(StrEnum):
+    """What a unit of work placed on a pod is (the value is what plans and
+    `raysize plan --explain` call it)."""
+
+    DEMAND = "pending"  # a task's or an actor's pending demand
+    GANG = "gang bundle"  # a bundle of a placement group
+    CONSTRAINT = "requested"  # capacity asked with request_resources
+
+
+DEMAND, GANG, CONSTRAINT = Work.DEMAND, Work.GANG, Work.CONSTRAINT
 GPU = "GPU"
-# how far work that needs no GPU may go onto GPU pods (`_Planner.gpu_stages`)
-OWN_PODS, RUNNING_GPU, ANY_GPU = 0, 1, 2
+
+
+class GpuStage(IntEnum):
+    """How far work that needs no GPU may go onto GPU pods (`_Planner.gpu_stages`)."""
+
+    OWN_PODS = 0  # pods without GPUs only
+    RUNNING_GPU = 1  # also the spare room of running GPU pods, and new pods without GPUs
+    ANY_GPU = 2  # anywhere
+
+
+OWN_PODS, RUNNING_GPU, ANY_GPU = GpuStage.OWN_PODS, GpuStage.RUNNING_GPU, GpuStage.ANY_GPU
+
+
+class Room(Enum):
+    """Which room of the existing pods a pass places on."""
+
+    CAPACITY = "capacity"  # their whole size: request_resources asks for capacity
+    FREE = "free"  # what Ray reports available: demands need room that is free now
+
 
 # Ray names a placement group's resources `<name>_group_<pg id>` and
 # `<name>_group_<bundle index>_<pg id>` (ray/_private/utils.py); the id is hex
@@ -118,8 +146,8 @@ class _Bin:
     pod: PodView | None = None
     grown: bool = False
     used: bool = False
-    placed_by_growth: Counter[tuple[str, Shape]] = field(default_factory=Counter)
-    placed: Counter[tuple[str, Shape]] = field(default_factory=Counter)
+    placed_by_growth: Counter[tuple[Work, Shape]] = field(default_factory=Counter)
+    placed: Counter[tuple[Work, Shape]] = field(default_factory=Counter)
     match_cache: dict[Selector, bool] = field(default_factory=dict)
     special: frozenset[int] = frozenset()  # resources other than CPU/memory (GPU, …)
     gpu: bool = False  # it has GPUs: work that needs none comes here last
@@ -135,20 +163,78 @@ class _Bin:
         return hit
 
 
-_BinState = tuple[
-    list[int], list[int], bool, bool, Counter[tuple[str, Shape]], Counter[tuple[str, Shape]]
-]
+@dataclass(slots=True)
+class _Undo:
+    """A bin as it was before a placement group started on it: put back if the group
+    does not fit whole."""
+
+    bin: _Bin
+    free: list[int]
+    headroom: list[int]
+    grown: bool
+    used: bool
+    placed: Counter[tuple[Work, Shape]]
+    placed_by_growth: Counter[tuple[Work, Shape]]
+
+    @classmethod
+    def of(cls, b: _Bin) -> _Undo:
+        return cls(
+            b,
+            list(b.free),
+            list(b.headroom),
+            b.grown,
+            b.used,
+            Counter(b.placed),
+            Counter(b.placed_by_growth),
+        )
+
+    def restore(self) -> None:
+        b = self.bin
+        b.free, b.headroom, b.grown, b.used = self.free, self.headroom, self.grown, self.used
+        b.placed, b.placed_by_growth = self.placed, self.placed_by_growth
 
 
 @dataclass(slots=True)
 class _Item:
     """`remaining` copies of one shape (demand or constraint) still to place."""
 
-    kind: str
+    kind: Work
     shape: Shape
     selector: Selector
     remaining: int
     gpu: bool = False  # it needs a GPU
+
+
+@dataclass(slots=True)
+class _Gang:
+    """A placement group of the snapshot, and how many of its copies still wait."""
+
+    gang: Gang
+    left: int
+    # it fits some registered node's total: growing pods in place can get it placed
+    growable: bool
+
+
+@dataclass(slots=True)
+class _Work:
+    """What one plan works through, pass by pass (`_Planner.run`)."""
+
+    # existing pods by their whole size, then the pods the plan launches: for constraints
+    capacity_bins: list[_Bin]
+    constraints: list[_Item]
+    # existing pods by the room free now (the constraints' growth carried over), then
+    # the pods the plan launches: for demands and placement groups
+    free_bins: list[_Bin] = field(default_factory=list)
+    demands: list[_Item] = field(default_factory=list)
+    gangs: list[_Gang] = field(default_factory=list)
+
+    def left_without_gpu(self) -> bool:
+        return _left_without_gpu(self.demands) or any(pg.left for pg in self.gangs)
+
+    def waiting(self) -> bool:
+        return any(it.remaining for it in (*self.constraints, *self.demands)) or any(
+            pg.left for pg in self.gangs
+        )
 
 
 class _Planner:
@@ -175,11 +261,11 @@ class _Planner:
                 names.update(b)
         self.names = sorted(names)
         self.idx = {n: i for i, n in enumerate(self.names)}
-        self.ci = self.idx[CPU]
-        self.mi = self.idx[MEMORY]
-        self.gi = self.idx.get(GPU)
+        self.cpu_i = self.idx[CPU]
+        self.mem_i = self.idx[MEMORY]
+        self.gpu_i = self.idx.get(GPU)
         # how far work that needs no GPU may go onto GPU pods (`gpu_stages`)
-        self.gpu_stage = ANY_GPU
+        self.gpu_stage: GpuStage = ANY_GPU
         # GPU work is still waiting after its pick (unknown: assume so)
         self.gpu_waiting = True
         # the placement group being placed has a GPU bundle (`place_gang`)
@@ -200,12 +286,9 @@ class _Planner:
         self.held_for_landing = False
         self.new_serial = 0
         # undo log of the gang being placed: bin id -> (bin, state before)
-        self.txn: dict[int, tuple[_Bin, _BinState]] | None = None
-        self.capacity_bins: list[_Bin] = []
-        self.free_bins: list[_Bin] = []
-        # what the plan leaves waiting (for `plan_with_trace`)
-        self.left_items: list[_Item] = []
-        self.left_gangs: list[tuple[Gang, int]] = []
+        self.txn: dict[int, _Undo] | None = None
+        # what the passes worked through (for `plan_with_trace`)
+        self.work = _Work(capacity_bins=[], constraints=[])
         # groups' live worker counts, used for caps
         self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}
         for p in sorted(snap.pods, key=lambda p: p.name):
@@ -231,8 +314,8 @@ class _Planner:
         """A new pod counts at its IPPR maximum: it will be grown once it runs."""
         cap = self.vec(g.resources)
         if g.ippr is not None:
-            cap[self.ci] = max(cap[self.ci], g.ippr.max_cpu)
-            cap[self.mi] = max(cap[self.mi], g.ippr.max_memory)
+            cap[self.cpu_i] = max(cap[self.cpu_i], g.ippr.max_cpu)
+            cap[self.mem_i] = max(cap[self.mem_i], g.ippr.max_memory)
         return cap
 
     # --- caps ------------------------------------------------------------------------------
@@ -376,8 +459,8 @@ class _Planner:
             and (p.suggested_max_memory is None or p.suggested_max_memory >= r.memory)
         )
 
-    def pod_bins(self, *, capacity_view: bool) -> list[_Bin]:
-        """Existing pods as bins: free room now, plus the headroom they may grow into."""
+    def pod_bins(self, room: Room) -> list[_Bin]:
+        """Existing pods as bins: their `room`, plus the headroom they may grow into."""
         bins: list[_Bin] = []
         for p in sorted(self.snap.pods, key=lambda p: p.name):
             g = self.snap.groups.get(p.group)
@@ -393,19 +476,19 @@ class _Planner:
                 )
                 continue
             total = self.vec(p.total)
-            free = list(total) if capacity_view else self.vec(p.available)
+            free = list(total) if room is Room.CAPACITY else self.vec(p.available)
             size = list(total)
             # in flight: counts at its target; error / timed out: being rolled back to
             # where it started, so it counts as it is now
             if p.resize is not None and p.resize.state.in_flight:
                 target_cpu, target_mem = p.resize.cpu, p.resize.memory
                 if p.suggested_max_cpu is not None:
-                    target_cpu = min(target_cpu, max(p.suggested_max_cpu, total[self.ci]))
+                    target_cpu = min(target_cpu, max(p.suggested_max_cpu, total[self.cpu_i]))
                 if p.suggested_max_memory is not None:
-                    target_mem = min(target_mem, max(p.suggested_max_memory, total[self.mi]))
-                free[self.ci] += target_cpu - total[self.ci]
-                free[self.mi] += target_mem - total[self.mi]
-                size[self.ci], size[self.mi] = target_cpu, target_mem
+                    target_mem = min(target_mem, max(p.suggested_max_memory, total[self.mem_i]))
+                free[self.cpu_i] += target_cpu - total[self.cpu_i]
+                free[self.mem_i] += target_mem - total[self.mem_i]
+                size[self.cpu_i], size[self.mem_i] = target_cpu, target_mem
             free = [max(0, v) for v in free]
             headroom = [0] * self.width
             ceiling = list(size)
@@ -417,23 +500,25 @@ class _Planner:
                     max_cpu = min(max_cpu, p.suggested_max_cpu)
                 if p.suggested_max_memory is not None:
                     max_mem = min(max_mem, p.suggested_max_memory)
-                ceiling[self.ci] = max(size[self.ci], max_cpu)
-                ceiling[self.mi] = max(size[self.mi], max_mem)
-                headroom[self.ci] = ceiling[self.ci] - size[self.ci]
-                headroom[self.mi] = ceiling[self.mi] - size[self.mi]
+                ceiling[self.cpu_i] = max(size[self.cpu_i], max_cpu)
+                ceiling[self.mem_i] = max(size[self.mem_i], max_mem)
+                headroom[self.cpu_i] = ceiling[self.cpu_i] - size[self.cpu_i]
+                headroom[self.mem_i] = ceiling[self.mem_i] - size[self.mem_i]
             bins.append(_Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p))
         for b in bins:
             b.special = self._special(b.ceiling)
-            b.gpu = self.gi is not None and b.ceiling[self.gi] > 0
+            b.gpu = self.gpu_i is not None and b.ceiling[self.gpu_i] > 0
         return bins
 
     def _special(self, capacity: list[int]) -> frozenset[int]:
-        return frozenset(i for i, v in enumerate(capacity) if v and i != self.ci and i != self.mi)
+        return frozenset(
+            i for i, v in enumerate(capacity) if v and i != self.cpu_i and i != self.mem_i
+        )
 
     def new_bins(self, g: GroupSpec, count: int) -> list[_Bin]:
         cap = self._new_pod_capacity(g)
         special = self._special(cap)
-        gpu = self.gi is not None and cap[self.gi] > 0
+        gpu = self.gpu_i is not None and cap[self.gpu_i] > 0
         out = []
         for _ in range(count):
             self.new_serial += 1
@@ -458,7 +543,7 @@ class _Planner:
 
     # --- placing -----------------------------------------------------------------------------
     def needs_gpu(self, shape: Shape) -> bool:
-        return self.gi is not None and any(i == self.gi for i, _ in shape)
+        return self.gpu_i is not None and any(i == self.gpu_i for i, _ in shape)
 
     def may_use(self, b: _Bin, needs_gpu: bool) -> bool:
         """May work place on this pod at the current GPU stage (see `gpu_stages`)?"""
@@ -489,7 +574,7 @@ class _Planner:
         pods without GPUs (free room, growth: OWN_PODS); what is left then to the spare
         room of running GPU pods and to new pods without GPUs (RUNNING_GPU); only what is
         still `left` to pending GPU pods and new GPU pods (ANY_GPU)."""
-        if self.gi is None:  # no GPUs anywhere: one pass with everything allowed
+        if self.gpu_i is None:  # no GPUs anywhere: one pass with everything allowed
             self.gpu_stage = ANY_GPU
             yield
             return
@@ -524,20 +609,10 @@ class _Planner:
                         return 0
         return best
 
-    def take(self, b: _Bin, shape: Shape, k: int, kind: str, sel: Selector = ()) -> None:
+    def take(self, b: _Bin, shape: Shape, k: int, kind: Work, sel: Selector = ()) -> None:
         """Put k copies on b, growing it into its headroom where its free room ends."""
         if self.txn is not None and id(b) not in self.txn:
-            self.txn[id(b)] = (
-                b,
-                (
-                    list(b.free),
-                    list(b.headroom),
-                    b.grown,
-                    b.used,
-                    Counter(b.placed),
-                    Counter(b.placed_by_growth),
-                ),
-            )
+            self.txn[id(b)] = _Undo.of(b)
         grew = False
         for i, a in shape:
             need = a * k
@@ -561,7 +636,10 @@ class _Planner:
         """Round the size the pod grows to up to the step (or to the max): the surplus
         becomes free room for the next placements."""
         policy = self.settings.resize_policy
-        for i, step in ((self.ci, self.settings.cpu_step), (self.mi, self.settings.memory_step)):
+        for i, step in (
+            (self.cpu_i, self.settings.cpu_step),
+            (self.mem_i, self.settings.memory_step),
+        ):
             size = b.ceiling[i] - b.headroom[i]
             if size <= b.base[i] and policy != ResizePolicy.MAX:
                 continue
@@ -589,7 +667,7 @@ class _Planner:
             cands = []
             for b in bins:
                 # a pod grown in this plan may have room left from rounding its growth up
-                if grow and not (b.headroom[self.ci] or b.headroom[self.mi] or b.grown):
+                if grow and not (b.headroom[self.cpu_i] or b.headroom[self.mem_i] or b.grown):
                     continue
                 if not self.may_use(b, item.gpu):
                     continue
@@ -661,7 +739,7 @@ class _Planner:
             fill: list[tuple[_Item, int]] = []
             volume = 0.0
             wanted: set[int] = set()
-            has_gpu = self.gi is not None and cap[self.gi] > 0
+            has_gpu = self.gpu_i is not None and cap[self.gpu_i] > 0
             for it in live:
                 if it.selector and not selector_matches(it.selector, g.labels):
                     continue
@@ -681,7 +759,7 @@ class _Planner:
             unneeded = sum(
                 1
                 for i, v in enumerate(cap)
-                if v and i not in wanted and i not in (self.ci, self.mi)
+                if v and i not in wanted and i not in (self.cpu_i, self.mem_i)
             )
             template = sum(v / self.ref[i] for i, v in enumerate(self.vec(g.resources)))
             score = (unneeded, -volume, template, g.name)
@@ -700,7 +778,7 @@ class _Planner:
             if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
                 continue
             cap = self._new_pod_capacity(g)
-            if not self.may_launch(self.gi is not None and cap[self.gi] > 0, gpu):
+            if not self.may_launch(self.gpu_i is not None and cap[self.gpu_i] > 0, gpu):
                 continue
             per_pod = min((cap[i] // a for i, a in shape), default=0)
             if per_pod <= 0:
@@ -711,7 +789,7 @@ class _Planner:
             unneeded = sum(
                 1
                 for i, v in enumerate(cap)
-                if v and i not in wanted and i not in (self.ci, self.mi)
+                if v and i not in wanted and i not in (self.cpu_i, self.mem_i)
             )
             score = (unneeded, -sum(used) / len(used), g.name)
             if best is None or score < best[0]:
@@ -754,8 +832,8 @@ class _Planner:
         if ok:
             return True
         del bins[n_bins:]
-        for b, st in saved.values():
-            b.free, b.headroom, b.grown, b.used, b.placed, b.placed_by_growth = st
+        for undo in saved.values():
+            undo.restore()
         self.launch = launched_before
         self.launch_reasons = reasons_before
         return False
@@ -876,12 +954,12 @@ class _Planner:
             if b.pod is not None or b.launch_reason is None:
                 continue
             used = [c - f for c, f in zip(b.ceiling, b.free, strict=True)]
-            needs_gpu = self.gi is not None and used[self.gi] > 0
+            needs_gpu = self.gpu_i is not None and used[self.gpu_i] > 0
             for g in by_size:
                 if size[g.name] >= size[b.group.name]:
                     break
                 cap = self._new_pod_capacity(g)
-                if (self.gi is not None and cap[self.gi] > 0 and not needs_gpu) or any(
+                if (self.gpu_i is not None and cap[self.gpu_i] > 0 and not needs_gpu) or any(
                     u > c for u, c in zip(used, cap, strict=True)
                 ):
                     continue
@@ -900,7 +978,7 @@ class _Planner:
                 b.free = [c - u for c, u in zip(cap, used, strict=True)]
                 b.base, b.ceiling = list(cap), list(cap)
                 b.special = self._special(cap)
-                b.gpu = self.gi is not None and cap[self.gi] > 0
+                b.gpu = self.gpu_i is not None and cap[self.gpu_i] > 0
                 b.match_cache.clear()
                 break
 
@@ -930,25 +1008,40 @@ class _Planner:
                 )
 
     def run(self) -> Plan:
+        """One plan, pass by pass (each pass is a method below, in this order)."""
         self.replace_silent_pods()
         self.enforce_min()
         self.enforce_max()
+        work = self.place_constraints()
+        self.carry_over_to_free_room(work)
+        self.place_demands_and_gangs(work)
+        resizes = self._resizes(work.capacity_bins, work.free_bins)
+        self.remove_idle_and_launch_for_what_waits(work, resizes)
+        self.leave_grouped_tasks_to_their_groups()
+        self.smaller_launches(work.free_bins)
+        self.note_what_waits(work)
+        self.work = work  # kept for `plan_with_trace`
+        return self.to_plan(work, resizes)
 
-        # constraints: on capacity
-        cbins = self.pod_bins(capacity_view=True)
-        min_new = self.launch.copy()
-        for g_name, count in sorted(min_new.items()):
-            cbins.extend(self.new_bins(self.snap.groups[g_name], count))
-        c_items = self._items(self.snap.constraints, CONSTRAINT)
-        for _ in self.gpu_stages(lambda: _left_without_gpu(c_items)):
-            self.place_items(c_items, cbins, grow=False)
-            self.place_items(c_items, cbins, grow=True)
-            self.launch_for_items(c_items, cbins)
+    def place_constraints(self) -> _Work:
+        """request_resources asks for capacity: its bundles go on the pods' whole size
+        (then growth, then new pods), the pods the minimum launches included."""
+        capacity_bins = self.pod_bins(Room.CAPACITY)
+        for g_name, count in sorted(self.launch.copy().items()):
+            capacity_bins.extend(self.new_bins(self.snap.groups[g_name], count))
+        constraints = self._items(self.snap.constraints, CONSTRAINT)
+        for _ in self.gpu_stages(lambda: _left_without_gpu(constraints)):
+            self.place_items(constraints, capacity_bins, grow=False)
+            self.place_items(constraints, capacity_bins, grow=True)
+            self.launch_for_items(constraints, capacity_bins)
+        return _Work(capacity_bins=capacity_bins, constraints=constraints)
 
-        # demands: on free room; growth and launches from the constraints carry over
-        dbins = self.pod_bins(capacity_view=False)
-        by_key = {b.key: b for b in cbins}
-        for b in dbins:
+    def carry_over_to_free_room(self, work: _Work) -> None:
+        """Demands need room that is free now: the pods as Ray reports them, with the
+        growth and the launches the constraints planned carried over."""
+        free_bins = self.pod_bins(Room.FREE)
+        by_key = {b.key: b for b in work.capacity_bins}
+        for b in free_bins:
             cb = by_key.get(b.key)
             if cb is None:
                 continue
@@ -961,7 +1054,8 @@ class _Planner:
                 b.grown = True
                 b.placed_by_growth.update(cb.placed_by_growth)
             b.used = b.used or cb.used
-        dbins.extend(self._empty_bins(cbins))
+        free_bins.extend(self._empty_bins(work.capacity_bins))
+        work.free_bins = free_bins
 
         # Ray retries a placement group that fits no node's *total* only when a node
         # registers (docs/ray-infeasible-pg.md): growing pods in place would not get it
@@ -971,80 +1065,85 @@ class _Planner:
             for p in self.snap.pods
             if p.phase == PodPhase.RUNNING and p.name not in self.terminate
         ]
-        registered += [b.ceiling for b in dbins if b.pod is None or b.pod.phase == PodPhase.PENDING]
+        registered += [
+            b.ceiling for b in free_bins if b.pod is None or b.pod.phase == PodPhase.PENDING
+        ]
         unique = [list(t) for t in sorted({tuple(t) for t in registered})]
-        growable = {id(g): self._fits_totals(g, unique) for g in self.snap.gangs}
+        work.gangs = [
+            _Gang(gang, gang.count, self._fits_totals(gang, unique)) for gang in self.snap.gangs
+        ]
+        work.demands = self._items(self.demands, DEMAND)
 
-        pending_gangs = [(gang, gang.count) for gang in self.snap.gangs]
-        d_items = self._items(self.demands, DEMAND)
-
-        def left() -> bool:
-            return _left_without_gpu(d_items) or any(n for _, n in pending_gangs)
-
-        def gpu_left() -> bool:
-            return any(it.remaining and it.gpu for it in d_items) or any(
-                n and any(self.needs_gpu(self.shape(b)) for b in gang.bundles)
-                for gang, n in pending_gangs
-            )
-
-        for _ in self.gpu_stages(left, gpu_left):
-            for i, (gang, n) in enumerate(pending_gangs):
-                pending_gangs[i] = (gang, self._fill_gang(gang, n, dbins, grow=False, launch=False))
-            self.place_items(d_items, dbins, grow=False)
-            for i, (gang, n) in enumerate(pending_gangs):
-                if growable[id(gang)]:
-                    pending_gangs[i] = (
-                        gang,
-                        self._fill_gang(gang, n, dbins, grow=True, launch=False),
+    def place_demands_and_gangs(self, work: _Work) -> None:
+        """Each GPU stage: free room (gangs, then tasks), then growth, then new pods."""
+        for _ in self.gpu_stages(work.left_without_gpu, lambda: self._gpu_work_left(work)):
+            for pg in work.gangs:
+                pg.left = self._fill_gang(
+                    pg.gang, pg.left, work.free_bins, grow=False, launch=False
+                )
+            self.place_items(work.demands, work.free_bins, grow=False)
+            for pg in work.gangs:
+                if pg.growable:
+                    pg.left = self._fill_gang(
+                        pg.gang, pg.left, work.free_bins, grow=True, launch=False
                     )
-            self.place_items(d_items, dbins, grow=True)
-            for i, (gang, n) in enumerate(pending_gangs):
-                grow = growable[id(gang)]
-                pending_gangs[i] = (gang, self._fill_gang(gang, n, dbins, grow=grow, launch=True))
-            self.launch_for_items(d_items, dbins)
+            self.place_items(work.demands, work.free_bins, grow=True)
+            for pg in work.gangs:
+                pg.left = self._fill_gang(
+                    pg.gang, pg.left, work.free_bins, grow=pg.growable, launch=True
+                )
+            self.launch_for_items(work.demands, work.free_bins)
 
-        self.capacity_bins, self.free_bins = cbins, dbins  # kept for inspection in tests
-        resizes = self._resizes(cbins, dbins)
-        removed = len(self.terminate)
-        self._idle(dbins, cbins, resizes)
-        waiting = any(it.remaining for it in (*c_items, *d_items)) or any(
-            left for _, left in pending_gangs
+    def _gpu_work_left(self, work: _Work) -> bool:
+        return any(it.remaining and it.gpu for it in work.demands) or any(
+            pg.left and any(self.needs_gpu(self.shape(b)) for b in pg.gang.bundles)
+            for pg in work.gangs
         )
-        if len(self.terminate) > removed and waiting:
-            # the idle pods removed made room under the maxima: launch for what is still
-            # waiting now, not a tick later once the removal is seen
-            # (on new pods and pods that stay: never on a pod this plan removes)
-            planned = len(cbins)
-            for _ in self.gpu_stages(lambda: _left_without_gpu(c_items)):
-                self.launch_for_items(c_items, cbins)
-            dbins.extend(self._empty_bins(cbins[planned:]))
-            live = [b for b in dbins if b.pod is None or b.pod.name not in self.terminate]
-            known = len(live)
-            for _ in self.gpu_stages(left, gpu_left):
-                for i, (gang, n) in enumerate(pending_gangs):
-                    pending_gangs[i] = (
-                        gang,
-                        self._fill_gang(gang, n, live, grow=False, launch=True),
-                    )
-                self.launch_for_items(d_items, live)
-            dbins.extend(live[known:])
-        if self.in_groups:
-            units = sum(d.count for d in self.in_groups)
-            names = sorted(
-                {n for d in self.in_groups for n in d.shape if is_placement_group_resource(n)}
-            )
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            self.notes.append(
-                f"{units} task/actor unit(s) wait inside their placement group ({shown}): "
-                "the group's bundles hold their room, so they are left to it, as Ray's "
-                "autoscaler does"
-            )
-        self.smaller_launches(dbins)
-        left_c = sum(it.remaining for it in c_items)
+
+    def remove_idle_and_launch_for_what_waits(
+        self, work: _Work, resizes: dict[str, ResizeAction]
+    ) -> None:
+        """Idle pods go (`_idle`). If that made room under the maxima, launch for what
+        is still waiting now, not a tick later once the removal is seen (on new pods and
+        pods that stay: never on a pod this plan removes)."""
+        removed = len(self.terminate)
+        self._idle(work.free_bins, work.capacity_bins, resizes)
+        if len(self.terminate) == removed or not work.waiting():
+            return
+        capacity_bins, free_bins = work.capacity_bins, work.free_bins
+        planned = len(capacity_bins)
+        for _ in self.gpu_stages(lambda: _left_without_gpu(work.constraints)):
+            self.launch_for_items(work.constraints, capacity_bins)
+        free_bins.extend(self._empty_bins(capacity_bins[planned:]))
+        live = [b for b in free_bins if b.pod is None or b.pod.name not in self.terminate]
+        known = len(live)
+        for _ in self.gpu_stages(work.left_without_gpu, lambda: self._gpu_work_left(work)):
+            for pg in work.gangs:
+                pg.left = self._fill_gang(pg.gang, pg.left, live, grow=False, launch=True)
+            self.launch_for_items(work.demands, live)
+        free_bins.extend(live[known:])
+
+    def leave_grouped_tasks_to_their_groups(self) -> None:
+        """Tasks waiting inside a placement group: its bundles hold their room."""
+        if not self.in_groups:
+            return
+        units = sum(d.count for d in self.in_groups)
+        names = sorted(
+            {n for d in self.in_groups for n in d.shape if is_placement_group_resource(n)}
+        )
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        self.notes.append(
+            f"{units} task/actor unit(s) wait inside their placement group ({shown}): "
+            "the group's bundles hold their room, so they are left to it, as Ray's "
+            "autoscaler does"
+        )
+
+    def note_what_waits(self, work: _Work) -> None:
+        left_c = sum(it.remaining for it in work.constraints)
         if left_c:
             self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
-        gangs_left = sum(left for _, left in pending_gangs)
-        left_d = sum(it.remaining for it in d_items)
+        gangs_left = sum(pg.left for pg in work.gangs)
+        left_d = sum(it.remaining for it in work.demands)
         if self.held_for_landing and (gangs_left or left_d or left_c):
             self.notes.append(
                 f"no pod launched while the grow of {', '.join(self.landing)} lands: Ray "
@@ -1055,13 +1154,17 @@ class _Planner:
         if left_d:
             shapes = ", ".join(
                 f"{it.remaining} × {self.res(it.shape).describe()}"
-                for it in d_items
+                for it in work.demands
                 if it.remaining
             )
             self.notes.append(f"cannot place: {shapes}")
-        self.left_items = [it for it in (*c_items, *d_items) if it.remaining]
-        self.left_gangs = [(gang, n) for gang, n in pending_gangs if n]
-        infeasible = Infeasible(demands=left_d, gangs=gangs_left, constraints=left_c)
+
+    def to_plan(self, work: _Work, resizes: dict[str, ResizeAction]) -> Plan:
+        infeasible = Infeasible(
+            demands=sum(it.remaining for it in work.demands),
+            gangs=sum(pg.left for pg in work.gangs),
+            constraints=sum(it.remaining for it in work.constraints),
+        )
         return Plan(
             launch=tuple(
                 LaunchAction(
@@ -1080,7 +1183,7 @@ class _Planner:
             notes=tuple(self.notes),
         )
 
-    def _items(self, entries: Iterable[Demand | Constraint], kind: str) -> list[_Item]:
+    def _items(self, entries: Iterable[Demand | Constraint], kind: Work) -> list[_Item]:
         merged: Counter[tuple[Shape, Selector]] = Counter()
         for e in entries:
             sel: Selector = ()
@@ -1097,14 +1200,14 @@ class _Planner:
         items.sort(key=lambda it: (not it.selector, self.size_key(it.shape), it.selector))
         return items
 
-    def _resizes(self, cbins: list[_Bin], dbins: list[_Bin]) -> dict[str, ResizeAction]:
+    def _resizes(self, capacity_bins: list[_Bin], free_bins: list[_Bin]) -> dict[str, ResizeAction]:
         out: dict[str, ResizeAction] = {}
-        for b in dbins:
+        for b in free_bins:
             if b.pod is None or not b.grown:
                 continue
-            cpu = b.ceiling[self.ci] - b.headroom[self.ci]
-            mem = b.ceiling[self.mi] - b.headroom[self.mi]
-            from_cpu, from_mem = b.base[self.ci], b.base[self.mi]
+            cpu = b.ceiling[self.cpu_i] - b.headroom[self.cpu_i]
+            mem = b.ceiling[self.mem_i] - b.headroom[self.mem_i]
+            from_cpu, from_mem = b.base[self.cpu_i], b.base[self.mem_i]
             if (cpu, mem) == (from_cpu, from_mem):
                 continue
             what = ", ".join(
@@ -1131,10 +1234,12 @@ class _Planner:
             )
         return out
 
-    def _idle(self, dbins: list[_Bin], cbins: list[_Bin], resizes: dict[str, ResizeAction]) -> None:
+    def _idle(
+        self, free_bins: list[_Bin], capacity_bins: list[_Bin], resizes: dict[str, ResizeAction]
+    ) -> None:
         timeout = self.settings.idle_timeout_s
-        used = {b.key for b in dbins if b.used} | {b.key for b in cbins if b.used}
-        for b in dbins:
+        used = {b.key for b in free_bins if b.used} | {b.key for b in capacity_bins if b.used}
+        for b in free_bins:
             p, g = b.pod, b.group
             if p is None or p.name in used or p.name in self.terminate or p.name in resizes:
                 continue
@@ -1144,24 +1249,26 @@ class _Planner:
                 continue
             template = self.vec(g.resources)
             size = self.vec(p.total)
-            grown = size[self.ci] > template[self.ci] or size[self.mi] > template[self.mi]
+            grown = (
+                size[self.cpu_i] > template[self.cpu_i] or size[self.mem_i] > template[self.mem_i]
+            )
             # a failure record blocks growing, not going back to the template: a pod whose
             # grow failed later still shrinks once idle (a failed shrink is tried again no
             # sooner than an idle timeout after it failed)
             may_shrink = not p.failed or p.failed_age_s >= timeout
             if grown and g.ippr is not None and may_shrink and p.raylet_id is not None:
-                cpu = min(size[self.ci], template[self.ci])
-                mem = min(size[self.mi], template[self.mi])
+                cpu = min(size[self.cpu_i], template[self.cpu_i])
+                mem = min(size[self.mem_i], template[self.mem_i])
                 resizes[p.name] = ResizeAction(
                     pod=p.name,
                     group=g.name,
                     cpu=cpu,
                     memory=mem,
-                    from_cpu=size[self.ci],
-                    from_memory=size[self.mi],
+                    from_cpu=size[self.cpu_i],
+                    from_memory=size[self.mem_i],
                     reason=(
                         f"idle {p.idle_s:g}s ≥ {timeout:g}s after growing → shrink "
-                        f"{_size_text(size[self.ci], size[self.mi])} → {_size_text(cpu, mem)}"
+                        f"{_size_text(size[self.cpu_i], size[self.mem_i])} → {_size_text(cpu, mem)}"
                     ),
                 )
                 continue
@@ -1287,10 +1394,13 @@ def plan_with_trace(snapshot: ClusterSnapshot) -> tuple[Plan, Trace]:
                             Placement(b.key, b.group.name, part, kind, planner.res(shape), k)
                         )
 
-    add(planner.capacity_bins, {CONSTRAINT})
-    add(planner.free_bins, {DEMAND, GANG})
+    work = planner.work
+    add(work.capacity_bins, {CONSTRAINT})
+    add(work.free_bins, {DEMAND, GANG})
     left = [
-        Left(it.kind, planner.res(it.shape), it.remaining, it.selector) for it in planner.left_items
+        Left(it.kind, planner.res(it.shape), it.remaining, it.selector)
+        for it in (*work.constraints, *work.demands)
+        if it.remaining
     ]
     left += [
         Left(
@@ -1300,6 +1410,7 @@ def plan_with_trace(snapshot: ClusterSnapshot) -> tuple[Plan, Trace]:
             strategy=gang.strategy.value,
             bundles=len(gang.bundles),
         )
-        for gang, n in planner.left_gangs
+        for gang, n in ((pg.gang, pg.left) for pg in work.gangs)
+        if n
     ]
     return result, Trace(tuple(placements), tuple(left), tuple(planner.in_groups))
