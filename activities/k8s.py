@@ -39,11 +39,8 @@ from raysize.workflows.contracts import (
     ProgressState,
     ResizeProgress,
 )
-from raysize.workflows.ippr import (
-    IPPR_STATUS_ANNOTATION,
-    IpprStatus,
-    read_group_specs,
-)
+from raysize.workflows.ippr_status import IPPR_STATUS_ANNOTATION, IpprStatus
+from raysize.workflows.raycluster_spec import read_group_specs
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"

@@ -18,12 +18,7 @@ from raysize.workflows.contracts import (
     ProgressState,
     ResizeProgress,
 )
-from raysize.workflows.ippr import (
-    IPPR_STATUS_ANNOTATION,
-    GroupSpecs,
-    IpprStatus,
-    read_planner_settings,
-)
+from raysize.workflows.ippr_status import IPPR_STATUS_ANNOTATION, IpprStatus
 from raysize.workflows.model import (
     ClusterSnapshot,
     KubeletResizeState,
@@ -32,6 +27,7 @@ from raysize.workflows.model import (
     PodResize,
     PodView,
 )
+from raysize.workflows.raycluster_spec import GroupSpecs, read_planner_settings
 from raysize.workflows.resources import CPU, MEMORY, Resources, quantity_to_units, units_to_quantity
 from raysize.workflows.values import Value
 

@@ -12,8 +12,9 @@ from typing import Final
 
 from pydantic import Field
 
-from raysize.workflows.ippr import ConfigError, IpprStatus
+from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings
+from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.values import Value
 
 

@@ -47,7 +47,8 @@ with workflow.unsafe.imports_passed_through():
         SetStatusInput,
         WaitResizeInput,
     )
-    from raysize.workflows.ippr import IpprStatus, KubeletReport, parse_kubelet_message
+    from raysize.workflows.ippr_status import IpprStatus
+    from raysize.workflows.kubelet_messages import KubeletReport, parse_kubelet_message
     from raysize.workflows.naming import (
         RESIZE_OUTCOME,
         RESIZE_PHASE,

@@ -20,7 +20,7 @@ from raysize.sandbox.cluster import SandboxConfig
 from raysize.sandbox.kubelet import KubeletTiming
 from raysize.sandbox.realworld import RealSandbox
 from raysize.worker.run import namespace_problem
-from raysize.workflows.ippr import IpprStatus
+from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.resources import GIB
 from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, find, render, run_kubectl
 from tests.deploy.test_apply_sandbox import NOT_RAYSIZES_CALLS, does_what_raysize_does

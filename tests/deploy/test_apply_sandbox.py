@@ -11,7 +11,8 @@ from kubernetes.client.exceptions import ApiException
 from raysize.activities.discovery import list_rayclusters
 from raysize.activities.k8s import Kube
 from raysize.sandbox.rbac import Authorizer
-from raysize.workflows.ippr import IpprStatus, read_group_specs
+from raysize.workflows.ippr_status import IpprStatus
+from raysize.workflows.raycluster_spec import read_group_specs
 from raysize.workflows.resources import GIB
 from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, TRIAL, render
 from tests.sandbox.conftest import wait_for

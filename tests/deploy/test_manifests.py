@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from raysize.worker.settings import Settings
-from raysize.workflows.ippr import IPPR_ANNOTATION, read_group_specs
+from raysize.workflows.ippr import IPPR_ANNOTATION
+from raysize.workflows.raycluster_spec import read_group_specs
 from tests.deploy.conftest import (
     ADMISSION_KINDS,
     DEPLOY,

@@ -27,7 +27,7 @@ from raysize.workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from raysize.workflows.ippr import IpprStatus
+from raysize.workflows.ippr_status import IpprStatus
 
 
 @dataclass

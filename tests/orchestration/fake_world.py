@@ -15,8 +15,8 @@ from raysize.workflows.contracts import (
     ScaleInput,
     WaitInput,
 )
-from raysize.workflows.ippr import ConfigError
 from raysize.workflows.model import ClusterSnapshot, Demand, PodPhase, PodView
+from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.resources import Resources
 
 

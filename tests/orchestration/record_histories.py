@@ -17,8 +17,8 @@ from pathlib import Path
 from temporalio.worker import Worker
 
 from raysize.workflows.contracts import ReconcileInput
-from raysize.workflows.ippr import ConfigError
 from raysize.workflows.model import PlannerSettings
+from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 from tests.orchestration.fake_cluster import FakeCluster, FakePod

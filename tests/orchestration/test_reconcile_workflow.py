@@ -37,8 +37,8 @@ from raysize.workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from raysize.workflows.ippr import ConfigError
 from raysize.workflows.model import KubeletResizeState, PlannerSettings, PodResize, ResizePolicy
+from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 from raysize.workflows.resources import GIB

@@ -32,7 +32,8 @@ from raysize.workflows.contracts import (
     SetStatusInput,
     WaitResizeInput,
 )
-from raysize.workflows.ippr import IpprStatus, parse_kubelet_message
+from raysize.workflows.ippr_status import IpprStatus
+from raysize.workflows.kubelet_messages import parse_kubelet_message
 from raysize.workflows.model import KubeletResizeState, PodPhase
 from raysize.workflows.resources import GIB
 from tests.sandbox.conftest import client_for, wait_for

@@ -11,7 +11,7 @@ from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.pod_watch import PodWatch
 from raysize.sandbox.faults import FaultRule
 from raysize.workflows.contracts import ApplyResizeInput, ProgressState
-from raysize.workflows.ippr import IpprStatus
+from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.resources import GIB
 
 from .test_k8s_activities import env, workers

@@ -8,14 +8,11 @@ from typing import Any
 
 import pytest
 
-from raysize.workflows.ippr import (
-    IPPR_ANNOTATION,
-    IpprStatus,
-    parse_kubelet_message,
-    read_group_specs,
-    read_planner_settings,
-)
+from raysize.workflows.ippr import IPPR_ANNOTATION
+from raysize.workflows.ippr_status import IpprStatus
+from raysize.workflows.kubelet_messages import parse_kubelet_message
 from raysize.workflows.model import PlannerSettings, UpscalingMode
+from raysize.workflows.raycluster_spec import read_group_specs, read_planner_settings
 from raysize.workflows.resources import GIB, Resources
 
 
