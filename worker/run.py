@@ -49,16 +49,21 @@ def reconcile_input(settings: Settings) -> Callable[[str, str], ReconcileInput]:
     return make
 
 
+# passed through the workflow sandbox by its full name (a module is passed through when
+# it or a parent package is named)
+WORKFLOW_PACKAGE = "raysize.workflows"
+
+
 def workflow_runner() -> SandboxedWorkflowRunner:
     """The sandbox, with raysize's own workflow modules passed through.
 
     The sandbox re-imports every module that is not passed through for each new workflow
     run; for a thousand resize workflows that import cost was a fifth of the worker's CPU.
-    Our `workflows` package is deterministic by construction (pure code, no I/O, no
-    module state that changes: see docs/architecture.md), so sharing it is safe; the sandbox still
-    guards everything else."""
+    Our `raysize.workflows` package is deterministic by construction (pure code, no I/O,
+    no module state that changes: see docs/architecture.md), so sharing it is safe; the
+    sandbox still guards everything else."""
     return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows")
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(WORKFLOW_PACKAGE)
     )
 
 
