@@ -135,6 +135,9 @@ def register(app: typer.Typer) -> None:
             for rule in rules:
                 sandbox.faults.add(rule)
         previous = signal.signal(signal.SIGTERM, on_signal)
+        # Ctrl-C stops it too, even when started with SIGINT ignored (a background job of a
+        # shell without job control ignores it, and Python then raises no KeyboardInterrupt)
+        previous_int = signal.signal(signal.SIGINT, on_signal)
         try:
             try:
                 sandbox.start()
@@ -156,12 +159,10 @@ def register(app: typer.Typer) -> None:
                 + "".join(f"  fault: {describe(rule)}\n" for rule in rules)
                 + "Ctrl-C stops everything."
             )
-            try:
-                while not stop.wait(0.5):
-                    pass
-            except KeyboardInterrupt:
+            while not stop.wait(0.5):
                 pass
             typer.echo("raysize sandbox: stopping")
         finally:
             sandbox.close()
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)

@@ -103,8 +103,15 @@ class Up:
 
 @contextlib.contextmanager
 def sandbox_up(
-    tmp_path: Path, *args: str, start_timeout: float = 30, real: bool = False
+    tmp_path: Path,
+    *args: str,
+    start_timeout: float = 30,
+    real: bool = False,
+    sigint: signal.Handlers = signal.SIG_DFL,
 ) -> Iterator[Up]:
+    """`raysize sandbox up ARGS` in its own process group. SIGINT: how it starts with
+    Ctrl-C set (a shell's background job without job control starts with it ignored,
+    whatever the test runner's own setting is)."""
     port = free_port()
     kubeconfig = tmp_path / "kube" / "config"
     stderr = (tmp_path / "stderr").open("w")
@@ -119,6 +126,7 @@ def sandbox_up(
         text=True,
         start_new_session=True,  # its own process group, as a terminal job
         env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
     )
     up = Up(proc, kubeconfig, port, [])
 
@@ -168,6 +176,16 @@ def listening(port: int) -> bool:
 
 
 # --- tests --------------------------------------------------------------------------------
+def test_ctrl_c_stops_it_even_when_started_with_ctrl_c_ignored(tmp_path):
+    """`raysize sandbox up &` from a script (no job control) starts with SIGINT ignored;
+    Ctrl-C to its process group still stops it, as SIGTERM does."""
+    with sandbox_up(tmp_path, "--nodes", "1", sigint=signal.SIG_IGN) as up:
+        code, _ = up.ctrl_c(within=30)
+        assert code == 0
+        assert up.rest_of_stdout(timeout=5) == ["raysize sandbox: stopping"]
+        assert not listening(up.port)
+
+
 def test_up_serves_kubectl_the_nodes_asked_for_and_ctrl_c_stops_it(tmp_path):
     args = ("--nodes", "2", "--node-cpu", "3", "--node-memory", "4Gi")
     with sandbox_up(tmp_path, *args) as up:
