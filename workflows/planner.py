@@ -79,7 +79,6 @@ class Work(StrEnum):
     CONSTRAINT = "requested"  # capacity asked with request_resources
 
 
-DEMAND, GANG, CONSTRAINT = Work.DEMAND, Work.GANG, Work.CONSTRAINT
 GPU = "GPU"
 
 
@@ -89,9 +88,6 @@ class GpuStage(IntEnum):
     OWN_PODS = 0  # pods without GPUs only
     RUNNING_GPU = 1  # also the spare room of running GPU pods, and new pods without GPUs
     ANY_GPU = 2  # anywhere
-
-
-OWN_PODS, RUNNING_GPU, ANY_GPU = GpuStage.OWN_PODS, GpuStage.RUNNING_GPU, GpuStage.ANY_GPU
 
 
 class Room(Enum):
@@ -231,9 +227,12 @@ class _Work:
     def left_without_gpu(self) -> bool:
         return _left_without_gpu(self.demands) or any(pg.left for pg in self.gangs)
 
-    def waiting(self) -> bool:
-        return any(it.remaining for it in (*self.constraints, *self.demands)) or any(
-            pg.left for pg in self.gangs
+    def left(self) -> Infeasible:
+        """What is still waiting: demand units, placement groups, requested bundles."""
+        return Infeasible(
+            demands=sum(it.remaining for it in self.demands),
+            gangs=sum(pg.left for pg in self.gangs),
+            constraints=sum(it.remaining for it in self.constraints),
         )
 
 
@@ -265,7 +264,7 @@ class _Planner:
         self.mem_i = self.idx[MEMORY]
         self.gpu_i = self.idx.get(GPU)
         # how far work that needs no GPU may go onto GPU pods (`gpu_stages`)
-        self.gpu_stage: GpuStage = ANY_GPU
+        self.gpu_stage: GpuStage = GpuStage.ANY_GPU
         # GPU work is still waiting after its pick (unknown: assume so)
         self.gpu_waiting = True
         # the placement group being placed has a GPU bundle (`place_gang`)
@@ -507,7 +506,7 @@ class _Planner:
             bins.append(_Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p))
         for b in bins:
             b.special = self._special(b.ceiling)
-            b.gpu = self.gpu_i is not None and b.ceiling[self.gpu_i] > 0
+            b.gpu = self.has_gpu(b.ceiling)
         return bins
 
     def _special(self, capacity: list[int]) -> frozenset[int]:
@@ -518,7 +517,7 @@ class _Planner:
     def new_bins(self, g: GroupSpec, count: int) -> list[_Bin]:
         cap = self._new_pod_capacity(g)
         special = self._special(cap)
-        gpu = self.gpu_i is not None and cap[self.gpu_i] > 0
+        gpu = self.has_gpu(cap)
         out = []
         for _ in range(count):
             self.new_serial += 1
@@ -542,14 +541,17 @@ class _Planner:
         return [self.new_bins(cb.group, 1)[0] for cb in capacity_bins if cb.pod is None]
 
     # --- placing -----------------------------------------------------------------------------
+    def has_gpu(self, capacity: list[int]) -> bool:
+        return self.gpu_i is not None and capacity[self.gpu_i] > 0
+
     def needs_gpu(self, shape: Shape) -> bool:
         return self.gpu_i is not None and any(i == self.gpu_i for i, _ in shape)
 
     def may_use(self, b: _Bin, needs_gpu: bool) -> bool:
         """May work place on this pod at the current GPU stage (see `gpu_stages`)?"""
-        if not b.gpu or needs_gpu or self.gpu_stage == ANY_GPU:
+        if not b.gpu or needs_gpu or self.gpu_stage == GpuStage.ANY_GPU:
             return True
-        if self.gpu_stage == OWN_PODS:
+        if self.gpu_stage == GpuStage.OWN_PODS:
             return False
         # RUNNING_GPU: the spare room of a GPU pod that runs already, once GPU work has
         # had its pick; a pending GPU pod (counted empty at its maximum) comes last, and
@@ -563,9 +565,9 @@ class _Planner:
 
     def may_launch(self, group_has_gpu: bool, needs_gpu: bool) -> bool:
         """May work launch a pod of such a group at the current GPU stage?"""
-        if needs_gpu or self.gpu_stage == ANY_GPU:
+        if needs_gpu or self.gpu_stage == GpuStage.ANY_GPU:
             return True
-        return self.gpu_stage == RUNNING_GPU and not group_has_gpu
+        return self.gpu_stage == GpuStage.RUNNING_GPU and not group_has_gpu
 
     def gpu_stages(
         self, left: Callable[[], bool], gpu_left: Callable[[], bool] = lambda: True
@@ -575,17 +577,17 @@ class _Planner:
         room of running GPU pods and to new pods without GPUs (RUNNING_GPU); only what is
         still `left` to pending GPU pods and new GPU pods (ANY_GPU)."""
         if self.gpu_i is None:  # no GPUs anywhere: one pass with everything allowed
-            self.gpu_stage = ANY_GPU
+            self.gpu_stage = GpuStage.ANY_GPU
             yield
             return
-        for stage in (OWN_PODS, RUNNING_GPU, ANY_GPU):
-            if stage != OWN_PODS and not left():
+        for stage in (GpuStage.OWN_PODS, GpuStage.RUNNING_GPU, GpuStage.ANY_GPU):
+            if stage != GpuStage.OWN_PODS and not left():
                 break
-            if stage == RUNNING_GPU:
+            if stage == GpuStage.RUNNING_GPU:
                 self.gpu_waiting = gpu_left()
             self.gpu_stage = stage
             yield
-        self.gpu_stage = ANY_GPU
+        self.gpu_stage = GpuStage.ANY_GPU
         self.gpu_waiting = True
 
     @staticmethod
@@ -739,7 +741,7 @@ class _Planner:
             fill: list[tuple[_Item, int]] = []
             volume = 0.0
             wanted: set[int] = set()
-            has_gpu = self.gpu_i is not None and cap[self.gpu_i] > 0
+            has_gpu = self.has_gpu(cap)
             for it in live:
                 if it.selector and not selector_matches(it.selector, g.labels):
                     continue
@@ -778,7 +780,7 @@ class _Planner:
             if not selector_matches(selector, g.labels) or self._group_room(g, cluster_room) <= 0:
                 continue
             cap = self._new_pod_capacity(g)
-            if not self.may_launch(self.gpu_i is not None and cap[self.gpu_i] > 0, gpu):
+            if not self.may_launch(self.has_gpu(cap), gpu):
                 continue
             per_pod = min((cap[i] // a for i, a in shape), default=0)
             if per_pod <= 0:
@@ -859,7 +861,7 @@ class _Planner:
                 b = self._launch_one(bins, whole, sel)
             if b is not None:
                 for shape, bundle_sel in bundles:
-                    self.take(b, shape, 1, GANG, bundle_sel)
+                    self.take(b, shape, 1, Work.GANG, bundle_sel)
                 return True
             if strategy == GangStrategy.STRICT_PACK:
                 return False
@@ -879,7 +881,7 @@ class _Planner:
                 b = self._launch_one(bins, shape, sel)
             if b is None:
                 return False
-            self.take(b, shape, 1, GANG, sel)
+            self.take(b, shape, 1, Work.GANG, sel)
             used.add(id(b))
         return True
 
@@ -940,7 +942,7 @@ class _Planner:
         g = choice[0]
         b = self.new_bins(g, 1)[0]
         bins.append(b)
-        b.launch_reason = f"{GANG} {self.res(shape).describe()}"
+        b.launch_reason = f"{Work.GANG} {self.res(shape).describe()}"
         self.add_launch(g, 1, b.launch_reason)
         return b
 
@@ -954,12 +956,12 @@ class _Planner:
             if b.pod is not None or b.launch_reason is None:
                 continue
             used = [c - f for c, f in zip(b.ceiling, b.free, strict=True)]
-            needs_gpu = self.gpu_i is not None and used[self.gpu_i] > 0
+            needs_gpu = self.has_gpu(used)
             for g in by_size:
                 if size[g.name] >= size[b.group.name]:
                     break
                 cap = self._new_pod_capacity(g)
-                if (self.gpu_i is not None and cap[self.gpu_i] > 0 and not needs_gpu) or any(
+                if (self.has_gpu(cap) and not needs_gpu) or any(
                     u > c for u, c in zip(used, cap, strict=True)
                 ):
                     continue
@@ -978,7 +980,7 @@ class _Planner:
                 b.free = [c - u for c, u in zip(cap, used, strict=True)]
                 b.base, b.ceiling = list(cap), list(cap)
                 b.special = self._special(cap)
-                b.gpu = self.gpu_i is not None and cap[self.gpu_i] > 0
+                b.gpu = self.has_gpu(cap)
                 b.match_cache.clear()
                 break
 
@@ -1029,7 +1031,7 @@ class _Planner:
         capacity_bins = self.pod_bins(Room.CAPACITY)
         for g_name, count in sorted(self.launch.copy().items()):
             capacity_bins.extend(self.new_bins(self.snap.groups[g_name], count))
-        constraints = self._items(self.snap.constraints, CONSTRAINT)
+        constraints = self._items(self.snap.constraints, Work.CONSTRAINT)
         for _ in self.gpu_stages(lambda: _left_without_gpu(constraints)):
             self.place_items(constraints, capacity_bins, grow=False)
             self.place_items(constraints, capacity_bins, grow=True)
@@ -1072,7 +1074,7 @@ class _Planner:
         work.gangs = [
             _Gang(gang, gang.count, self._fits_totals(gang, unique)) for gang in self.snap.gangs
         ]
-        work.demands = self._items(self.demands, DEMAND)
+        work.demands = self._items(self.demands, Work.DEMAND)
 
     def place_demands_and_gangs(self, work: _Work) -> None:
         """Each GPU stage: free room (gangs, then tasks), then growth, then new pods."""
@@ -1108,7 +1110,8 @@ class _Planner:
         pods that stay: never on a pod this plan removes)."""
         removed = len(self.terminate)
         self._idle(work.free_bins, work.capacity_bins, resizes)
-        if len(self.terminate) == removed or not work.waiting():
+        left = work.left()
+        if len(self.terminate) == removed or not (left.demands or left.gangs or left.constraints):
             return
         capacity_bins, free_bins = work.capacity_bins, work.free_bins
         planned = len(capacity_bins)
@@ -1139,11 +1142,10 @@ class _Planner:
         )
 
     def note_what_waits(self, work: _Work) -> None:
-        left_c = sum(it.remaining for it in work.constraints)
+        left = work.left()
+        left_c, gangs_left, left_d = left.constraints, left.gangs, left.demands
         if left_c:
             self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
-        gangs_left = sum(pg.left for pg in work.gangs)
-        left_d = sum(it.remaining for it in work.demands)
         if self.held_for_landing and (gangs_left or left_d or left_c):
             self.notes.append(
                 f"no pod launched while the grow of {', '.join(self.landing)} lands: Ray "
@@ -1160,11 +1162,6 @@ class _Planner:
             self.notes.append(f"cannot place: {shapes}")
 
     def to_plan(self, work: _Work, resizes: dict[str, ResizeAction]) -> Plan:
-        infeasible = Infeasible(
-            demands=sum(it.remaining for it in work.demands),
-            gangs=sum(pg.left for pg in work.gangs),
-            constraints=sum(it.remaining for it in work.constraints),
-        )
         return Plan(
             launch=tuple(
                 LaunchAction(
@@ -1179,7 +1176,7 @@ class _Planner:
             ),
             resize=tuple(sorted(resizes.values(), key=lambda r: r.pod)),
             terminate=tuple(sorted(self.terminate.values(), key=lambda t: t.pod)),
-            infeasible=infeasible,
+            infeasible=work.left(),
             notes=tuple(self.notes),
         )
 
@@ -1395,8 +1392,8 @@ def plan_with_trace(snapshot: ClusterSnapshot) -> tuple[Plan, Trace]:
                         )
 
     work = planner.work
-    add(work.capacity_bins, {CONSTRAINT})
-    add(work.free_bins, {DEMAND, GANG})
+    add(work.capacity_bins, {Work.CONSTRAINT})
+    add(work.free_bins, {Work.DEMAND, Work.GANG})
     left = [
         Left(it.kind, planner.res(it.shape), it.remaining, it.selector)
         for it in (*work.constraints, *work.demands)
