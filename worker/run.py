@@ -16,6 +16,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+import raysize.workflows
 from raysize.activities.cluster import ClusterActivities, RaySettings
 from raysize.activities.discovery import DiscoveryActivities
 from raysize.activities.k8s import Kube, KubeconfigError
@@ -51,7 +52,7 @@ def reconcile_input(settings: Settings) -> Callable[[str, str], ReconcileInput]:
 
 # passed through the workflow sandbox by its full name (a module is passed through when
 # it or a parent package is named)
-WORKFLOW_PACKAGE = "raysize.workflows"
+WORKFLOW_PACKAGE = raysize.workflows.__name__
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:

@@ -27,6 +27,15 @@ SA_USER = "system:serviceaccount:raysize:raysize"
 ADMISSION_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 
 
+def dockerignore_patterns() -> list[str]:
+    """deploy/Dockerfile.dockerignore's patterns, in order (comments and blanks dropped)."""
+    return [
+        line.strip()
+        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+
+
 def run_kubectl(*args: str, kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
     home = str(kubeconfig.parent) if kubeconfig else os.environ.get("HOME", "/tmp")
     env = {**os.environ, "HOME": home}

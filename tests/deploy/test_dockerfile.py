@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.conftest import DEPLOY, ROOT, one, render
+from tests.deploy.conftest import DEPLOY, ROOT, dockerignore_patterns, one, render
 
 DOCKERFILE = DEPLOY / "Dockerfile"
 
@@ -103,11 +103,7 @@ def test_installs_the_package_without_the_test_extra(stages):
         assert pattern.rstrip("*") in copied, pattern
     assert "pyproject.toml" in copied and "README.md" in copied  # readme is build metadata
     # the build context keeps exactly what is copied
-    ignore = [
-        line.strip()
-        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    ignore = dockerignore_patterns()
     assert ignore[0] == "*"  # everything out, then the package back in
     for pattern in packages:
         assert f"!{pattern.rstrip('*')}/**" in ignore

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import DEPLOY, ROOT
+from tests.deploy.conftest import ROOT, dockerignore_patterns
 
 STAND_INS = ("raysize/sandbox/", "raysize/worker/demo")
 
@@ -51,44 +51,32 @@ def copy_tracked(dest: Path, keep: Callable[[str], bool] = lambda rel: True) -> 
 
 def docker_context(dest: Path) -> Path:
     """The repository as `docker build` sees it: only what the .dockerignore admits."""
-    patterns = [
-        line.strip()
-        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
+    patterns = dockerignore_patterns()
     return copy_tracked(dest, lambda rel: admitted(patterns, rel))
 
 
-def build_wheel(source: Path, out: Path) -> Path:
+def pip(*args: str) -> None:
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(out),
-            str(source),
-        ],
+        [sys.executable, "-m", "pip", *args, "--quiet", "--no-deps"],
         check=True,
         timeout=300,
         capture_output=True,
     )
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    pip("wheel", "--no-build-isolation", "--wheel-dir", str(out), str(source))
     (wheel,) = out.glob("raysize-*.whl")
     return wheel
-
-
-def top_level(wheel: Path) -> set[str]:
-    with zipfile.ZipFile(wheel) as zf:
-        return {name.split("/")[0] for name in zf.namelist()}
 
 
 def names(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as zf:
         return zf.namelist()
+
+
+def top_level(listed: list[str]) -> set[str]:
+    return {name.split("/")[0] for name in listed}
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +89,8 @@ def test_the_wheel_installs_only_the_raysize_package(tmp_path: Path) -> None:
     """No top-level `workflows`, `activities`, `worker` or `sandbox` to collide with
     another package's; the console script names the namespaced module."""
     wheel = build_wheel(copy_tracked(tmp_path / "src"), tmp_path / "wheel")
-    assert top_level(wheel) == {"raysize", "raysize-0.1.0.dist-info"}
     listed = names(wheel)
+    assert top_level(listed) == {"raysize", "raysize-0.1.0.dist-info"}
     for module in (
         "raysize/__init__.py",
         "raysize/workflows/planner.py",
@@ -120,7 +108,7 @@ def test_the_wheel_installs_only_the_raysize_package(tmp_path: Path) -> None:
 
 def test_the_image_wheel_holds_the_worker_and_no_stand_in(image_wheel: Path) -> None:
     listed = names(image_wheel)
-    assert top_level(image_wheel) == {"raysize", "raysize-0.1.0.dist-info"}
+    assert top_level(listed) == {"raysize", "raysize-0.1.0.dist-info"}
     assert [n for n in listed if n.startswith(STAND_INS)] == []
     for module in (
         "raysize/worker/run.py",
@@ -136,22 +124,7 @@ def installed(wheel: Path, where: Path, *args: str) -> subprocess.CompletedProce
     so neither the checkout nor its editable install is on the path first)."""
     site = where / "site"
     if not site.exists():
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--target",
-                str(site),
-                str(wheel),
-            ],
-            check=True,
-            timeout=300,
-            capture_output=True,
-        )
+        pip("install", "--target", str(site), str(wheel))
     probe = (
         # the checkout's editable install would answer for what the wheel leaves out
         "import sys; sys.meta_path[:] = [f for f in sys.meta_path "
