@@ -176,14 +176,20 @@ def listening(port: int) -> bool:
 
 
 # --- tests --------------------------------------------------------------------------------
-def test_ctrl_c_stops_it_even_when_started_with_ctrl_c_ignored(tmp_path):
+@pytest.mark.parametrize("real", [False, True], ids=["embedded", "real-control-plane"])
+def test_ctrl_c_stops_it_even_when_started_with_ctrl_c_ignored(tmp_path, real):
     """`raysize sandbox up &` from a script (no job control) starts with SIGINT ignored;
-    Ctrl-C to its process group still stops it, as SIGTERM does."""
-    with sandbox_up(tmp_path, "--nodes", "1", sigint=signal.SIG_IGN) as up:
-        code, _ = up.ctrl_c(within=30)
+    Ctrl-C to its process group still stops it and everything it started (with the real
+    control plane: etcd, kube-apiserver and the KubeRay operator), as SIGTERM does."""
+    args = () if real else ("--nodes", "1")
+    with sandbox_up(tmp_path, *args, real=real, start_timeout=180, sigint=signal.SIG_IGN) as up:
+        children = descendants(up.proc.pid)
+        assert not real or len(children) >= 3, children
+        code, _ = up.ctrl_c(within=60)
         assert code == 0
         assert up.rest_of_stdout(timeout=5) == ["raysize sandbox: stopping"]
-        assert not listening(up.port)
+        assert still_running(children) == []
+        assert real or not listening(up.port)
 
 
 def test_up_serves_kubectl_the_nodes_asked_for_and_ctrl_c_stops_it(tmp_path):
