@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit suite bench bench-ray clean install demo control-plane conformance-1.33
+.PHONY: test lint typecheck unit suite bench bench-ray clean install demo control-plane conformance-1.33 browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ KUBERNETES_VERSION ?= v1.36.3
 control-plane:
 	bash scripts/build_control_plane.sh $(KUBERNETES_VERSION)
 
+# Debian's Chromium, for the test that looks at the Temporal UI in a headless browser
+# (tests/orchestration/test_temporal_ui.py); installed once per machine, as root or with sudo
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@chromium --version
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -32,7 +41,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy raysize
 
 # every test, every tier (tests/conftest.py): what CI runs
-suite: $(STAMP) control-plane
+suite: $(STAMP) control-plane browser
 	$(BIN)/pytest
 
 # the unit tier alone: pure code and offline parsing, no server (seconds)

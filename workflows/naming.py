@@ -10,19 +10,30 @@ from __future__ import annotations
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from raysize.workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest
+from raysize.workflows.summaries import resize_change
 
 # workflow types, as registered (`@workflow.defn(name=...)`)
 RECONCILE_WORKFLOW = "ReconcileWorkflow"
 RESIZE_WORKFLOW = "PodResizeWorkflow"
 DISCOVERY_WORKFLOW = "DiscoveryWorkflow"
 
-# search attributes: `RayCluster='demo' AND ResizeOutcome='RolledBack'` in the Temporal UI
+# search attributes: `RayCluster='demo' AND ResizeOutcome='RolledBack'` in the Temporal UI;
+# ResizeChange (`grow 1 → 2 CPU`) and ResizeOutcome are the columns that tell one pod's
+# resizes apart in its workflow list (the list has no column for the static summary)
 RAY_CLUSTER = SearchAttributeKey.for_keyword("RayCluster")
 RAY_NAMESPACE = SearchAttributeKey.for_keyword("RayNamespace")
 POD_NAME = SearchAttributeKey.for_keyword("PodName")
 RESIZE_PHASE = SearchAttributeKey.for_keyword("ResizePhase")
 RESIZE_OUTCOME = SearchAttributeKey.for_keyword("ResizeOutcome")
-SEARCH_ATTRIBUTES = (RAY_CLUSTER, RAY_NAMESPACE, POD_NAME, RESIZE_PHASE, RESIZE_OUTCOME)
+RESIZE_CHANGE = SearchAttributeKey.for_keyword("ResizeChange")
+SEARCH_ATTRIBUTES = (
+    RAY_CLUSTER,
+    RAY_NAMESPACE,
+    POD_NAME,
+    RESIZE_PHASE,
+    RESIZE_OUTCOME,
+    RESIZE_CHANGE,
+)
 
 
 def reconcile_workflow_id(namespace: str, cluster: str) -> str:
@@ -46,8 +57,8 @@ def reconcile_search_attributes(namespace: str, cluster: str) -> TypedSearchAttr
 
 
 def resize_search_attributes(req: ResizeRequest) -> TypedSearchAttributes:
-    """Set when a resize starts: who it is about and its first phase, so the saga itself
-    needs no upsert until its phase changes."""
+    """Set when a resize starts: who it is about, what it sets out to do and its first
+    phase, so the saga itself needs no upsert until its phase changes."""
     first = (
         ResizePhase.SHRINKING_RAYLET if shrinks(req, req.cpu, req.memory) else ResizePhase.POLLING
     )
@@ -58,5 +69,6 @@ def resize_search_attributes(req: ResizeRequest) -> TypedSearchAttributes:
             SearchAttributePair(POD_NAME, req.pod),
             SearchAttributePair(RESIZE_PHASE, first.value),
             SearchAttributePair(RESIZE_OUTCOME, ResizeOutcome.PENDING.value),
+            SearchAttributePair(RESIZE_CHANGE, resize_change(req)),
         ]
     )

@@ -42,9 +42,17 @@ def resize_verb(req: ResizeRequest) -> str:
     return "shrink" if req.cpu <= req.from_cpu and req.memory <= req.from_memory else "grow"
 
 
+def resize_change(req: ResizeRequest) -> str:
+    """`grow 1 → 2 CPU`: what a resize sets out to do (its `ResizeChange` search attribute,
+    a column the Temporal UI's workflow list can show)."""
+    return _clip(
+        f"{resize_verb(req)} {change_text(req.from_cpu, req.from_memory, req.cpu, req.memory)}"
+    )
+
+
 def resize_summary(req: ResizeRequest) -> str:
-    """`grow 1 → 2 CPU for 1 × {CPU: 2} pending task` (the workflow list's line)."""
-    text = f"{resize_verb(req)} {change_text(req.from_cpu, req.from_memory, req.cpu, req.memory)}"
+    """`grow 1 → 2 CPU for 1 × {CPU: 2} pending task` (the workflow page's title line)."""
+    text = resize_change(req)
     reason = why(req.reason)
     return _clip(f"{text} for {reason}" if reason else text)
 

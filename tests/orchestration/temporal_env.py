@@ -44,12 +44,14 @@ async def start_time_skipping() -> WorkflowEnvironment:
     return env
 
 
-async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
-    """The CLI dev server (in memory), with raysize's search attributes; the caller
-    shuts it down (`await env.shutdown()`)."""
+async def start_dev_server(*extra_args: str, ui_port: int | None = None) -> WorkflowEnvironment:
+    """The CLI dev server (in memory), with raysize's search attributes, and its web UI
+    when given a port; the caller shuts it down (`await env.shutdown()`)."""
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     return await WorkflowEnvironment.start_local(
+        ui=ui_port is not None,
+        ui_port=ui_port,
         dev_server_existing_path=venv_binary("temporal"),
         data_converter=pydantic_data_converter,
         search_attributes=list(SEARCH_ATTRIBUTES),

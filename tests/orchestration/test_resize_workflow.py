@@ -87,6 +87,7 @@ async def test_happy_path_grows_pod_then_raylet(ts_env: WorkflowEnvironment) -> 
     assert attrs["ResizePhase"] == "Done" and attrs["ResizeOutcome"] == "Succeeded"
     assert attrs["PodName"] == "w1" and attrs["RayCluster"] == "demo"
     assert attrs["RayNamespace"] == "ray"
+    assert attrs["ResizeChange"] == "grow 1 → 4 CPU"  # a column of the UI's workflow list
 
 
 async def test_shrink_resizes_the_raylet_first_and_uses_what_it_applied(
