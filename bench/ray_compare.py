@@ -16,8 +16,10 @@ Figures, the same for both planners:
 - *placed*: demand units, placement groups and requested bundles placed;
 - *new pods*: pods launched;
 - *resized*: pods grown in place;
-- *added CPU / memory*: launched pods at their group's size, plus each grow over the
-  pod's size before it. A resize already in flight counts at its target capped by the
+- *added CPU / memory*: each launched pod at the size the plan fills it to (its group's
+  size, or more where the plan puts more on it: both planners count a new pod of an IPPR
+  group at its maximum while placing, and it is grown once it runs), plus each grow over
+  the pod's size before it. A resize already in flight counts at its target capped by the
   kubelet's suggestion (Ray queues a follow-up resize to that size; raysize's saga asks
   again at it), so neither planner is charged for it. Shrinks are not subtracted.
 
@@ -60,7 +62,7 @@ from typing import Any
 from bench.procs import stop_on_sigterm
 from raysize.worker.scenario import load_scenario
 from raysize.workflows.model import ClusterSnapshot, Plan, PodView
-from raysize.workflows.planner import plan
+from raysize.workflows.planner import NEW_POD, Trace, Work, plan, plan_with_trace
 from raysize.workflows.resources import CPU, GIB, units_to_float
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +106,9 @@ class Outcome:
     timeout_s: float | None = None
     # units left of each entry of the scenario's `demands`, in order (None: not known)
     demand_left_by_entry: list[int] | None = None
+    # each launched pod's group and the CPU (cores) and memory (bytes) the plan puts on it
+    # (tasks, actors and placement-group bundles)
+    new_pod_use: list[tuple[str, float, int]] = field(default_factory=list)
 
     @property
     def demand_placed(self) -> int:
@@ -132,6 +137,7 @@ class Outcome:
     def from_json(cls, raw: dict[str, Any]) -> Outcome:
         raw = dict(raw)
         raw["resizes"] = [Resize(**r) for r in raw.get("resizes", [])]
+        raw["new_pod_use"] = [tuple(u) for u in raw.get("new_pod_use", [])]
         return cls(**raw)
 
 
@@ -172,10 +178,17 @@ def added(snap: ClusterSnapshot, o: Outcome) -> Added:
     before = {p.name: size_before(p) for p in snap.pods}
     cpu = 0.0
     memory = 0
+    used: dict[str, list[tuple[float, int]]] = {}
+    for group, used_cpu, used_memory in o.new_pod_use:
+        used.setdefault(group, []).append((used_cpu, used_memory))
     for group, n in o.launched.items():
         size = snap.groups[group].resources
-        cpu += units_to_float(size.cpu, CPU) * n
-        memory += size.memory * n
+        size_cpu = units_to_float(size.cpu, CPU)
+        filled = used.get(group, [])[:n]
+        filled += [(0.0, 0)] * (n - len(filled))  # launched for nothing placed (min_workers)
+        for used_cpu, used_memory in filled:
+            cpu += max(size_cpu, used_cpu)
+            memory += max(size.memory, used_memory)
     resized = 0
     for r in o.resizes:
         was_cpu, was_memory = before.get(r.pod, (r.from_cpu, r.from_memory))
@@ -187,7 +200,24 @@ def added(snap: ClusterSnapshot, o: Outcome) -> Added:
     return Added(new_pods=o.pods_launched, resized=resized, cpu=round(cpu, 3), memory=memory)
 
 
-def our_outcome(snap: ClusterSnapshot, result: Plan, seconds: list[float]) -> Outcome:
+def new_pod_use(trace: Trace) -> list[tuple[str, float, int]]:
+    """What our plan puts on each pod it launches (tasks, actors, bundles)."""
+    use: dict[str, tuple[str, float, int]] = {}
+    for p in trace.placements:
+        if p.where != NEW_POD or p.kind == Work.CONSTRAINT:
+            continue
+        group, cpu, memory = use.get(p.pod, (p.group, 0.0, 0))
+        use[p.pod] = (
+            group,
+            cpu + units_to_float(p.shape.cpu, CPU) * p.count,
+            memory + p.shape.memory * p.count,
+        )
+    return [use[k] for k in sorted(use)]
+
+
+def our_outcome(
+    snap: ClusterSnapshot, result: Plan, seconds: list[float], trace: Trace | None = None
+) -> Outcome:
     demand_units, gangs, constraint_units = scenario_totals(snap)
     return Outcome(
         planner="ours",
@@ -210,6 +240,7 @@ def our_outcome(snap: ClusterSnapshot, result: Plan, seconds: list[float]) -> Ou
             for r in result.resize
         ],
         terminated={t.pod: t.reason for t in result.terminate},
+        new_pod_use=new_pod_use(trace) if trace is not None else [],
     )
 
 
@@ -222,7 +253,9 @@ def run_ours(doc: dict[str, Any], repeat: int) -> Outcome:
         result = plan(snap)
         samples.append(time.perf_counter() - t0)
     assert result is not None
-    return our_outcome(snap, result, samples)
+    traced, trace = plan_with_trace(snap)  # the same decision, and where it puts each unit
+    assert traced == result
+    return our_outcome(snap, result, samples, trace)
 
 
 # --- what Ray cannot be given ----------------------------------------------------------

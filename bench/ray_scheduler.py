@@ -43,6 +43,8 @@ from ray.autoscaler.v2.instance_manager.cloud_providers.kuberay.ippr_provider im
 from ray.autoscaler.v2.instance_manager.config import NodeTypeConfig
 from ray.autoscaler.v2.scheduler import (
     ResourceDemandScheduler,
+    ResourceRequestSource,
+    SchedulingNodeStatus,
     SchedulingReply,
     SchedulingRequest,
 )
@@ -316,6 +318,30 @@ def scheduling_request(snap: ClusterSnapshot, now: int) -> tuple[SchedulingReque
     return request, queued_before
 
 
+# What the last schedule() put on each node it launches: recorded when the scheduler
+# reads its launch requests off its nodes (SchedulingReply has only counts per type).
+# Ray places on a new node of an IPPR group up to the group's maximum, so a new node may
+# carry more than it is launched with; the IPPR provider grows it once it runs.
+_LAUNCHED: list[tuple[str, float, int]] = []
+_get_launch_requests = ResourceDemandScheduler.ScheduleContext.get_launch_requests
+
+
+def _recording_launches(ctx: Any) -> Any:
+    _LAUNCHED.clear()
+    for node in ctx._nodes:
+        if node.status != SchedulingNodeStatus.TO_LAUNCH:
+            continue
+        cpu, memory = 0.0, 0.0
+        for req in node.sched_requests.get(ResourceRequestSource.PENDING_DEMAND, []):
+            cpu += req.resources_bundle.get("CPU", 0.0)
+            memory += req.resources_bundle.get("memory", 0.0)
+        _LAUNCHED.append((node.node_type, round(cpu, 3), int(memory)))
+    return _get_launch_requests(ctx)
+
+
+ResourceDemandScheduler.ScheduleContext.get_launch_requests = _recording_launches  # type: ignore[method-assign]
+
+
 def outcome(
     snap: ClusterSnapshot, reply: SchedulingReply, queued_before: set[str], seconds: list[float]
 ) -> Outcome:
@@ -363,6 +389,7 @@ def outcome(
         resizes=sorted(resizes, key=lambda r: r.pod),
         terminated=dict(sorted(terminated.items())),
         demand_left_by_entry=left_by_entry if known else None,
+        new_pod_use=sorted(_LAUNCHED),
     )
 
 

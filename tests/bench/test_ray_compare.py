@@ -139,6 +139,21 @@ def test_case3_with_no_worker_ray_launches_one_counted_at_its_ippr_maximum(ray):
     assert_ours_no_worse(ours, theirs)
 
 
+def test_a_new_pod_counts_at_what_each_planner_puts_on_it(ray):
+    # no worker; tasks of 3 CPU and 1 CPU: both launch one pod of the 1-CPU group and fill
+    # it to 4 CPU (its IPPR maximum), so it counts at 4 CPU, not at its launch size of 1
+    doc = seed([], [{"CPU": 3}, {"CPU": 1}])
+    ours, theirs = both(ray, doc)
+    snap = load_scenario(doc)
+    for o in (ours, theirs):
+        assert o.launched == {"workergroup1": 1}
+        assert [(g, cpu) for g, cpu, _ in o.new_pod_use] == [("workergroup1", 4.0)]
+        assert added(snap, o).cpu == 4.0
+    # a pod launched with nothing on it (min_workers) counts at its launch size
+    idle = Outcome(**{**ours.to_json(), "new_pod_use": []})
+    assert added(snap, idle).cpu == 1.0
+
+
 def test_case4_a_timed_out_resize_is_rolled_back_and_ray_scales_out(ray):
     stuck = worker(
         "w1",
