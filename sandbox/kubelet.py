@@ -81,6 +81,8 @@ class PodStore(Protocol):
 # report(namespace, pod, pod uid, container, exit code): a container's process ended by
 # itself (not stopped by the kubelet); a signal's death is 128 + its number, as in a shell
 ExitReport = Callable[[str, str, str, str, int], None]
+# (namespace, pod, uid, init container, exit code): a run-to-completion init container ended
+InitReport = Callable[[str, str, str, str, int], None]
 
 
 class PodRuntime(Protocol):
@@ -102,6 +104,13 @@ class PodRuntime(Protocol):
     def restart(self, pod: Obj, container: str) -> None:
         """Run one container of a started pod again (its restartPolicy says so)."""
         ...
+
+
+def runs_init_containers(runtime: PodRuntime, pod: Obj) -> list[str]:
+    """The run-to-completion init containers that `runtime` runs and reports the end of
+    (`on_init`), in order; none: the pod's containers start at once."""
+    commands = getattr(runtime, "init_containers", None)
+    return list(commands(pod)) if commands is not None else []
 
 
 class NoRuntime:
@@ -239,6 +248,8 @@ class _PodState:
     last_error: str = ""
     seen: tuple[Any, ...] | None = None  # spec, labels, annotations at the last update
     restarts: dict[str, int] = field(default_factory=dict)  # container → restarts so far
+    initializing: list[str] = field(default_factory=list)  # init containers still to end
+    run_when_initialized: Callable[[], None] | None = None
     total: Amounts = field(default_factory=dict)  # the pod's allocated requests (as tracked)
     slots: int = 0  # pods it counts for on its node (as tracked)
 
@@ -292,6 +303,13 @@ class Kubelet:
                 lambda: self._container_exited((ns, name), uid, container, code)
             )
         )
+        on_init = getattr(self.runtime, "on_init", None)
+        if on_init is not None:
+            on_init(
+                lambda ns, name, uid, container, code: self.call(
+                    lambda: self._init_container_ended((ns, name), uid, container, code)
+                )
+            )
 
     def _cluster_ip(self, node: NodeSpec, i: int) -> str:
         return f"10.244.{list(self.nodes).index(node.name)}.{i}"
@@ -499,8 +517,21 @@ class Kubelet:
         if state.started:
             return
         state.started = True
+        waits_for = runs_init_containers(self.runtime, pod)
         ip = self.runtime.start(pod) or self._pod_ip(node, next(self._ips))
         now = now_rfc3339()
+        if waits_for:
+            # Pending until its init containers have run to completion, one after the
+            # other (`kubectl get pods`: Init:0/1); then it runs as below
+            state.initializing = list(waits_for)
+            self.store.update("pods", *key, _initializing(ip, now, waits_for))
+            state.run_when_initialized = lambda: self._containers_started(key, node, ip, now)
+            return
+        self._containers_started(key, node, ip, now)
+
+    def _containers_started(self, key: tuple[str, str], node: NodeSpec, ip: str, now: str) -> None:
+        """The pod runs: its containers started (its init containers, if any, done)."""
+        state = self._pods[key]
 
         def run(p: Obj) -> Obj:
             status = p.setdefault("status", {})
@@ -544,13 +575,22 @@ class Kubelet:
 
             init = p["spec"].get("initContainers") or []
             if init:
-                status["initContainerStatuses"] = [container_status(c) for c in init]
+                # what ran to completion keeps its record (its exit, its restarts)
+                before = {cs["name"]: cs for cs in status.get("initContainerStatuses") or []}
+                status["initContainerStatuses"] = [
+                    cs
+                    if "terminated" in ((cs := before.get(c["name"]) or {}).get("state") or {})
+                    and c["name"] not in state.allocated
+                    else container_status(c)
+                    for c in init
+                ]
             status["containerStatuses"] = [
                 container_status(c) for c in p["spec"].get("containers") or []
             ]
             return p
 
         self.store.update("pods", *key, run)
+        pod = self.store.get("pods", *key)
         deadline = pod["spec"].get("activeDeadlineSeconds")
         if isinstance(deadline, int) and deadline > 0:
             uid = pod["metadata"]["uid"]
@@ -588,6 +628,45 @@ class Kubelet:
 
         self._write_status(key, failed)
         self._schedule_pending()  # the scheduler sees the room; the kubelet's retry does not
+
+    # --- init containers ---------------------------------------------------------------------
+    def _init_container_ended(self, key: tuple[str, str], uid: str, name: str, code: int) -> None:
+        """A run-to-completion init container ended. Exit 0: the next one runs, and after
+        the last the pod's containers start. Otherwise the runtime runs it again after a
+        back-off (restartPolicy Always or OnFailure), or the pod has Failed (Never)."""
+        state = self._pods.get(key)
+        pod = self.store.find("pods", *key)
+        if state is None or state.finished or pod is None or pod["metadata"]["uid"] != uid:
+            return
+        if name not in state.initializing:
+            return
+        now = now_rfc3339()
+        never = (pod["spec"].get("restartPolicy") or "Always") == "Never"
+        if code == 0:
+            state.initializing.remove(name)
+            if not state.initializing and state.run_when_initialized is not None:
+                start, state.run_when_initialized = state.run_when_initialized, None
+                start()
+                return
+            self._write_status(key, _init_progress(name, now, state.initializing))
+            return
+        log.info("pod %s/%s: init container %s exited %d", *key, name, code)
+        self._write_status(key, _init_failed(name, code, now, failed_pod=never))
+        if never:
+            state.run_when_initialized = None
+            self._stop_runtime(pod)
+            state.finished = True
+            self._track(key, state)
+            self._unqueue(key)
+            self._schedule_pending()
+        else:
+            state.restarts[name] = state.restarts.get(name, 0) + 1
+            self._event(
+                pod,
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {name} in pod {key[1]}_{key[0]}({uid})",
+            )
 
     # --- container exits (the pod's restartPolicy) ------------------------------------------
     def _container_exited(self, key: tuple[str, str], uid: str, name: str, code: int) -> None:
@@ -1117,6 +1196,115 @@ def _statuses(pod: Obj) -> list[Obj]:
     """The pod's container statuses, init containers' first (the dicts themselves)."""
     status = pod.get("status") or {}
     return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _waiting(c: Obj, reason: str) -> Obj:
+    return {
+        "name": c["name"],
+        "image": c.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": reason}},
+        "lastState": {},
+    }
+
+
+def _initializing(ip: str, now: str, waits_for: list[str]) -> Callable[[Obj], Obj]:
+    """A pod whose first init container runs: Pending, not Initialized (1.35's wording)."""
+
+    def change(p: Obj) -> Obj:
+        status = p.setdefault("status", {})
+        status["phase"] = "Pending"
+        status["hostIP"] = "127.0.0.1"
+        status["hostIPs"] = [{"ip": "127.0.0.1"}]
+        status["podIP"] = ip
+        status["podIPs"] = [{"ip": ip}]
+        status["startTime"] = now
+        status["observedGeneration"] = p["metadata"].get("generation", 1)
+        spec = p["spec"]
+        _set_condition(p, "PodReadyToStartContainers", "True")
+        _set_condition(
+            p,
+            "Initialized",
+            "False",
+            "ContainersNotInitialized",
+            f"containers with incomplete status: [{' '.join(waits_for)}]",
+        )
+        names = [c["name"] for c in spec.get("containers") or []]
+        for ctype in ("Ready", "ContainersReady"):
+            _set_condition(
+                p,
+                ctype,
+                "False",
+                "ContainersNotReady",
+                f"containers with unready status: [{' '.join(names)}]",
+            )
+        statuses = []
+        for c in spec.get("initContainers") or []:
+            cs = _waiting(c, "PodInitializing")
+            if c["name"] == waits_for[0]:
+                cs["state"] = {"running": {"startedAt": now}}
+                cs["started"] = True
+            elif c["name"] not in waits_for:  # a sidecar, or one with nothing to run
+                cs["state"] = {"running": {"startedAt": now}}
+                cs["started"] = cs["ready"] = bool(podlib.is_sidecar(c))
+                if not podlib.is_sidecar(c):
+                    _set_terminated(cs, 0, "Completed", now, now)
+            statuses.append(cs)
+        status["initContainerStatuses"] = statuses
+        status["containerStatuses"] = [
+            _waiting(c, "PodInitializing") for c in spec.get("containers") or []
+        ]
+        return p
+
+    return change
+
+
+def _init_progress(done: str, now: str, left: list[str]) -> Callable[[Obj], Obj]:
+    """An init container completed; the next one runs."""
+
+    def change(p: Obj) -> Obj:
+        for cs in p["status"].get("initContainerStatuses") or []:
+            if cs["name"] == done:
+                started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", now)
+                _set_terminated(cs, 0, "Completed", started, now)
+            elif cs["name"] == left[0]:
+                cs["state"] = {"running": {"startedAt": now}}
+                cs["started"] = True
+        _set_condition(
+            p,
+            "Initialized",
+            "False",
+            "ContainersNotInitialized",
+            f"containers with incomplete status: [{' '.join(left)}]",
+        )
+        return p
+
+    return change
+
+
+def _init_failed(name: str, code: int, now: str, *, failed_pod: bool) -> Callable[[Obj], Obj]:
+    """An init container failed: the pod Failed (restartPolicy Never), or the container
+    waits to run again (Init:CrashLoopBackOff)."""
+
+    def change(p: Obj) -> Obj:
+        status = p["status"]
+        for cs in status.get("initContainerStatuses") or []:
+            if cs["name"] != name:
+                continue
+            started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", now)
+            _set_terminated(cs, code, "Error", started, now)
+            if not failed_pod:
+                cs["lastState"] = cs.pop("state")
+                cs["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+                cs["restartCount"] = int(cs.get("restartCount", 0)) + 1
+        if failed_pod:
+            status["phase"] = "Failed"
+        return p
+
+    return change
 
 
 def _set_terminated(cs: Obj, exit_code: int, reason: str, started_at: str, now: str) -> None:

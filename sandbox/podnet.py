@@ -43,13 +43,16 @@ from typing import TYPE_CHECKING, Any
 from raysize.sandbox.rayprocs import exit_code, stop_process_groups
 
 if TYPE_CHECKING:
-    from raysize.sandbox.kubelet import ExitReport
+    from raysize.sandbox.kubelet import ExitReport, InitReport
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 NETNS_ETC = Path("/etc/netns")
 HOSTS_REFRESH_S = 1.0
+# a failed init container runs again after this, doubled each time (the kubelet's back-off)
+INIT_BACKOFF_S = 10.0
+INIT_BACKOFF_MAX_S = 300.0
 CLUSTER_DOMAIN = "cluster.local"
 SA_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -250,6 +253,7 @@ class ContainerRuntime:
         self.lookup = lookup
         self.api = api
         self._report: ExitReport | None = None
+        self._init_report: InitReport | None = None
         self.bin_dir = bin_dir or str(Path(sys.executable).parent)
         self.root = Path(tempfile.mkdtemp(prefix="rsz-"))  # short: Ray's socket paths
         self._pods: dict[str, _Pod] = {}
@@ -360,27 +364,51 @@ class ContainerRuntime:
         )
 
     # --- containers ----------------------------------------------------------------------
+    def init_containers(self, pod: Obj) -> list[str]:
+        """The init containers this runtime runs to completion and reports (`on_init`)."""
+        return [
+            c["name"]
+            for c in (pod.get("spec") or {}).get("initContainers") or []
+            if c.get("restartPolicy") != "Always" and (c.get("command") or c.get("args"))
+        ]
+
+    def on_init(self, report: InitReport) -> None:
+        self._init_report = report
+
     def _run(self, p: _Pod, pod: Obj) -> None:
-        """Init containers one after the other, each to its end; then the containers."""
+        """Init containers one after the other, each to its end (a failed one again after
+        a back-off, unless the pod never restarts); then the containers."""
         spec = pod.get("spec") or {}
+        never = (spec.get("restartPolicy") or "Always") == "Never"
         for c in spec.get("initContainers") or []:
-            if p.stopping.is_set():
-                return
-            proc = self._exec(p, pod, c)
-            if proc is None:
-                continue
             if c.get("restartPolicy") == "Always":
-                continue  # a sidecar keeps running beside the containers
-            code = proc.wait()
-            if code != 0:
+                self._exec(p, pod, c)  # a sidecar keeps running beside the containers
+                continue
+            failures = 0
+            while not p.stopping.is_set():
+                proc = self._exec(p, pod, c, watch=False)
+                if proc is None:
+                    break  # the image's entrypoint: nothing of ours to run
+                code = exit_code(proc.wait())
+                if p.stopping.is_set():
+                    return
+                if self._init_report is not None:
+                    self._init_report(p.namespace, p.name, p.uid, c["name"], code)
+                if code == 0:
+                    break
                 log.warning("pod %s: init container %s exited %d", p.name, c["name"], code)
-                return
+                if never:
+                    return
+                failures += 1
+                p.stopping.wait(min(INIT_BACKOFF_MAX_S, INIT_BACKOFF_S * 2 ** (failures - 1)))
         for c in spec.get("containers") or []:
             if p.stopping.is_set():
                 return
             self._exec(p, pod, c)
 
-    def _exec(self, p: _Pod, pod: Obj, c: Obj) -> subprocess.Popen[bytes] | None:
+    def _exec(
+        self, p: _Pod, pod: Obj, c: Obj, *, watch: bool = True
+    ) -> subprocess.Popen[bytes] | None:
         argv = [*(c.get("command") or []), *(c.get("args") or [])]
         if not argv:
             return None  # the image's entrypoint: nothing of ours to run
@@ -399,9 +427,11 @@ class ContainerRuntime:
             )
         with self._lock:
             p.procs.append(proc)
-            p.running[c["name"]] = proc
+            if watch:
+                p.running[c["name"]] = proc
         log.info("pod %s: container %s started (pid %d) in %s", p.name, c["name"], proc.pid, p.ip)
-        threading.Thread(target=self._watch, args=(p, c["name"], proc), daemon=True).start()
+        if watch:  # an init container's end is waited for by `_run` and reported as such
+            threading.Thread(target=self._watch, args=(p, c["name"], proc), daemon=True).start()
         return proc
 
     def _env(self, p: _Pod, pod: Obj, c: Obj) -> dict[str, str]:
