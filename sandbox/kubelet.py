@@ -249,6 +249,7 @@ class _PodState:
     seen: tuple[Any, ...] | None = None  # spec, labels, annotations at the last update
     restarts: dict[str, int] = field(default_factory=dict)  # container → restarts so far
     initializing: list[str] = field(default_factory=list)  # init containers still to end
+    pending_reported: tuple[str, int] | None = None  # the PodResizePending last written
     run_when_initialized: Callable[[], None] | None = None
     total: Amounts = field(default_factory=dict)  # the pod's allocated requests (as tracked)
     slots: int = 0  # pods it counts for on its node (as tracked)
@@ -811,6 +812,7 @@ class Kubelet:
         if desired == state.allocated:
             # Nothing (or nothing any more: reverted) to allocate. No event either way.
             self._pending_since.pop(key, None)
+            state.pending_reported = None
             if _condition(pod, PENDING) is not None:
 
                 def cleared(p: Obj) -> Obj:
@@ -849,11 +851,10 @@ class Kubelet:
                         break
         if reason:
             previous = _condition(pod, PENDING)
-            changed = (
-                previous is None
-                or previous.get("reason") != reason
-                or previous.get("observedGeneration") != generation
-            )
+            # a new pending resize (or a new reason) records an event; the kubelet knows
+            # what it reported from its own status cache, not from what the API server
+            # kept (1.33 drops the condition's observedGeneration)
+            changed = previous is None or state.pending_reported != (reason, generation)
             if previous is None or key not in self._pending_since:
                 self._pending_since[key] = time.monotonic()
 
@@ -863,6 +864,7 @@ class Kubelet:
                 return p
 
             self._write_status(key, pending)
+            state.pending_reported = (reason, generation)
             if changed and not early:
                 self._event(
                     pod,
@@ -874,6 +876,7 @@ class Kubelet:
 
         # Fits: checkpoint the allocation, then report it in one status write.
         self._pending_since.pop(key, None)
+        state.pending_reported = None
         state.allocated = desired
         self._track(key, state)
         state.last_error = ""

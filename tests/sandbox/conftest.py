@@ -156,6 +156,21 @@ def server_minor(kube: client.ApiClient) -> int:
     return int(str(client.VersionApi(kube).get_code().minor).rstrip("+"))
 
 
+@pytest.fixture(scope="package")
+def tracked(server_minor: int) -> Callable[[int | None], int | None]:
+    """The observedGeneration the server keeps of what the kubelet writes (on the pod's
+    status and its resize conditions): 1.33 drops it (PodObservedGenerationTracking is
+    alpha there, off; beta and on from 1.34)."""
+    return lambda generation: generation if server_minor >= 34 else None
+
+
+@pytest.fixture(scope="package")
+def keeps_allocated(server_minor: int) -> bool:
+    """Whether the server keeps the kubelet's `allocatedResources` in container statuses:
+    1.33 drops them (InPlacePodVerticalScalingAllocatedStatus is alpha there, off)."""
+    return server_minor >= 34
+
+
 @pytest.fixture
 def ns(core: client.CoreV1Api, parked_node: str) -> Iterator[str]:
     name = f"t-{uuid.uuid4().hex[:8]}"

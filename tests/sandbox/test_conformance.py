@@ -274,10 +274,21 @@ def test_containers_may_not_be_added_removed_or_renamed(core, ns):
 def test_pod_level_resources_must_cover_the_containers_after_a_resize(core, ns, server_minor):
     """A pod-level limit defaults the pod-level request to what the containers ask (100m).
     1.36 resizes such pods, but the pod-level request must still cover the containers;
-    before 1.36 they cannot be resized at all."""
+    1.34 and 1.35 cannot resize them at all; 1.33 has no pod-level resources (the
+    PodLevelResources gate is alpha, off: the field is dropped) and resizes the container."""
     body = pod_body("p", **BURSTABLE)
     body["spec"]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
     created = core.create_namespaced_pod(ns, body)
+    if server_minor <= 33:
+        assert created.spec.resources is None
+        pod = resize(
+            core,
+            ns,
+            "p",
+            {"spec": {"containers": [{"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}},
+        )
+        assert pod.spec.containers[0].resources.requests["cpu"] == "150m"
+        return
     assert created.spec.resources.requests == {"cpu": "100m", "memory": "64Mi"}
     with pytest.raises(ApiException) as exc:
         resize(
@@ -316,26 +327,45 @@ def test_request_above_limit_is_invalid(core, ns):
     )
 
 
-def test_memory_limit_decrease_passes_validation(core, ns):
-    running_pod(core, ns, "p", **BURSTABLE)
-    pod = resize(
-        core,
-        ns,
-        "p",
-        [{"op": "replace", "path": "/spec/containers/0/resources/limits/memory", "value": "96Mi"}],
+def memory_limit_needs_restart(exc: pytest.ExceptionInfo[ApiException], change: str) -> None:
+    """1.33's rule (PR #133012 lifted it in 1.34): a memory limit may be lowered or added
+    only where the container restarts for memory."""
+    rule = f"memory limits cannot be {change} unless resizePolicy is RestartContainer"
+    assert (exc.value.status, status_of(exc)["message"]) == (
+        422,
+        f'Pod "p" is invalid: spec.containers[0].resources.limits[memory]: Forbidden: {rule}',
     )
+
+
+def test_memory_limit_decrease_passes_validation(core, ns, server_minor):
+    running_pod(core, ns, "p", **BURSTABLE)
+    change = [
+        {"op": "replace", "path": "/spec/containers/0/resources/limits/memory", "value": "96Mi"}
+    ]
+    if server_minor <= 33:
+        with pytest.raises(ApiException) as exc:
+            resize(core, ns, "p", change)
+        memory_limit_needs_restart(exc, "decreased")
+        return
+    pod = resize(core, ns, "p", change)
     assert pod.spec.containers[0].resources.limits["memory"] == "96Mi"
 
 
-def test_memory_limit_addition_passes_validation(core, ns):
+def test_memory_limit_addition_passes_validation(core, ns, server_minor):
     pod = parked_pod(
         core, ns, pod_body("p", requests={"cpu": "100m", "memory": "64Mi"}, limits={"cpu": "200m"})
     )
+    change = [{"op": "add", "path": "/spec/containers/0/resources/limits/memory", "value": "128Mi"}]
+    if server_minor <= 33:
+        with pytest.raises(ApiException) as exc:
+            resize(core, ns, "p", change)
+        memory_limit_needs_restart(exc, "added")
+        return
     after = resize(
         core,
         ns,
         "p",
-        [{"op": "add", "path": "/spec/containers/0/resources/limits/memory", "value": "128Mi"}],
+        change,
     )
     assert after.spec.containers[0].resources.limits == {"cpu": "200m", "memory": "128Mi"}
     assert after.metadata.generation == pod.metadata.generation + 1
@@ -538,12 +568,28 @@ def test_a_resize_of_a_pod_whose_node_is_gone_is_refused_from_1_36(core, ns, ser
     assert core.read_namespaced_pod("p", ns).spec.containers[0].resources.requests["cpu"] == "100m"
 
 
-def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns):
+def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns, server_minor):
     """Adding ephemeral-storage to a container that had no resources is refused since
-    PR #135084 (docs/kubernetes-resize.md §1 step 9); a 1.35 without that fix would accept it."""
+    PR #135084 (docs/kubernetes-resize.md §1 step 9); a 1.35 without that fix would accept
+    it, and 1.33.13 does."""
     body = pod_body("p", containers=2, **BURSTABLE)
     body["spec"]["containers"][1]["resources"] = {}
     parked_pod(core, ns, body)
+    if server_minor <= 33:
+        gained = resize(
+            core,
+            ns,
+            "p",
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/containers/1/resources/requests",
+                    "value": {"ephemeral-storage": "1Gi"},
+                }
+            ],
+        )
+        assert gained.spec.containers[1].resources.requests == {"ephemeral-storage": "1Gi"}
+        return
     with pytest.raises(ApiException) as exc:
         resize(
             core,
@@ -909,7 +955,7 @@ def test_resize_cannot_change_labels_or_status(core, ns):
 
 
 # --- §2: what the kubelet reports ---------------------------------------------------------
-def test_accepted_resize_is_actuated_and_reported(core, ns):
+def test_accepted_resize_is_actuated_and_reported(core, ns, tracked, keeps_allocated):
     running_pod(core, ns, "p", **BURSTABLE)
     patched = resize(
         core,
@@ -938,8 +984,9 @@ def test_accepted_resize_is_actuated_and_reported(core, ns):
         return pod if finished else None
 
     pod = wait_for(done, timeout=60)
-    assert pod.status.container_statuses[0].allocated_resources["cpu"] == "150m"
-    assert pod.status.observed_generation == patched.metadata.generation
+    if keeps_allocated:
+        assert pod.status.container_statuses[0].allocated_resources["cpu"] == "150m"
+    assert pod.status.observed_generation == tracked(patched.metadata.generation)
     reasons = wait_for(
         lambda: (
             {
@@ -965,7 +1012,9 @@ def test_accepted_resize_is_actuated_and_reported(core, ns):
     )
 
 
-def test_infeasible_resize_is_refused_at_admission_from_1_36_else_pending(core, ns, server_minor):
+def test_infeasible_resize_is_refused_at_admission_from_1_36_else_pending(
+    core, ns, server_minor, tracked
+):
     """A resize above the node's allocatable: 1.36's admission refuses it (403, cause
     NodeCapacity, the pod unchanged); 1.33-1.35 store it and the kubelet marks it
     Infeasible with its own message and a Warning event."""
@@ -1002,7 +1051,7 @@ def test_infeasible_resize_is_refused_at_admission_from_1_36_else_pending(core, 
     assert cond.message == (
         f"Node didn't have enough capacity: cpu, requested: {cap_m + 1000}, capacity: {cap_m}"
     )
-    assert cond.observed_generation == patched.metadata.generation
+    assert cond.observed_generation == tracked(patched.metadata.generation)
     event = wait_for(
         lambda: [
             e
@@ -1116,11 +1165,11 @@ def test_watch_sees_every_change_in_order_and_resumes(core, ns):
     assert kinds[0] == "ADDED" and kinds[-1] == "DELETED"
 
 
-def test_a_watch_from_before_the_servers_window_replays_what_it_holds(core, ns):
+def test_a_watch_from_before_the_servers_window_replays_what_it_holds(core, ns, server_minor):
     """The real server's watch cache holds every event since it started (until its window
     fills): a watch from resourceVersion 1 replays them, it is not 410 Gone. (A watch from
     before a full window is; tests/sandbox/test_store.py shows that on the sandbox, whose
-    window can be made small.)"""
+    window can be made small.) 1.33's is: its window starts after resourceVersion 1."""
     parked_pod(core, ns, pod_body("w", **BURSTABLE))
     core.patch_namespaced_pod("w", ns, {"metadata": {"labels": {"seen": "yes"}}})
     response = core.list_namespaced_pod(
@@ -1128,6 +1177,9 @@ def test_a_watch_from_before_the_servers_window_replays_what_it_holds(core, ns):
     )
     assert response.status == 200
     events = [json.loads(line) for line in response.read().splitlines() if line]
+    if server_minor <= 33:
+        assert [(e["type"], e["object"]["code"]) for e in events] == [("ERROR", 410)], events
+        return
     assert [e["type"] for e in events] == ["ADDED", "MODIFIED"], events
     assert events[1]["object"]["metadata"]["labels"]["seen"] == "yes"
 
