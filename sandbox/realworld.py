@@ -32,6 +32,8 @@ from typing import Any
 from raysize.sandbox.apistore import ApiStore, KubeHttp
 from raysize.sandbox.cluster import SandboxConfig
 from raysize.sandbox.errors import ApiError
+from raysize.sandbox.faultproxy import FaultProxy
+from raysize.sandbox.faults import Faults
 from raysize.sandbox.kubeconfig import write_kubeconfig
 from raysize.sandbox.kubelet import Kubelet
 from raysize.sandbox.podnet import ApiAccess, ContainerRuntime, PodNetwork, ServiceProxy
@@ -434,14 +436,36 @@ class RealSandbox:
         self.runtime: ContainerRuntime | None = None
         self.proxy: ServiceProxy | None = None
         self.kubelet: Kubelet | None = None
+        # API faults for raysize's own connection, as the embedded server injects them:
+        # clients of `service_account_kubeconfig` reach the API server through this proxy
+        self.faults = Faults(self.config.fault_seed)
+        self.fault_proxy: FaultProxy | None = None
 
     @property
     def url(self) -> str:
         return self.control_plane.url
 
+    def service_account_kubeconfig(
+        self, path: str | os.PathLike[str], namespace: str, name: str
+    ) -> Path:
+        """A kubeconfig with a token of ServiceAccount namespace/name (RBAC applies), to
+        the API server through the fault proxy (`faults`; none by default)."""
+        assert self.fault_proxy is not None, "start() the sandbox first"
+        token = self.control_plane.service_account_token(namespace, name)
+        return write_kubeconfig(
+            path,
+            self.fault_proxy.url,
+            namespace,
+            token=token,
+            ca_pem=self.fault_proxy.ca_pem,
+            name=name,
+        )
+
     def start(self) -> RealSandbox:
         try:
             self.control_plane.start()
+            cp = self.control_plane
+            self.fault_proxy = FaultProxy(cp.url, cp.ca_pem, self.faults, cp.workdir).start()
             path = self.control_plane.write_kubeconfig(
                 self.control_plane.workdir / "kubelet.kubeconfig"
             )
@@ -479,6 +503,8 @@ class RealSandbox:
                 try:
                     if self.proxy is not None:
                         self.proxy.close()
+                    if self.fault_proxy is not None:
+                        self.fault_proxy.close()
                     if self.network is not None:
                         self.network.close()
                 finally:

@@ -284,7 +284,8 @@ async def running_stack(
         if isinstance(sandbox, RealSandbox):
             applied = run_kubectl("apply", "-k", str(DEPLOY), kubeconfig=kubeconfig)
             assert applied.returncode == 0, applied.stderr
-            as_worker = sandbox.control_plane.service_account_kubeconfig(
+            # through the sandbox's fault proxy, so `faults` reach the worker in both worlds
+            as_worker = sandbox.service_account_kubeconfig(
                 tmp_path / "worker-kubeconfig", "raysize", "raysize"
             )
         queue = f"raysize-{uuid.uuid4().hex[:8]}"
