@@ -32,6 +32,7 @@ from raysize.activities.k8s_objects import (
     gcs_address,
     pod_view,
     progress_of,
+    ray_autoscaler_running,
     resize_patch,
 )
 from raysize.activities.pod_watch import raycluster_mark
@@ -203,6 +204,7 @@ class Kube:
             resizing=resizing,
             gcs_address=gcs_address(rc),
             mark=raycluster_mark(rc),
+            ray_autoscaler_pod=ray_autoscaler_running(pods),
         )
 
     def find_pod(self, namespace: str, pod: str) -> Obj | None:

@@ -8,6 +8,7 @@ pods. The calls are `activities/k8s.py`'s; the activities `activities/k8s_activi
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -80,6 +81,7 @@ class KubeCluster(Value):
     resizing: tuple[str, ...]
     gcs_address: str
     mark: str = ""  # raycluster_mark: what the cluster-change watch compares
+    ray_autoscaler_pod: str = ""  # ray_autoscaler_running: its head pod, or ""
 
     @property
     def in_tree_autoscaling(self) -> bool:
@@ -93,6 +95,22 @@ class KubeCluster(Value):
             pods=self.pods,
             settings=read_planner_settings(self.raycluster, settings or PlannerSettings()),
         )
+
+
+# the container KubeRay adds to the head pod for Ray's autoscaler (BuildAutoscalerContainer)
+RAY_AUTOSCALER_CONTAINER = "autoscaler"
+
+
+def ray_autoscaler_running(pods: Iterable[Obj]) -> str:
+    """The head pod whose `autoscaler` container (Ray's own autoscaler) is running, or ""."""
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get("ray.io/node-type") != "head" or pod["metadata"].get("deletionTimestamp"):
+            continue
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") == RAY_AUTOSCALER_CONTAINER and "running" in (cs.get("state") or {}):
+                return str(pod["metadata"]["name"])
+    return ""
 
 
 def _condition(pod: Obj, ctype: str) -> Obj | None:

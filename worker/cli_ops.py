@@ -179,7 +179,13 @@ def register(app: typer.Typer) -> None:
         s = status
         state = "PAUSED" if s.paused else "standing by" if s.stood_down else "active"
         typer.echo(f"{cluster}: {state}, {s.ticks} ticks, {s.resizes_started} resizes started")
-        if s.stood_down:
+        if s.stood_down and s.ray_autoscaler_pod:
+            typer.echo(
+                f"  Ray's autoscaler still runs in head pod {s.ray_autoscaler_pod} (container "
+                "autoscaler), though spec.enableInTreeAutoscaling is false: restart the head "
+                "pod or stop that container, and raysize takes over"
+            )
+        elif s.stood_down:
             typer.echo(
                 "  Ray's in-tree autoscaler owns this cluster (spec.enableInTreeAutoscaling: "
                 "true): raysize takes no action until it is set to false"

@@ -240,6 +240,11 @@ class Observation(Value):
     in_tree_autoscaling: bool = Field(
         default=False, description="spec.enableInTreeAutoscaling: Ray's autoscaler acts"
     )
+    ray_autoscaler_pod: str = Field(
+        default="",
+        description="the head pod whose `autoscaler` container (Ray's autoscaler, KubeRay's "
+        "sidecar) is running; KubeRay does not restart the head when the flag changes",
+    )
     replicas: dict[str, int] = Field(default_factory=dict)
     workers_to_delete: tuple[str, ...] = ()
     resource_version: str = ""
@@ -305,6 +310,11 @@ class ReconcileStatus(Value):
     stood_down: bool = Field(
         default=False, description="Ray's in-tree autoscaler owns the cluster: no action"
     )
+    ray_autoscaler_pod: str = Field(
+        default="",
+        description="standing by because Ray's autoscaler still runs in this head pod, "
+        "though spec.enableInTreeAutoscaling is false",
+    )
     pods: tuple[str, ...] | None = Field(
         default=None, description="the cluster's pods at the last observe (None: not read yet)"
     )
@@ -319,8 +329,10 @@ class ReconcileCarry(Value):
     config_errors: tuple[str, ...] = ()
     resizes_started: int = 0
     demand_seen_at: float | None = None  # epoch s: since when Ray has reported pending demand
-    # Ray's in-tree autoscaler owns the cluster (spec.enableInTreeAutoscaling: true)
+    # Ray's in-tree autoscaler owns the cluster (spec.enableInTreeAutoscaling: true, or
+    # its sidecar still runs in the head pod named by ray_autoscaler_pod)
     stood_down: bool = False
+    ray_autoscaler_pod: str = ""
 
 
 class ReconcileInput(Value):

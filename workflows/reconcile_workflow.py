@@ -137,6 +137,7 @@ class ReconcileWorkflow:
             resizes_started=self.carry.resizes_started,
             last_error=self.last_error,
             stood_down=self.carry.stood_down,
+            ray_autoscaler_pod=self.carry.ray_autoscaler_pod,
             pods=self.pods,
         )
 
@@ -195,11 +196,16 @@ class ReconcileWorkflow:
 
     # --- decide and act --------------------------------------------------------------------
     async def _reconcile(self, inp: ReconcileInput, obs: Observation) -> None:
-        if obs.in_tree_autoscaling != self.carry.stood_down:
-            # two autoscalers on one cluster would undo each other's work: while Ray's own
-            # runs beside the head, raysize only watches; the pods' ray.io/ippr-status is
-            # the state either one picks up from the other
-            self.carry = self.carry.model_copy(update={"stood_down": obs.in_tree_autoscaling})
+        # two autoscalers on one cluster would undo each other's work: while Ray's own
+        # runs beside the head, raysize only watches; the pods' ray.io/ippr-status is the
+        # state either one picks up from the other. The flag off is not enough: KubeRay
+        # does not restart a running head, so Ray's sidecar may still run in it
+        sidecar = "" if obs.in_tree_autoscaling else obs.ray_autoscaler_pod
+        stand_by = obs.in_tree_autoscaling or bool(sidecar)
+        if stand_by != self.carry.stood_down or sidecar != self.carry.ray_autoscaler_pod:
+            self.carry = self.carry.model_copy(
+                update={"stood_down": stand_by, "ray_autoscaler_pod": sidecar}
+            )
             if obs.in_tree_autoscaling:
                 await self._event(
                     inp,
@@ -207,6 +213,17 @@ class ReconcileWorkflow:
                     "raysize takes no action: Ray's in-tree autoscaler owns this cluster "
                     "(spec.enableInTreeAutoscaling: true); set it to false to hand the "
                     "cluster to raysize",
+                )
+            elif sidecar:
+                await self._event(
+                    inp,
+                    "RayAutoscalerRunning",
+                    "raysize takes no action yet: spec.enableInTreeAutoscaling is false, but "
+                    f"Ray's autoscaler still runs in head pod {sidecar} (container "
+                    "autoscaler): KubeRay does not restart a running head when the flag "
+                    "changes. Restart the head pod or stop that container; raysize then "
+                    "takes over from the pods' ray.io/ippr-status",
+                    warning=True,
                 )
             else:
                 await self._event(
@@ -217,7 +234,7 @@ class ReconcileWorkflow:
                 )
         if obs.snapshot is not None:
             self.pods = tuple(p.name for p in obs.snapshot.pods)
-        if obs.in_tree_autoscaling:
+        if stand_by:
             return
         errors = tuple(str(e) for e in obs.config_errors)
         if errors != self.carry.config_errors:
@@ -443,6 +460,11 @@ class ReconcileWorkflow:
         """The Temporal UI's current details: what the loop last did and waits for."""
         if obs.in_tree_autoscaling:
             state = "standing by: Ray's in-tree autoscaler owns this cluster"
+        elif self.carry.ray_autoscaler_pod:
+            state = (
+                "standing by: Ray's autoscaler still runs in head pod "
+                f"{self.carry.ray_autoscaler_pod}"
+            )
         elif obs.config_errors:
             state = "no action until ray.io/ippr is fixed: " + "; ".join(
                 str(e) for e in obs.config_errors
@@ -485,7 +507,7 @@ class ReconcileWorkflow:
         # Ray's demands matter only where raysize may act: a cluster with a config error,
         # or one Ray's own autoscaler owns, waits on Kubernetes alone (the fix of the
         # annotation, the hand-over) and costs its GCS nothing
-        acting = not obs.config_errors and not obs.in_tree_autoscaling
+        acting = not (obs.config_errors or obs.in_tree_autoscaling or obs.ray_autoscaler_pod)
         watch = workflow.start_activity(
             Act.WAIT_FOR_CHANGE,
             WaitInput(

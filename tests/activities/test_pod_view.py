@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from raysize.activities.k8s_objects import pod_view
+import pytest
+
+from raysize.activities.k8s_objects import pod_view, ray_autoscaler_running
 
 
 def _pod(*, phase: str = "Running", start: str | None = None, status: dict | None = None) -> dict:
@@ -41,3 +43,31 @@ def test_a_failure_record_says_how_old_it_is() -> None:
     view = pod_view(_pod(status={"last-failed-at": at, "last-failed-reason": "x"}), now=NOW)
     assert view.failed and view.failed_age_s == 90
     assert not pod_view(_pod(), now=NOW).failed
+
+
+# --- Ray's autoscaler left running in the head (KubeRay's `autoscaler` sidecar) -------------
+def _head(name: str, autoscaler_state: dict | None, node_type: str = "head") -> dict:
+    statuses = [{"name": "ray-head", "state": {"running": {}}}]
+    if autoscaler_state is not None:
+        statuses.append({"name": "autoscaler", "state": autoscaler_state})
+    return {
+        "metadata": {"name": name, "labels": {"ray.io/node-type": node_type}},
+        "status": {"containerStatuses": statuses},
+    }
+
+
+def test_the_head_whose_autoscaler_container_runs_is_named() -> None:
+    assert ray_autoscaler_running([_head("h", {"running": {"startedAt": "x"}})]) == "h"
+
+
+@pytest.mark.parametrize(
+    "pods",
+    [
+        [_head("h", None)],  # no sidecar: in-tree autoscaling was never on
+        [_head("h", {"terminated": {"exitCode": 0}})],  # stopped (v2: restartPolicy Never)
+        [_head("h", {"waiting": {"reason": "CrashLoopBackOff"}})],
+        [_head("w", {"running": {}}, node_type="worker")],  # only the head's counts
+    ],
+)
+def test_no_running_autoscaler_container_names_no_pod(pods: list[dict]) -> None:
+    assert ray_autoscaler_running(pods) == ""

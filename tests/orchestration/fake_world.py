@@ -26,6 +26,7 @@ class FakeWorld:
         self.found = True
         self.config_errors: tuple[ConfigError, ...] = ()
         self.in_tree_autoscaling = False
+        self.ray_autoscaler_pod = ""  # a head pod whose `autoscaler` container runs
         self.fail_observe = 0
         self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
         self.resizing: set[str] = set()
@@ -73,6 +74,7 @@ class FakeWorld:
                 snapshot=self.snapshot,
                 config_errors=self.config_errors,
                 in_tree_autoscaling=self.in_tree_autoscaling,
+                ray_autoscaler_pod=self.ray_autoscaler_pod,
                 replicas=dict(self.replicas),
                 resource_version=str(self.version),
                 gcs_address="127.0.0.1:6379",

@@ -243,6 +243,43 @@ async def test_ray_in_tree_autoscaler_owns_the_cluster_until_handed_over(
     assert [e.reason for e in world.events][:2] == ["InTreeAutoscaling", "ManagedByRaysize"]
 
 
+async def test_ray_autoscaler_left_running_in_the_head_keeps_raysize_standing_by(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The flag goes off, but KubeRay does not restart a running head: Ray's autoscaler
+    still runs in its sidecar. raysize stands by until that container stops, and says why
+    and what to do; then it takes over."""
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1), (res(4), 3)]))
+    world.in_tree_autoscaling = True
+    world.ray_autoscaler_pod = "demo-head-x2k9p"
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 2)
+        world.in_tree_autoscaling = False  # handed over, the sidecar still up
+        world.version += 1
+        await until(lambda: len(world.events) >= 2)
+        await until(lambda: world.observed >= 6)
+        status = await status_of(handle)
+        assert status.stood_down and status.ray_autoscaler_pod == "demo-head-x2k9p"
+        assert not world.started and not world.scales
+        assert [e.reason for e in world.events] == ["InTreeAutoscaling", "RayAutoscalerRunning"]
+        warning = world.events[1]
+        assert warning.warning
+        assert "still runs in head pod demo-head-x2k9p (container autoscaler)" in warning.message
+        assert "Restart the head pod or stop that container" in warning.message
+        assert not world.waits[-1].watch_ray  # standing by costs the GCS nothing
+        world.ray_autoscaler_pod = ""  # the head restarted without it
+        world.version += 1
+        await until(lambda: (world.started and world.scales) or world.observed > 40)
+        status = await status_of(handle)
+    assert world.started == ["w1"] and world.scales
+    assert not status.stood_down and status.ray_autoscaler_pod == ""
+    assert [e.reason for e in world.events][:3] == [
+        "InTreeAutoscaling",
+        "RayAutoscalerRunning",
+        "ManagedByRaysize",
+    ]
+
+
 async def test_failed_read_takes_no_action(ts_env: WorkflowEnvironment) -> None:
     world = FakeWorld(snapshot([group(max_cpu=None)], [pod("w1", free_cpu=0)], [(res(1), 2)]))
     world.fail_observe = 3  # one whole tick's attempts fail
