@@ -8,8 +8,10 @@ left, and back to Ray, which carries on from raysize's.
 
 While `enableInTreeAutoscaling` is true raysize stands by (two autoscalers would undo
 each other's work). KubeRay does not restart a running head when the flag changes, so
-the sidecar is stopped by hand (it ends, and with autoscaler v2's `restartPolicy: Never`
-it stays ended) and started again by `kubectl exec` into its container for the way back.
+Ray's autoscaler keeps running in its sidecar: raysize sees that and stands by (a
+`RayAutoscalerRunning` warning) until the sidecar is stopped (it ends, and with autoscaler
+v2's `restartPolicy: Never` it stays ended); it is started again by `kubectl exec` into its
+container for the way back.
 """
 
 from __future__ import annotations
@@ -122,13 +124,34 @@ async def test_rays_autoscaler_resizes_and_scales_in_then_hands_over_both_ways(
     runs = [wf async for wf in s.temporal.list_workflows(f"RayCluster='{name}'")]
     assert [r.workflow_type for r in runs] == ["ReconcileWorkflow"]
 
-    # --- to raysize: the sidecar stops, the flag goes off; raysize takes the 4-CPU pod
-    # Ray grew, shrinks it back once idle, and grows it for a 2-CPU task
+    # --- to raysize: the flag goes off, but KubeRay leaves the head (and Ray's autoscaler
+    # in it) running: raysize keeps standing by and says why, until the sidecar stops
+    set_in_tree(s, name, False)
+    handle = s.temporal.get_workflow_handle_for(
+        ReconcileWorkflow.run, reconcile_workflow_id(s.namespace, name)
+    )
+
+    async def waits_for_sidecar() -> bool:
+        status = await handle.query(ReconcileWorkflow.status)
+        return status.stood_down and status.ray_autoscaler_pod == head.metadata.name
+
+    await eventually_async(waits_for_sidecar, 60)
+    warned = await eventually(
+        lambda: [
+            e
+            for e in s.core.list_namespaced_event(
+                s.namespace, field_selector=f"involvedObject.name={name}"
+            ).items
+            if e.reason == "RayAutoscalerRunning"
+        ]
+    )
+    assert warned[0].type == "Warning" and head.metadata.name in warned[0].message
+    # then the sidecar stops; raysize takes the 4-CPU pod Ray grew, shrinks it back once
+    # idle, and grows it for a 2-CPU task
     runtime.kill(s.namespace, head.metadata.name, "autoscaler", signal.SIGTERM)
     await eventually(
         lambda: container_status(head_of(s, name), "autoscaler").state.terminated is not None
     )
-    set_in_tree(s, name, False)
 
     async def shrunk_by_raysize() -> bool:
         with contextlib.suppress(Exception):
