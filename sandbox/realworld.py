@@ -510,8 +510,19 @@ class RealSandbox:
                 finally:
                     self.control_plane.close()
 
-    def write_kubeconfig(self, path: str | os.PathLike[str]) -> Path:
-        return self.control_plane.write_kubeconfig(path)
+    def write_kubeconfig(self, path: str | os.PathLike[str], *, faults: bool = False) -> Path:
+        """An admin kubeconfig; `faults`: through the fault proxy (`self.faults` apply)."""
+        if not faults:
+            return self.control_plane.write_kubeconfig(path)
+        assert self.fault_proxy is not None, "start() the sandbox first"
+        cp = self.control_plane
+        return write_kubeconfig(
+            path,
+            self.fault_proxy.url,
+            "default",
+            token=cp.admin_token,
+            ca_pem=self.fault_proxy.ca_pem,
+        )
 
     def __enter__(self) -> RealSandbox:
         return self.start()

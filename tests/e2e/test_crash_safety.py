@@ -76,13 +76,18 @@ async def slow_stack(
     try:
         kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
         api = config.new_client_from_config(config_file=str(kubeconfig))
+        # the worker's API calls pass the world's fault injection (the embedded server's
+        # own; in the real world the fault proxy in front of the real server)
+        as_worker = kubeconfig
+        if isinstance(sandbox, RealSandbox):
+            as_worker = sandbox.write_kubeconfig(tmp_path / "worker-kubeconfig", faults=True)
         env = {
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(tmp_path),
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
             "RAYSIZE_TEMPORAL_ADDRESS": dev_server.client.service_client.config.target_host,
             "RAYSIZE_TASK_QUEUE": f"raysize-{uuid.uuid4().hex[:8]}",
-            "RAYSIZE_KUBECONFIG": str(kubeconfig),
+            "RAYSIZE_KUBECONFIG": str(as_worker),
             "RAYSIZE_NAMESPACES": "default",
             "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
         }
@@ -195,8 +200,9 @@ async def _sync_retrying(stack: Stack, wf_id: str) -> bool:
     [
         ("embedded", "syncing_raylet"),
         ("real", "syncing_raylet"),
-        # the embedded API server's fault injection refuses the patches
+        # the world's fault injection refuses the patches
         ("embedded", "before_the_patch"),
+        ("real", "before_the_patch"),
     ],
     indirect=["slow_stack"],
 )
@@ -226,7 +232,6 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
         wf_id = f"resize/default/{pod}"
         refuse = FaultRule(verb="patch", resource="pods/resize", error_rate=1.0, codes=(500,))
         if kill_at == "before_the_patch":
-            assert isinstance(stack.sandbox, Sandbox)
             stack.sandbox.faults.add(refuse)  # every resize patch refused, until the kill
         driver = stack.driver(name, gcs, "2", timeout_s=150)
         if kill_at == "syncing_raylet":
@@ -241,8 +246,7 @@ async def test_worker_killed_at_another_point_a_new_worker_finishes_the_resize_o
         kill(worker)  # SIGKILL: no cleanup, no goodbye
         if kill_at == "before_the_patch":
             assert cpu_limit(stack, pod) == "1"  # the patch had not landed
-        if isinstance(stack.sandbox, Sandbox):
-            stack.sandbox.faults.clear()
+        stack.sandbox.faults.clear()
         gcs_proxy.restore()
         worker = start_worker(env, log)
         await _task_ran_and_resize_finished_once(stack, driver, gcs, pod)
