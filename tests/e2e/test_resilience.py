@@ -77,9 +77,13 @@ async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(any_stack: Sta
     idle = stack.unique("idle")
     stack.create(ippr_cluster(idle, idle_timeout_s=3))
     gcs = await stack.gcs_address(idle)
-    pod = (await stack.running_workers(idle))[0].metadata.name
+    await stack.running_workers(idle)
     out = await run_driver(stack, idle, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
+    # the pod that grew for the task: the first worker, unless it sat idle for 3 s before
+    # the task came (a slow driver on a loaded machine) and was removed, and the task
+    # went to a new pod
+    pod = await grown_pod(stack, idle)
 
     async def shrunk() -> bool:
         state = await resize_of(stack, pod)
@@ -93,6 +97,19 @@ async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(any_stack: Sta
     assert (state.cpu, state.raylet_cpu) == (1000, 1000)  # back to its template size
     # then, still idle at its template size, it is removed (min_workers is 0)
     await eventually(lambda: pod not in {p.metadata.name for p in stack.workers(idle)}, 90)
+
+
+async def grown_pod(stack: Stack, cluster: str) -> str:
+    """The pod of the cluster's first resize (from the resize workflows' index)."""
+    query = f"RayCluster='{cluster}' AND WorkflowType='PodResizeWorkflow'"
+    end = asyncio.get_running_loop().time() + 30
+    while True:
+        runs = [wf async for wf in stack.temporal.list_workflows(query)]
+        if runs:
+            first = min(runs, key=lambda wf: wf.start_time)
+            return first.id.rsplit("/", 1)[1]
+        assert asyncio.get_running_loop().time() < end, f"no resize of {cluster} indexed"
+        await asyncio.sleep(0.2)
 
 
 async def _phase(stack: Stack, wf_id: str) -> ResizePhase | None:
