@@ -72,10 +72,17 @@ async def test_case_2_resizing_an_existing_worker_and_scaling_out_a_new_worker(
     # Each pod grows to what its task needs, but Ray, not raysize, decides which pod runs
     # which task. When the two resizes land together Ray may start the 2-CPU task on the
     # pod grown to 4; the other pod, grown to 2, is then grown again for the 4-CPU task
-    # (seen in CI). Either way, never past the IPPR maximum of 4.
-    assert sorted(pods.values()) in (["2", "4"], ["4", "4"])
-    for name in pods:
-        assert (await resize_of(stack, name)).outcome == ResizeOutcome.SUCCEEDED
+    # (seen in CI). On a loaded machine the new pod may come up only after the 2-CPU task
+    # has ended; the pod it ran on grows to 4 for the 4-CPU task, and the new pod, needed
+    # by nothing, stays at its launch size (seen with a load average of 11: 4 and 1).
+    # Never past the IPPR maximum of 4.
+    new = next(name for name in pods if name != first[0].metadata.name)
+    assert sorted(pods.values()) in (["2", "4"], ["4", "4"]) or (
+        pods[new] == "1" and pods[first[0].metadata.name] == "4"
+    ), pods
+    for name, cpu in pods.items():
+        if cpu != "1":
+            assert (await resize_of(stack, name)).outcome == ResizeOutcome.SUCCEEDED
 
 
 async def test_case_3_scaling_out_with_ippr_capacity_considerations(any_stack: Stack) -> None:
