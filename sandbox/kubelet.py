@@ -535,14 +535,7 @@ class Kubelet:
         state = self._pods[key]
 
         def run(p: Obj) -> Obj:
-            status = p.setdefault("status", {})
-            status["phase"] = "Running"
-            status["hostIP"] = "127.0.0.1"
-            status["hostIPs"] = [{"ip": "127.0.0.1"}]
-            status["podIP"] = ip
-            status["podIPs"] = [{"ip": ip}]
-            status["startTime"] = now
-            status["observedGeneration"] = p["metadata"].get("generation", 1)
+            status = _started(p, "Running", ip, now)
             for ctype in (
                 "PodReadyToStartContainers",
                 "Initialized",
@@ -1214,18 +1207,24 @@ def _waiting(c: Obj, reason: str) -> Obj:
     }
 
 
+def _started(p: Obj, phase: str, ip: str, now: str) -> Obj:
+    """The status of a pod the kubelet has started (its sandbox up, its IP given)."""
+    status: Obj = p.setdefault("status", {})
+    status["phase"] = phase
+    status["hostIP"] = "127.0.0.1"
+    status["hostIPs"] = [{"ip": "127.0.0.1"}]
+    status["podIP"] = ip
+    status["podIPs"] = [{"ip": ip}]
+    status["startTime"] = now
+    status["observedGeneration"] = p["metadata"].get("generation", 1)
+    return status
+
+
 def _initializing(ip: str, now: str, waits_for: list[str]) -> Callable[[Obj], Obj]:
     """A pod whose first init container runs: Pending, not Initialized (1.35's wording)."""
 
     def change(p: Obj) -> Obj:
-        status = p.setdefault("status", {})
-        status["phase"] = "Pending"
-        status["hostIP"] = "127.0.0.1"
-        status["hostIPs"] = [{"ip": "127.0.0.1"}]
-        status["podIP"] = ip
-        status["podIPs"] = [{"ip": ip}]
-        status["startTime"] = now
-        status["observedGeneration"] = p["metadata"].get("generation", 1)
+        status = _started(p, "Pending", ip, now)
         spec = p["spec"]
         _set_condition(p, "PodReadyToStartContainers", "True")
         _set_condition(

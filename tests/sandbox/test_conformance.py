@@ -575,34 +575,19 @@ def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns, se
     body = pod_body("p", containers=2, **BURSTABLE)
     body["spec"]["containers"][1]["resources"] = {}
     parked_pod(core, ns, body)
+    storage = [
+        {
+            "op": "add",
+            "path": "/spec/containers/1/resources/requests",
+            "value": {"ephemeral-storage": "1Gi"},
+        }
+    ]
     if server_minor <= 33:
-        gained = resize(
-            core,
-            ns,
-            "p",
-            [
-                {
-                    "op": "add",
-                    "path": "/spec/containers/1/resources/requests",
-                    "value": {"ephemeral-storage": "1Gi"},
-                }
-            ],
-        )
+        gained = resize(core, ns, "p", storage)
         assert gained.spec.containers[1].resources.requests == {"ephemeral-storage": "1Gi"}
         return
     with pytest.raises(ApiException) as exc:
-        resize(
-            core,
-            ns,
-            "p",
-            [
-                {
-                    "op": "add",
-                    "path": "/spec/containers/1/resources/requests",
-                    "value": {"ephemeral-storage": "1Gi"},
-                }
-            ],
-        )
+        resize(core, ns, "p", storage)
     assert (exc.value.status, status_of(exc)["message"]) == (
         422,
         'Pod "p" is invalid: spec: Forbidden: only cpu and memory resources are mutable',
