@@ -666,14 +666,16 @@ def table_row(row: Row) -> str:
     speed = row.speed
     ours_t = f"{o.median:.3f} s" if o.median is not None else "n/a"
     ray_t = f"{r.median:.1f} s" if r.median is not None else f"> {r.timeout_s:g} s"
-    extra = ""
-    if row.ours_on_rays is not None:
-        extra = f" ({row.ours_on_rays.new_pods} for what Ray placed)"
+    on = row.ours_on_rays
+    # ours for only the demand Ray placed, in brackets (when ours placed more)
+    pods, cpu, memory = (
+        (f" ({on.new_pods})", f" ({on.cpu:g})", f" ({_gib(on.memory)})") if on else ("", "", "")
+    )
     return (
         f"| {row.pods:,} | {row.seed if row.seed is not None else row.name} | "
-        f"{_placed(o)} · {_placed(r)} | {oa.new_pods}{extra} · {ra.new_pods} | "
-        f"{oa.resized} · {ra.resized} | {oa.cpu:g} · {ra.cpu:g} | "
-        f"{_gib(oa.memory)} · {_gib(ra.memory)} | {ours_t} · {ray_t} | "
+        f"{_placed(o)} · {_placed(r)} | {oa.new_pods}{pods} · {ra.new_pods} | "
+        f"{oa.resized} · {ra.resized} | {oa.cpu:g}{cpu} · {ra.cpu:g} | "
+        f"{_gib(oa.memory)}{memory} · {_gib(ra.memory)} | {ours_t} · {ray_t} | "
         f"{f'{speed:,.0f}×' if speed is not None else 'n/a'} | {row.verdict()} |"
     )
 

@@ -17,8 +17,11 @@ their template size if they were grown, else removed.
 GPU pods are kept for GPU work (Ray's `RAY_scheduler_avoid_gpu_nodes`): each of those
 steps runs in up to three stages (`gpu_stages`). GPU work may use any pod from the first.
 Work that needs no GPU uses, in turn, (1) the free room and growth of pods without GPUs,
-(2) the spare room of running GPU pods, once GPU work has had its pick, and new pods
-without GPUs, (3) pending GPU pods (counted empty at their maximum) and new GPU pods.
+(2) the spare room of GPU pods, running or pending (a pending pod counts empty at its
+maximum), once GPU work has had its pick, and new pods without GPUs (as Ray, which fills
+the nodes it has before it launches one), (3) new GPU pods. While GPU work waits, a GPU
+pod the plan does not use that is pending or idle past the timeout is kept to stage 3: it
+will go, and make room under its group's maximum for a GPU pod that the waiting work fits.
 
 A pod whose grow is in flight (`in_progress`) counts at its target and may grow further up
 to its group's IPPR maximum: the plan then retargets the running resize (`ResizeAction.
@@ -86,7 +89,7 @@ class GpuStage(IntEnum):
     """How far work that needs no GPU may go onto GPU pods (`_Planner.gpu_stages`)."""
 
     OWN_PODS = 0  # pods without GPUs only
-    RUNNING_GPU = 1  # also the spare room of running GPU pods, and new pods without GPUs
+    SPARE_GPU = 1  # also the spare room of GPU pods, and new pods without GPUs
     ANY_GPU = 2  # anywhere
 
 
@@ -553,37 +556,40 @@ class _Planner:
             return True
         if self.gpu_stage == GpuStage.OWN_PODS:
             return False
-        # RUNNING_GPU: the spare room of a GPU pod that runs already, once GPU work has
-        # had its pick; a pending GPU pod (counted empty at its maximum) comes last, and
-        # so does an unused one idle past the timeout while GPU work waits: removing it
-        # makes room under the group's maximum for a GPU pod that work fits
+        # SPARE_GPU: the spare room of a GPU pod, running or pending (counted empty at
+        # its maximum), once GPU work has had its pick: Ray too fills the nodes it has
+        # before it buys one. While GPU work waits, a GPU pod the plan does not use comes
+        # last if it is pending or idle past the timeout: once free it goes (idle removal)
+        # and makes room under the group's maximum for a GPU pod that work fits
         p = b.pod
-        if p is None or p.phase != PodPhase.RUNNING:
+        if p is None:
             return False
-        idle_out = p.idle_s > 0 and self.settings.idle_timeout_s <= p.idle_s
-        return not (self.gpu_waiting and idle_out and not b.used)
+        may_go = p.phase != PodPhase.RUNNING or (
+            p.idle_s > 0 and self.settings.idle_timeout_s <= p.idle_s
+        )
+        return not (self.gpu_waiting and may_go and not b.used)
 
     def may_launch(self, group_has_gpu: bool, needs_gpu: bool) -> bool:
         """May work launch a pod of such a group at the current GPU stage?"""
         if needs_gpu or self.gpu_stage == GpuStage.ANY_GPU:
             return True
-        return self.gpu_stage == GpuStage.RUNNING_GPU and not group_has_gpu
+        return self.gpu_stage == GpuStage.SPARE_GPU and not group_has_gpu
 
     def gpu_stages(
         self, left: Callable[[], bool], gpu_left: Callable[[], bool] = lambda: True
     ) -> Iterator[None]:
         """GPU work may go anywhere from the start. Work that needs no GPU goes first to
         pods without GPUs (free room, growth: OWN_PODS); what is left then to the spare
-        room of running GPU pods and to new pods without GPUs (RUNNING_GPU); only what is
-        still `left` to pending GPU pods and new GPU pods (ANY_GPU)."""
+        room of GPU pods and to new pods without GPUs (SPARE_GPU, see `may_use`); only
+        what is still `left` to new GPU pods and any GPU pod (ANY_GPU)."""
         if self.gpu_i is None:  # no GPUs anywhere: one pass with everything allowed
             self.gpu_stage = GpuStage.ANY_GPU
             yield
             return
-        for stage in (GpuStage.OWN_PODS, GpuStage.RUNNING_GPU, GpuStage.ANY_GPU):
+        for stage in (GpuStage.OWN_PODS, GpuStage.SPARE_GPU, GpuStage.ANY_GPU):
             if stage != GpuStage.OWN_PODS and not left():
                 break
-            if stage == GpuStage.RUNNING_GPU:
+            if stage == GpuStage.SPARE_GPU:
                 self.gpu_waiting = gpu_left()
             self.gpu_stage = stage
             yield

@@ -565,4 +565,8 @@ def test_the_verdict_names_each_target_missed():
     # more placed than Ray, and on only what Ray placed no more pods or capacity
     fair = _row(Added(4, 2, 11.0, 8 * GIB), ray, on_rays=Added(3, 2, 10.0, 8 * GIB))
     assert fair.verdict().startswith("met (more placed")
-    assert "| 4 (3 for what Ray placed) · 3 |" in table_row(fair)
+    # the table shows ours on only what Ray placed in brackets: pods, CPU, memory
+    assert "| 4 (3) · 3 | 2 · 2 | 11 (10) · 10 | 8 (8) · 8 |" in table_row(fair)
+    missed = _row(Added(4, 2, 11.0, 8 * GIB), ray, on_rays=Added(3, 2, 10.5, 8 * GIB))
+    assert missed.verdict() == "NOT met: new pods, added capacity"
+    assert "| 4 (3) · 3 | 2 · 2 | 11 (10.5) · 10 |" in table_row(missed)

@@ -439,11 +439,21 @@ def test_cpu_tasks_grow_a_cpu_pod_rather_than_fill_a_gpu_pod() -> None:
     assert p.launch == () and p.infeasible.demands == 0
 
 
-def test_cpu_tasks_launch_a_cpu_pod_rather_than_fill_a_pending_gpu_pod() -> None:
-    # a pending GPU pod counts empty at its full size, but it is kept for GPU work
+def test_cpu_tasks_fill_a_pending_gpu_pods_spare_room_unless_gpu_work_waits() -> None:
+    # a pending GPU pod counts empty at its full size; once GPU work has had its pick,
+    # CPU tasks use its spare CPUs rather than buy a CPU pod (as Ray does)
     pending = gpu_pod(phase=PodPhase.PENDING)
     p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3)]))
-    assert p.launch_by_group == {"cpu": 1}
+    assert p.is_empty and p.infeasible.demands == 0
+    p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3), (res(2, GPU=1), 1)]))
+    assert p.is_empty and p.infeasible.demands == 0
+    # a GPU task waits (it needs 2 GPUs on a pod: only gpu2 has them, and it is at its
+    # maximum): while GPU work waits, a GPU pod the plan leaves unused and that is
+    # pending is kept out of CPU work's reach; the CPU tasks launch a CPU pod
+    waiting = [(res(1), 3), (res(2, GPU=2), 1)]
+    two_gpus = group("gpu2", cpu=8, mem_gib=32, GPU=2, max_cpu=None, max_workers=0)
+    p = plan(snapshot([*CPU_AND_GPU, two_gpus], [pending], waiting))
+    assert p.launch_by_group == {"cpu": 1} and p.infeasible.demands == 1
 
 
 def test_gpu_work_has_the_first_pick_of_a_running_gpu_pods_room() -> None:
