@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from raysize.activities.ray_gcs import RayError, RayGcsClient
 from raysize.activities.ray_state import ClusterState
+from raysize.sandbox import reaper
 from raysize.sandbox.ports import free_port
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -176,6 +177,7 @@ class LocalRayCluster:
             proc = subprocess.Popen(
                 cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
+        reaper.guard(proc)
         node = RayNodeProcess(pod=pod, group=group, proc=proc, log=log)
         self.nodes.append(node)
         return node
@@ -281,6 +283,7 @@ class Driver:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        reaper.guard(self.proc)
         self._lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._stderr: list[bytes] = []
         threading.Thread(target=self._read_stdout, daemon=True).start()

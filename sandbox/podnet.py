@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysize.sandbox import reaper
 from raysize.sandbox.rayprocs import exit_code, stop_process_groups
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class PodNetwork:
         if os.geteuid() != 0:
             raise PodNetworkError("pods get their own network namespace: run as root")
         _ip("link", "add", self.bridge, "type", "bridge")
+        reaper.on_exit(self.bridge, ["ip", "link", "del", self.bridge])
         try:
             _ip("addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
             _ip("link", "set", self.bridge, "up")
@@ -114,6 +116,8 @@ class PodNetwork:
             self._pods[uid] = (netns, ip)
         host_end, pod_end = f"rszh{tag}", f"rszp{tag}"
         _ip("netns", "add", netns)
+        reaper.on_exit(netns, ["ip", "netns", "del", netns])  # takes its veth pair along
+        reaper.on_exit(f"{netns}-etc", ["rm", "-rf", "--", str(NETNS_ETC / netns)])
         _ip("link", "add", host_end, "type", "veth", "peer", "name", pod_end)
         _ip("link", "set", host_end, "master", self.bridge)
         _ip("link", "set", host_end, "up")
@@ -136,12 +140,15 @@ class PodNetwork:
         with contextlib.suppress(PodNetworkError):
             _ip("netns", "del", netns)  # takes the veth pair with it
         shutil.rmtree(NETNS_ETC / netns, ignore_errors=True)
+        reaper.drop(netns)
+        reaper.drop(f"{netns}-etc")
 
     def close(self) -> None:
         for uid in list(self._pods):
             self.remove(uid)
         with contextlib.suppress(PodNetworkError):
             _ip("link", "del", self.bridge)
+        reaper.drop(self.bridge)
 
 
 class ServiceProxy:
@@ -352,7 +359,7 @@ class ContainerRuntime:
                 raise LookupError(f"pod {namespace}/{pod} has no container {container}")
             base = self._env(found, found.spec, spec)
             argv = self._with_token(found, argv)
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             ["ip", "netns", "exec", found.netns, *argv],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -362,6 +369,8 @@ class ContainerRuntime:
             start_new_session=True,
             cwd=self.root,
         )
+        reaper.guard(proc)
+        return proc
 
     # --- containers ----------------------------------------------------------------------
     def init_containers(self, pod: Obj) -> list[str]:
@@ -425,6 +434,7 @@ class ContainerRuntime:
                 start_new_session=True,
                 cwd=self.root,
             )
+        reaper.guard(proc)
         with self._lock:
             p.procs.append(proc)
             if watch:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raysize.sandbox import reaper
 from raysize.sandbox.ports import free_port
 from raysize.workflows.resources import CPU, MEMORY, quantity_to_units
 
@@ -228,6 +229,7 @@ class RayRuntime:
                 start_new_session=True,
                 cwd=self.root,
             )
+        reaper.guard(proc)
         containers = (pod.get("spec") or {}).get("containers") or [{}]
         rp = RayProcess(
             meta["name"],

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from raysize.sandbox import reaper
 from raysize.sandbox.apistore import ApiStore, KubeHttp
 from raysize.sandbox.cluster import SandboxConfig
 from raysize.sandbox.errors import ApiError
@@ -147,11 +148,21 @@ class RealControlPlane:
         return f"https://127.0.0.1:{self.port}"
 
     @property
+    def _removes_workdir(self) -> bool:
+        return self._own_workdir and not os.environ.get("RAYSIZE_KEEP_CONTROL_PLANE_LOGS")
+
+    @property
+    def _workdir_key(self) -> str:
+        return f"workdir:{self.workdir}"
+
+    @property
     def version(self) -> str:
         return self.parts.kubernetes_version
 
     # --- starting ------------------------------------------------------------------------
     def start(self) -> RealControlPlane:
+        if self._removes_workdir:  # etcd's data: gone with us however we go
+            reaper.on_exit(self._workdir_key, ["rm", "-rf", "--", str(self.workdir)])
         try:
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
@@ -174,6 +185,7 @@ class RealControlPlane:
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
+        reaper.guard(proc)  # stopped even if this process is SIGKILLed
         self._procs.append(proc)
 
     def log_tail(self, name: str, lines: int = 20) -> str:
@@ -383,8 +395,9 @@ class RealControlPlane:
             for f in self._logs:
                 f.close()
             self._logs.clear()
-            if self._own_workdir and not os.environ.get("RAYSIZE_KEEP_CONTROL_PLANE_LOGS"):
+            if self._removes_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+                reaper.drop(self._workdir_key)
 
     def __enter__(self) -> RealControlPlane:
         return self.start()

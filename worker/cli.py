@@ -10,6 +10,8 @@ import traceback
 
 import typer
 
+from raysize.worker.cli_common import run_before_exit
+
 app = typer.Typer(
     name="raysize",
     help=(
@@ -67,6 +69,7 @@ def _run_app() -> int:
     elif not isinstance(code, int):  # sys.exit("message"): printed, exit 1
         print(code, file=sys.stderr)
         code = 1
+    run_before_exit()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing to say

@@ -3,7 +3,8 @@ tool command refuses its options, and what it says when its stand-ins are not in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import typer
@@ -14,6 +15,24 @@ DEV_PANEL = "Development tools (not needed to run raysize)"
 
 # what the worker image leaves out (deploy/Dockerfile.dockerignore): the tools need them
 STAND_IN_MODULES = ("raysize.sandbox", "raysize.worker.demo")
+
+
+# run by `raysize`'s main once the command has returned, before it leaves with os._exit
+# (which skips atexit): e.g. the sandbox's process reaper, waited for so that nothing the
+# command started outlives it
+_BEFORE_EXIT: list[Callable[[], None]] = []
+
+
+def before_exit(fn: Callable[[], None]) -> None:
+    """Call fn once the command has returned, before the process exits (newest first)."""
+    _BEFORE_EXIT.append(fn)
+
+
+def run_before_exit() -> None:
+    while _BEFORE_EXIT:
+        fn = _BEFORE_EXIT.pop()
+        with contextlib.suppress(Exception):
+            fn()
 
 
 def usage_error(message: str) -> typer.Exit:

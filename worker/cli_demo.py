@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from raysize.worker.cli_common import DEV_PANEL, stand_ins, usage_error
+from raysize.worker.cli_common import DEV_PANEL, before_exit, stand_ins, usage_error
 
 # the stories by name, for --help without loading the demo (and the sandbox it builds on):
 # tests/demo checks these against worker/demo_scenarios.py's SCENARIOS
@@ -107,9 +107,12 @@ def register(app: typer.Typer) -> None:
             raise usage_error(f"--timeout {timeout:g}: expected a positive number of seconds")
 
         with stand_ins("demo"):
+            from raysize.sandbox import reaper
             from raysize.worker.demo import DemoConfig, run_demo
             from raysize.worker.demo_scenarios import SCENARIOS
             from raysize.worker.demo_view import JsonSink, LiveSink, Sink
+        # what a SIGKILL would leave is stopped by the reaper; at a normal exit, wait for it
+        before_exit(reaper.close)
 
         sink: Sink = JsonSink() if headless else LiveSink()
         cfg = DemoConfig(

@@ -9,7 +9,7 @@ from types import FrameType
 
 import typer
 
-from raysize.worker.cli_common import DEV_PANEL, stand_ins, usage_error
+from raysize.worker.cli_common import DEV_PANEL, before_exit, stand_ins, usage_error
 from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
 
 DEFAULT_KUBECONFIG = Path.home() / ".kube" / "raysize-sandbox.yaml"
@@ -72,10 +72,13 @@ def register(app: typer.Typer) -> None:
         """Run the sandbox in the foreground until Ctrl-C."""
         # a development tool: `raysize worker` never loads the sandbox
         with stand_ins("sandbox up"):
+            from raysize.sandbox import reaper
             from raysize.sandbox.cluster import Sandbox, SandboxConfig
             from raysize.sandbox.faults import describe, parse_fault
             from raysize.sandbox.kubelet import KubeletTiming
             from raysize.sandbox.realworld import ControlPlaneError, RealSandbox
+        # what a SIGKILL would leave is stopped by the reaper; at a normal exit, wait for it
+        before_exit(reaper.close)
 
         if control_plane not in ("embedded", "real"):
             raise usage_error(f"--control-plane {control_plane!r}: expected 'embedded' or 'real'")

@@ -25,6 +25,7 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from raysize.sandbox import reaper
 from raysize.sandbox.cluster import Sandbox
 from raysize.worker.demo_scenarios import DRIVER, NAMESPACE, Scenario
 from raysize.workflows.naming import SEARCH_ATTRIBUTES
@@ -239,6 +240,7 @@ def start_server(started: Started, temporal: str, cfg: DemoConfig) -> subprocess
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    reaper.guard(started.server)
     return started.server
 
 
@@ -296,6 +298,7 @@ def start_worker(
         cwd=root,
         start_new_session=True,
     )
+    reaper.guard(started.worker)
     return started.worker
 
 
@@ -317,3 +320,4 @@ def start_driver(started: Started, gcs: str, scenario: Scenario, timeout_s: floa
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         },
     )
+    reaper.guard(started.driver)

@@ -292,3 +292,38 @@ def test_ctrl_c_mid_run_stops_everything() -> None:
     assert stopped["problems"] == []
     assert not [e for e in evs if e["event"] == "summary"]
     assert_all_stopped(proc.pid, evs)
+
+
+def test_a_sigkilled_demo_leaves_nothing_running() -> None:
+    """SIGKILL (or the OOM killer) gives the demo no chance to stop anything: its reaper
+    (`raysize.sandbox.reaper`) stops the dev server, the worker, the Ray processes and
+    the driver, each in a session of its own, once the demo is gone."""
+    temporal_port = free_port()
+    with demo("--temporal-port", str(temporal_port), "--ui-port", str(free_port())) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 300
+        for line in proc.stdout:  # until the Ray workload runs
+            lines.append(line)
+            ev = json.loads(line)
+            if ev["event"] == "process" and ev["role"] == "driver":
+                break
+            assert time.monotonic() < deadline, "the workload never started"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        evs = events("".join(lines))
+        pids = started_pids(evs)
+        assert len(pids) >= 5, pids  # server, worker, Ray head, a Raylet, driver
+        try:
+            deadline = time.monotonic() + 30
+            while [p for p in pids if group_members(p)] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert {p: group_members(p) for p in pids if group_members(p)} == {}
+            assert not port_in_use(temporal_port)
+            said = proc.stderr.read()  # the reaper's stderr is the demo's: it ends with it
+        finally:  # a failure must not leave them running: each by its own group
+            for p in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if group_members(p):
+                        os.killpg(p, signal.SIGKILL)
+    assert f"raysize: process {proc.pid} is gone; stopped process group(s)" in said

@@ -192,6 +192,25 @@ def test_ctrl_c_stops_it_even_when_started_with_ctrl_c_ignored(tmp_path, real):
         assert real or not listening(up.port)
 
 
+def test_a_sigkilled_real_sandbox_takes_its_control_plane_along(tmp_path):
+    """SIGKILL cannot be caught: `sandbox up`'s reaper (`raysize.sandbox.reaper`) sees
+    it gone and stops etcd, kube-apiserver and the KubeRay operator, each in a session of
+    its own, that would otherwise run on."""
+    with sandbox_up(tmp_path, real=True, start_timeout=180) as up:
+        children = descendants(up.proc.pid)
+        names = {comm(pid) for pid in children}
+        assert {"etcd", "kube-apiserver"} <= names, names
+        os.kill(up.proc.pid, signal.SIGKILL)
+        up.proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while still_running(children) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = still_running(children)
+        assert left == [], [comm(pid) for pid in left]
+    said = (tmp_path / "stderr").read_text()
+    assert f"raysize: process {up.proc.pid} is gone; stopped process group(s)" in said
+
+
 def test_up_serves_kubectl_the_nodes_asked_for_and_ctrl_c_stops_it(tmp_path):
     args = ("--nodes", "2", "--node-cpu", "3", "--node-memory", "4Gi")
     with sandbox_up(tmp_path, *args) as up:

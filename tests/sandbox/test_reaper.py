@@ -1,0 +1,123 @@
+"""What the sandbox starts is stopped when the process that started it dies, even by
+SIGKILL (`raysize.sandbox.reaper`), and nothing else is touched."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from raysize.sandbox import reaper
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# an owner: starts `sleep` in its own session and guards it, registers two clean-ups and
+# drops one of them, prints the sleep's PID, then waits for stdin (or stops it itself
+# and exits when told "tidy")
+OWNER = textwrap.dedent(
+    """
+    import subprocess, sys
+    from raysize.sandbox import reaper
+    marker, dropped, mode = sys.argv[1:4]
+    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    reaper.guard(sleeper)
+    reaper.on_exit("marker", ["touch", marker])
+    reaper.on_exit("dropped", ["touch", dropped])
+    reaper.drop("dropped")
+    print(sleeper.pid, flush=True)
+    if mode == "tidy":
+        sleeper.kill()
+        sleeper.wait()
+        reaper.drop("marker")
+        sys.exit(0)
+    sys.stdin.read()
+    """
+)
+
+
+def gone(pid: int, start: str) -> bool:
+    """Exited (a zombie has exited; a reused PID is another process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return reaper.start_time(pid) != start or stat[stat.rfind(")") + 2] == "Z"
+
+
+def wait_gone(pid: int, start: str, within: float = 15.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if gone(pid, start):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def owner(tmp_path: Path, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path / "marker"), str(tmp_path / "dropped"), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def test_a_sigkilled_owners_process_groups_are_stopped_and_its_clean_ups_run(tmp_path):
+    bystander = subprocess.Popen(["sleep", "300"], start_new_session=True)  # not the owner's
+    proc = owner(tmp_path, "wait")
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        sleeper = int(proc.stdout.readline())
+        start = reaper.start_time(sleeper)
+        assert start and not gone(sleeper, start)
+        os.killpg(proc.pid, signal.SIGKILL)  # the owner's own group only: not the sleeper's
+        proc.wait(timeout=10)
+        assert wait_gone(sleeper, start), "the SIGKILLed owner's sleep still runs"
+        # the reaper shares the owner's stderr: it ends when the reaper does
+        said = proc.stderr.read()
+        assert f"raysize: process {proc.pid} is gone; stopped process group(s) {sleeper}" in said
+        assert "cleaned up marker" in said
+        assert (tmp_path / "marker").exists()
+        assert not (tmp_path / "dropped").exists()  # dropped: not run
+        assert bystander.poll() is None  # nothing it was not told of
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        bystander.kill()
+        bystander.wait()
+
+
+def test_an_owner_that_exits_normally_leaves_no_reaper_and_it_does_nothing(tmp_path):
+    proc = owner(tmp_path, "tidy")
+    out, err = proc.communicate(timeout=30)  # stderr closes once the reaper is gone too
+    assert proc.returncode == 0, err
+    assert err == ""  # nothing was left to stop or clean up
+    assert int(out)
+    assert not (tmp_path / "marker").exists()
+
+
+def test_a_group_whose_pid_went_to_another_process_is_not_touched():
+    other = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        start = reaper.start_time(other.pid)
+        assert reaper._ours(other.pid, start)
+        # told of a group led by a process that started at another time: not ours
+        assert not reaper._ours(other.pid, str(int(start) + 1))
+        assert reaper.reap({other.pid: str(int(start) + 1)}, {}) == []
+        assert other.poll() is None
+        # a group that ended is skipped
+        other.kill()
+        other.wait()
+        assert not reaper._ours(other.pid, start)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            other.kill()
+        other.wait()
