@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-logo
 
 typecheck: $(STAMP)
-	$(BIN)/mypy raysize
+	$(BIN)/mypy raysize bench
 
 # every test, every tier (tests/conftest.py): what CI runs
 suite: $(STAMP) control-plane browser

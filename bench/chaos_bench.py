@@ -35,6 +35,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from kubernetes import client, config
 from temporalio.client import Client
@@ -48,7 +49,7 @@ from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.faults import FaultRule
 from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
 from raysize.sandbox.localray import stop_group
-from raysize.sandbox.rayprocs import free_port
+from raysize.sandbox.ports import free_port
 from raysize.workflows.contracts import ResizeSagaState
 from raysize.workflows.naming import RESIZE_OUTCOME, SEARCH_ATTRIBUTES
 
@@ -167,7 +168,10 @@ def cpu_of(p: client.V1Pod) -> tuple[int, int | None]:
             return None
         return int(q[:-1]) if q.endswith("m") else int(float(q) * 1000)
 
-    spec = milli((p.spec.containers[0].resources.limits or {}).get("cpu")) or 0
+    assert p.spec is not None
+    resources = p.spec.containers[0].resources
+    assert resources is not None
+    spec = milli((resources.limits or {}).get("cpu")) or 0
     statuses = (p.status.container_statuses or []) if p.status else []
     actual = None
     if statuses and statuses[0].resources is not None:
@@ -187,16 +191,17 @@ async def check(core: client.CoreV1Api, temporal: Client, queue: str, gcs: str) 
     except Exception as exc:
         return [f"Ray's GCS does not answer: {exc}"]
     for p in pods:
+        assert p.metadata is not None
         if p.metadata.deletion_timestamp or (p.status and p.status.phase != "Running"):
             continue
+        name = p.metadata.name
+        assert name is not None  # the API server names every pod it lists
         spec, actual = cpu_of(p)
-        raylet = totals.get(p.metadata.name)
+        raylet = totals.get(name)
         if not (spec == actual == raylet):
-            out.append(
-                f"{p.metadata.name}: spec {spec}m, actuated {actual}m, Raylet {raylet}m differ"
-            )
+            out.append(f"{name}: spec {spec}m, actuated {actual}m, Raylet {raylet}m differ")
         if spec > MAX_CPU:
-            out.append(f"{p.metadata.name}: spec {spec}m is above the maximum {MAX_CPU}m")
+            out.append(f"{name}: spec {spec}m is above the maximum {MAX_CPU}m")
     running = [
         wf.id
         async for wf in temporal.list_workflows(
@@ -233,8 +238,11 @@ async def one_run(number: int, waves: int, rng: random.Random, tmp: Path) -> Run
         gcs = ""
         while not gcs:
             gcs = gcs_address(
-                custom.get_namespaced_custom_object(
-                    "ray.io", "v1", NAMESPACE, "rayclusters", CLUSTER
+                cast(
+                    dict[str, Any],
+                    custom.get_namespaced_custom_object(
+                        "ray.io", "v1", NAMESPACE, "rayclusters", CLUSTER
+                    ),
                 )
             )
             await asyncio.sleep(0.5)

@@ -34,7 +34,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from temporalio.client import Client
@@ -90,15 +90,18 @@ class Registrar:
                 continue
             live: dict[str, set[str]] = {}
             for p in pods.items:
-                cluster = (p.metadata.labels or {}).get("ray.io/cluster", "")
+                meta = p.metadata
+                assert meta is not None
+                cluster = (meta.labels or {}).get("ray.io/cluster", "")
                 ray = self.stand_ins.get(cluster)
-                if ray is None or p.metadata.deletion_timestamp:
+                if ray is None or meta.deletion_timestamp:
                     continue
-                live.setdefault(cluster, set()).add(p.metadata.name)
+                assert meta.name is not None and p.status is not None  # set on listed pods
+                live.setdefault(cluster, set()).add(meta.name)
                 if p.status.phase == "Running":
-                    head = (p.metadata.labels or {}).get("ray.io/node-type") == "head"
+                    head = (meta.labels or {}).get("ray.io/node-type") == "head"
                     group = "headgroup" if head else "small"
-                    if ray.add_node(p.metadata.name, group, 0.0 if head else 1.0, float(GIB)):
+                    if ray.add_node(meta.name, group, 0.0 if head else 1.0, float(GIB)):
                         self.registered += 1
             for cluster, ray in self.stand_ins.items():
                 for pod in set(ray.model.nodes) - live.get(cluster, set()):
@@ -211,7 +214,10 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             ok &= cpu_pct < MAX_IDLE_CPU_PCT and rss < MAX_RSS_MIB
 
             # 2. reaction on the real cluster
-            rc = custom.get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", REAL)
+            rc = cast(
+                dict[str, Any],
+                custom.get_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", REAL),
+            )
             from raysize.activities.k8s_objects import gcs_address
 
             took = await reaction(env.client, gcs_address(rc), args.trials)
@@ -239,13 +245,19 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 await asyncio.sleep(0.2)
             burst_s = time.monotonic() - t0
             placed = sum(r.counts()[0] for r in stand_ins.values())
-            sizes: Counter[str] = Counter(
-                (p.status.container_statuses[0].resources.limits or {}).get("cpu", "?")
-                for p in core.list_namespaced_pod(NAMESPACE, label_selector="ray.io/cluster").items
-                if (p.metadata.labels or {}).get("ray.io/cluster", "").startswith("fleet-")
-                and (p.metadata.labels or {}).get("ray.io/node-type") != "head"
-                and p.status.container_statuses
-            )
+            sizes: Counter[str] = Counter()
+            for p in core.list_namespaced_pod(NAMESPACE, label_selector="ray.io/cluster").items:
+                assert p.metadata is not None and p.status is not None
+                labels = p.metadata.labels or {}
+                statuses = p.status.container_statuses
+                if (
+                    labels.get("ray.io/cluster", "").startswith("fleet-")
+                    and labels.get("ray.io/node-type") != "head"
+                    and statuses
+                ):
+                    resources = statuses[0].resources
+                    assert resources is not None
+                    sizes[(resources.limits or {}).get("cpu", "?")] += 1
             grown = ", ".join(f"{n} at {cpu} CPU" for cpu, n in sorted(sizes.items()))
             # the same resize (pod, from, to) run twice would be a lost or doubled saga; a
             # pod grown again later for more tasks is a new resize, and fine
@@ -267,7 +279,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             ok &= placed == want and burst_s < MAX_BURST_S and twice == 0
     finally:
         for w in workers:
-            stop_group(w)  # type: ignore[arg-type]
+            stop_group(w)
         for ray in stand_ins.values():
             ray.__exit__()
         await asyncio.to_thread(sandbox.close)

@@ -76,6 +76,16 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def actuated_cpu(p: client.V1Pod) -> str | None:
+    """The CPU limit the kubelet reports for the pod's container, None until it reports one."""
+    statuses = p.status.container_statuses if p.status else None
+    if not statuses:
+        return None
+    resources = statuses[0].resources
+    assert resources is not None and resources.limits is not None
+    return resources.limits["cpu"]
+
+
 def pod(i: int) -> dict[str, object]:
     return {
         "metadata": {
@@ -126,9 +136,15 @@ async def run(n: int, tmp: Path) -> None:
             await asyncio.sleep(0.05)
         core = client.CoreV1Api(config.new_client_from_config(config_file=str(kubeconfig)))
         for i in range(n):
-            raw(core.create_namespaced_pod("default", pod(i), _preload_content=False))
+            # the V1Pod the client's argument validation would build from the dict anyway
+            body = client.V1Pod.model_validate(pod(i))
+            raw(core.create_namespaced_pod("default", body, _preload_content=False))
         while (
-            sum(1 for p in core.list_namespaced_pod("default").items if p.status.phase == "Running")
+            sum(
+                1
+                for p in core.list_namespaced_pod("default").items
+                if p.status and p.status.phase == "Running"
+            )
             < n
         ):
             await asyncio.sleep(0.2)
@@ -221,10 +237,7 @@ async def run(n: int, tmp: Path) -> None:
                 )
             print(await first_resize_steps(env.client))
             resized = sum(
-                1
-                for p in core.list_namespaced_pod("default").items
-                if p.status.container_statuses
-                and p.status.container_statuses[0].resources.limits["cpu"] == "2"
+                1 for p in core.list_namespaced_pod("default").items if actuated_cpu(p) == "2"
             )
             print(
                 f"resizes={n} succeeded={ok} seconds={elapsed:.1f} per_second={n / elapsed:.1f} "

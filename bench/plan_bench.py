@@ -26,7 +26,7 @@ TARGETS = {200: 0.05, 2_000: 0.5, 5_000: 2.0}
 
 def generate(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
     rng = random.Random(seed)
-    groups = {
+    groups: dict[str, dict[str, Any]] = {
         "small": {
             "resources": {"CPU": 1, "memory": 2 * GIB},
             "min_workers": 0,

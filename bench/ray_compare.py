@@ -784,13 +784,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     rows: list[Row] = []
     with RayScheduler() as ray:
-        for name, pods, seed, doc in jobs:
+        for name, pods, job_seed, doc in jobs:
             row, dropped = compare_row(
                 name,
                 doc,
                 ray,
                 pods=pods,
-                seed=seed,
+                seed=job_seed,
                 repeat=args.repeat,
                 ray_repeat=args.ray_repeat,
                 ray_timeout_s=args.ray_timeout,

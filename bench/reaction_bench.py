@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from temporalio.client import Client
@@ -171,8 +171,11 @@ async def run(
         )
         gcs = ""
         while not gcs:
-            rc = custom.get_namespaced_custom_object(
-                "ray.io", "v1", "default", "rayclusters", "react"
+            rc = cast(
+                dict[str, Any],
+                custom.get_namespaced_custom_object(
+                    "ray.io", "v1", "default", "rayclusters", "react"
+                ),
             )
             gcs = gcs_address(rc)
             await asyncio.sleep(0.2)

@@ -33,7 +33,7 @@ from typing import Any
 from kubernetes import client, config
 
 from bench.procs import stop_on_sigterm
-from raysize.sandbox.rayprocs import free_port
+from raysize.sandbox.ports import free_port
 
 PODS = 2000
 PATCHES = 1000
@@ -108,7 +108,7 @@ def resized(body: bytes, cpu: str) -> bool:
 
 def run(kubeconfig: str) -> bool:
     """Print every figure next to its target; True if every target is met."""
-    api: Any = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    api: Any = config.new_client_from_config(config_file=kubeconfig)
     core: Any = client.CoreV1Api(api)
     deadline = time.monotonic() + 30
     while True:
