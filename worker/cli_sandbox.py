@@ -53,7 +53,9 @@ def register(app: typer.Typer) -> None:
                 "(pods, pods/resize, pods/status, rayclusters, pods/*, *), status "
                 "(409|429|500), rate (0..1; 1 with a status alone), latency (s), "
                 "disconnect (s: cut watches), times (at most this many errors); e.g. "
-                "'verb=patch,resource=pods/resize,status=409,rate=0.1'"
+                "'verb=patch,resource=pods/resize,status=409,rate=0.1'. With "
+                "--control-plane real: for the clients of the written kubeconfig, through a "
+                "proxy (<kubeconfig>.direct goes around it)"
             ),
         ),
         fault_seed: int = typer.Option(
@@ -82,10 +84,10 @@ def register(app: typer.Typer) -> None:
 
         if control_plane not in ("embedded", "real"):
             raise usage_error(f"--control-plane {control_plane!r}: expected 'embedded' or 'real'")
-        if control_plane == "real" and (fault or port):
+        if control_plane == "real" and port:
             raise usage_error(
-                "--fault and --port need the embedded API server: drop them, or use "
-                "--control-plane embedded"
+                "--port needs the embedded API server (the real one listens on a free port): "
+                "drop it, or use --control-plane embedded"
             )
         if nodes < 1:
             raise usage_error(f"--nodes {nodes}: expected at least 1")
@@ -134,9 +136,8 @@ def register(app: typer.Typer) -> None:
         def on_signal(signum: int, frame: FrameType | None) -> None:
             stop.set()
 
-        if isinstance(sandbox, Sandbox):
-            for rule in rules:
-                sandbox.faults.add(rule)
+        for rule in rules:
+            sandbox.faults.add(rule)
         previous = signal.signal(signal.SIGTERM, on_signal)
         # Ctrl-C stops it too, even when started with SIGINT ignored (a background job of a
         # shell without job control ignores it, and Python then raises no KeyboardInterrupt)
@@ -146,7 +147,22 @@ def register(app: typer.Typer) -> None:
                 sandbox.start()
             except ControlPlaneError as exc:
                 raise usage_error(f"the real control plane did not start: {exc}") from None
-            path = sandbox.write_kubeconfig(kubeconfig)
+            direct = ""
+            if isinstance(sandbox, Sandbox):
+                path = sandbox.write_kubeconfig(kubeconfig)
+            else:
+                # the real API server's faults are a proxy's, in front of it for the
+                # clients of this kubeconfig (the kubelet and KubeRay reach it directly)
+                path = sandbox.write_kubeconfig(kubeconfig, faults=bool(rules))
+                if rules:
+                    plain = sandbox.write_kubeconfig(
+                        kubeconfig.with_name(f"{kubeconfig.name}.direct")
+                    )
+                    direct = (
+                        "  faults apply to clients of that kubeconfig, through a proxy that "
+                        "does not relay kubectl exec, attach or port-forward; without faults:\n"
+                        f"  export KUBECONFIG={plain}\n"
+                    )
             kind = (
                 "embedded API server"
                 if isinstance(sandbox, Sandbox)
@@ -160,6 +176,7 @@ def register(app: typer.Typer) -> None:
                 f"  export KUBECONFIG={path}\n"
                 f"  kubectl get nodes; kubectl get raycluster; kubectl get pods\n"
                 + "".join(f"  fault: {describe(rule)}\n" for rule in rules)
+                + direct
                 + "Ctrl-C stops everything."
             )
             while not stop.wait(0.5):

@@ -242,10 +242,16 @@ def test_up_serves_kubectl_the_nodes_asked_for_and_ctrl_c_stops_it(tmp_path):
         assert not listening(up.port)
 
 
-def test_fault_flag_fails_the_requests_it_names(tmp_path):
+@pytest.mark.parametrize("real", [False, True], ids=["embedded", "real-control-plane"])
+def test_fault_flag_fails_the_requests_it_names(tmp_path, real):
+    """The same rule in both worlds; with the real API server the written kubeconfig goes
+    through a fault proxy, and a second one (`<kubeconfig>.direct`) goes around it."""
     fault = "verb=patch,resource=pods/resize,status=409,times=1"
-    with sandbox_up(tmp_path, "--fault", fault, "--actuation-delay", "0") as up:
+    args = ("--fault", fault, "--actuation-delay", "0")
+    with sandbox_up(tmp_path, *args, real=real, start_timeout=180) as up:
         assert "  fault: patch pods/resize: 409 for 100% of requests (at most 1)" in up.banner
+        direct = up.kubeconfig.with_name(f"{up.kubeconfig.name}.direct")
+        assert (f"  export KUBECONFIG={direct}" in up.banner) == real
         api = up.api()
         core = client.CoreV1Api(api)
         core.create_namespaced_pod("default", pod_body("p", requests={"cpu": "100m"}))
@@ -260,7 +266,7 @@ def test_fault_flag_fails_the_requests_it_names(tmp_path):
         resized = core.patch_namespaced_pod_resize("p", "default", body)  # used up: times=1
         assert resized.spec.containers[0].resources.requests["cpu"] == "200m"
         api.close()
-        assert up.ctrl_c(within=15)[0] == 0
+        assert up.ctrl_c(within=60)[0] == 0
 
 
 def test_ctrl_c_stops_the_ray_processes_too(tmp_path):
@@ -318,9 +324,9 @@ def test_ctrl_c_stops_the_ray_processes_too(tmp_path):
             "error: --control-plane 'kind': expected 'embedded' or 'real'",
         ),
         (
-            ["--control-plane", "real", "--fault", "status=500"],
-            "error: --fault and --port need the embedded API server: drop them, or use "
-            "--control-plane embedded",
+            ["--control-plane", "real", "--port", "8080"],
+            "error: --port needs the embedded API server (the real one listens on a free "
+            "port): drop it, or use --control-plane embedded",
         ),
     ],
 )
