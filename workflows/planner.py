@@ -241,7 +241,12 @@ class _Work:
 
 class _Planner:
     def __init__(
-        self, snap: ClusterSnapshot, bound_note: str = "", *, hold_while_landing: bool = True
+        self,
+        snap: ClusterSnapshot,
+        bound_note: str = "",
+        *,
+        hold_while_landing: bool = True,
+        spare_pending_gpu: bool = True,
     ) -> None:
         self.snap = snap
         self.settings = snap.settings
@@ -285,6 +290,8 @@ class _Planner:
         # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
         # demand until they have
         self.landing = landing_grows(snap) if hold_while_landing else []
+        # CPU-only work may use a pending GPU pod's spare room at SPARE_GPU (see `may_use`)
+        self.spare_pending_gpu = spare_pending_gpu
         self.held_for_landing = False
         self.new_serial = 0
         # undo log of the gang being placed: bin id -> (bin, state before)
@@ -564,6 +571,8 @@ class _Planner:
         p = b.pod
         if p is None:
             return False
+        if p.phase != PodPhase.RUNNING and not self.spare_pending_gpu:
+            return False  # what reconcile runs recorded before this rule decided
         may_go = p.phase != PodPhase.RUNNING or (
             p.idle_s > 0 and self.settings.idle_timeout_s <= p.idle_s
         )
@@ -1318,11 +1327,24 @@ def landing_grows(snap: ClusterSnapshot) -> list[str]:
     )
 
 
-def plan(snapshot: ClusterSnapshot, *, hold_while_landing: bool = True) -> Plan:
+def plan(
+    snapshot: ClusterSnapshot, *, hold_while_landing: bool = True, spare_pending_gpu: bool = True
+) -> Plan:
     """Decide one reconcile tick. Pure: the same snapshot always gives the same plan.
-    `hold_while_landing=False`: launch for demand even while a grow lands (what reconcile
-    runs recorded before that rule decided, replayed as they were)."""
-    return _Planner(*_bound(snapshot), hold_while_landing=hold_while_landing).run()
+    What reconcile runs recorded before a rule decided, replayed as they were:
+    `hold_while_landing=False` launches for demand even while a grow lands;
+    `spare_pending_gpu=False` keeps pending GPU pods from work without GPUs until the last
+    stage."""
+    return _Planner(
+        *_bound(snapshot),
+        hold_while_landing=hold_while_landing,
+        spare_pending_gpu=spare_pending_gpu,
+    ).run()
+
+
+def pending_gpu_pods(snap: ClusterSnapshot) -> bool:
+    """Is a pod of a group with GPUs pending (where `spare_pending_gpu` may decide)?"""
+    return any(p.phase == PodPhase.PENDING and p.total.get_units(GPU) > 0 for p in snap.pods)
 
 
 def _bound(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, str]:

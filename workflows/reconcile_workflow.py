@@ -46,7 +46,7 @@ with workflow.unsafe.imports_passed_through():
         resize_search_attributes,
         resize_workflow_id,
     )
-    from raysize.workflows.planner import landing_grows, plan
+    from raysize.workflows.planner import landing_grows, pending_gpu_pods, plan
     from raysize.workflows.resize_workflow import PodResizeWorkflow
     from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
     from raysize.workflows.summaries import resize_details, resize_summary
@@ -89,6 +89,9 @@ RETARGET_IN_FLIGHT_PATCH = "reconcile-retarget-in-flight"
 # no pod is launched for demand while a grow lands (`planner.landing_grows`); older runs
 # launched, and replay so
 HOLD_WHILE_LANDING_PATCH = "reconcile-hold-launch-while-landing"
+# work without GPUs may use a pending GPU pod's spare room once GPU work has had its pick
+# (`plan(spare_pending_gpu=...)`); older runs kept it to the last stage, and replay so
+SPARE_PENDING_GPU_PATCH = "reconcile-spare-pending-gpu"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -263,7 +266,9 @@ class ReconcileWorkflow:
             self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
         planner = plan
         if landing_grows(snapshot) and not workflow.patched(HOLD_WHILE_LANDING_PATCH):
-            planner = functools.partial(plan, hold_while_landing=False)
+            planner = functools.partial(planner, hold_while_landing=False)
+        if pending_gpu_pods(snapshot) and not workflow.patched(SPARE_PENDING_GPU_PATCH):
+            planner = functools.partial(planner, spare_pending_gpu=False)
         p = telemetry.timed_plan(planner, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
         stuck = stuck_resizes(snapshot, drift_s)

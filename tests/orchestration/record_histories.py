@@ -17,7 +17,7 @@ from pathlib import Path
 from temporalio.worker import Worker
 
 from raysize.workflows.contracts import ReconcileInput
-from raysize.workflows.model import PlannerSettings
+from raysize.workflows.model import PlannerSettings, PodPhase
 from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
@@ -81,6 +81,19 @@ async def record_reconcile(
     (HERE / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
 
 
+def pending_gpu_world() -> FakeWorld:
+    """Three {CPU: 1} tasks; a CPU group and a pending GPU pod with 8 spare CPUs. Runs
+    from before `SPARE_PENDING_GPU_PATCH` launched a CPU pod for the tasks
+    (`reconcile_pending_gpu_before`, recorded on commit 99c7765); later ones use the GPU
+    pod's spare room."""
+    gpu = group("gpu", cpu=8, mem_gib=32, GPU=1, max_cpu=None, max_workers=1)
+    pending = pod("gpu1", g="gpu", cpu=8, mem_gib=32, phase=PodPhase.PENDING)
+    pending = pending.model_copy(
+        update={"total": pending.total + res(GPU=1), "available": pending.available + res(GPU=1)}
+    )
+    return FakeWorld(snapshot([group("cpu"), gpu], [pending], [(res(1), 3)]))
+
+
 async def record(force: bool = False) -> None:
     env = await start_time_skipping()
     try:
@@ -127,6 +140,9 @@ async def record(force: bool = False) -> None:
                 history = await handle.fetch_history()
             (HERE / f"{name}.json").write_text(json.dumps(json.loads(history.to_json()), indent=1))
 
+        if not _keep("reconcile_pending_gpu", force):
+            # CPU tasks and a pending GPU pod with spare CPUs: no CPU pod is launched
+            await record_reconcile(env, "reconcile_pending_gpu", pending_gpu_world(), 3)
         if not _keep("reconcile_grow", force):
             world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
             # (recorded before as workflow id reconcile/ns/demo, 4 ticks a run)

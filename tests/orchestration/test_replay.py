@@ -24,6 +24,8 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 def test_there_are_histories_of_both_workflows() -> None:
     names = {p.stem for p in HISTORIES}
     assert {"resize_happy", "resize_deferred", "resize_error_rollback", "reconcile_grow"} <= names
+    # a planner rule behind a patch: a run from before it, and one after
+    assert {"reconcile_pending_gpu_before", "reconcile_pending_gpu"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -445,6 +445,9 @@ def test_cpu_tasks_fill_a_pending_gpu_pods_spare_room_unless_gpu_work_waits() ->
     pending = gpu_pod(phase=PodPhase.PENDING)
     p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3)]))
     assert p.is_empty and p.infeasible.demands == 0
+    # reconcile runs recorded before this rule replay what they decided: a CPU pod
+    p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3)]), spare_pending_gpu=False)
+    assert p.launch_by_group == {"cpu": 1}
     p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3), (res(2, GPU=1), 1)]))
     assert p.is_empty and p.infeasible.demands == 0
     # a GPU task waits (it needs 2 GPUs on a pod: only gpu2 has them, and it is at its
