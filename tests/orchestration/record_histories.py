@@ -17,7 +17,7 @@ from pathlib import Path
 from temporalio.worker import Worker
 
 from raysize.workflows.contracts import ReconcileInput
-from raysize.workflows.model import PlannerSettings, PodPhase
+from raysize.workflows.model import KubeletResizeState, PlannerSettings, PodPhase, PodResize
 from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
@@ -94,6 +94,17 @@ def pending_gpu_world() -> FakeWorld:
     return FakeWorld(snapshot([group("cpu"), gpu], [pending], [(res(1), 3)]))
 
 
+def landing_world() -> FakeWorld:
+    """w1 is growing to 4 CPU (asked half a second ago: landing) while 5 CPUs of tasks
+    wait. Runs from before `HOLD_WHILE_LANDING_PATCH` launched a pod at once
+    (`reconcile_landing_before`, recorded on commit e60afe8^); later ones hold."""
+    inflight = PodResize(
+        cpu=4000, memory=8 * GIB, state=KubeletResizeState.IN_PROGRESS, asked_s=0.5
+    )
+    w1 = pod("w1", resize=inflight)
+    return FakeWorld(snapshot([group()], [w1], [(res(2), 2), (res(1), 1)]))
+
+
 async def record(force: bool = False) -> None:
     env = await start_time_skipping()
     try:
@@ -143,6 +154,9 @@ async def record(force: bool = False) -> None:
         if not _keep("reconcile_pending_gpu", force):
             # CPU tasks and a pending GPU pod with spare CPUs: no CPU pod is launched
             await record_reconcile(env, "reconcile_pending_gpu", pending_gpu_world(), 3)
+        if not _keep("reconcile_landing", force):
+            # more work than a landing grow can take: no pod is launched while it lands
+            await record_reconcile(env, "reconcile_landing", landing_world(), 3)
         if not _keep("reconcile_grow", force):
             world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
             # (recorded before as workflow id reconcile/ns/demo, 4 ticks a run)

@@ -24,8 +24,9 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 def test_there_are_histories_of_both_workflows() -> None:
     names = {p.stem for p in HISTORIES}
     assert {"resize_happy", "resize_deferred", "resize_error_rollback", "reconcile_grow"} <= names
-    # a planner rule behind a patch: a run from before it, and one after
+    # planner rules behind patches: a run from before each, and one after
     assert {"reconcile_pending_gpu_before", "reconcile_pending_gpu"} <= names
+    assert {"reconcile_landing_before", "reconcile_landing"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
