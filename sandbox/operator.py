@@ -230,6 +230,8 @@ class RayOperator:
                     {"name": "RAY_ADDRESS", "value": f"{name}-head-svc.{ns}.svc.cluster.local:6379"}
                 )
             containers[0]["env"] = env
+            if node_type == "head" and (cluster.get("spec") or {}).get("enableInTreeAutoscaling"):
+                _add_autoscaler(spec, containers, name, cluster["spec"].get("autoscalerOptions"))
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -344,3 +346,48 @@ class RayOperator:
 
 
 __all__ = ["RayOperator"]
+
+
+def _add_autoscaler(spec: Obj, containers: list[Obj], cluster: str, options: Obj | None) -> None:
+    """What KubeRay v1.6 adds to the head pod with `enableInTreeAutoscaling`: Ray's
+    autoscaler as the container `autoscaler` (the Ray container's image, 500m/512Mi unless
+    `autoscalerOptions` says otherwise), a `ray-logs` volume both mount at /tmp/ray, and
+    the cluster's ServiceAccount (KubeRay also makes it and its Role; the stand-in does
+    not: nothing here checks them). The embedded kubelet runs no process for it: it
+    reports it running, which is what raysize reads (`ray_autoscaler_running`)."""
+    options = options or {}
+    default = {"cpu": "500m", "memory": "512Mi"}
+    field_env = (
+        ("RAY_CLUSTER_NAME", "metadata.labels['ray.io/cluster']"),
+        ("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
+        ("RAY_HEAD_POD_NAME", "metadata.name"),
+    )
+    logs = {"mountPath": "/tmp/ray", "name": "ray-logs"}
+    containers.append(
+        {
+            "name": "autoscaler",
+            "image": options.get("image") or containers[0].get("image", ""),
+            "imagePullPolicy": options.get("imagePullPolicy", "IfNotPresent"),
+            "command": ["/bin/bash", "-c", "--"],
+            "args": [
+                "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) "
+                "--cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
+            ],
+            "env": [
+                {"name": n, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": f}}}
+                for n, f in field_env
+            ]
+            + [{"name": "KUBERAY_CRD_VER", "value": "v1"}, *(options.get("env") or [])],
+            "resources": copy.deepcopy(
+                options.get("resources") or {"limits": default, "requests": dict(default)}
+            ),
+            "volumeMounts": [dict(logs)],
+        }
+    )
+    mounts = containers[0].setdefault("volumeMounts", [])
+    if not any(m.get("name") == "ray-logs" for m in mounts):
+        mounts.append(dict(logs))
+    volumes = spec.setdefault("volumes", [])
+    if not any(v.get("name") == "ray-logs" for v in volumes):
+        volumes.append({"name": "ray-logs", "emptyDir": {}})
+    spec.setdefault("serviceAccountName", cluster)

@@ -12,6 +12,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from raysize.activities.k8s_objects import ray_autoscaler_running
 from raysize.sandbox.faults import FaultRule
 from raysize.sandbox.kubelet import KubeletTiming
 from tests.orchestration.temporal_env import venv_binary
@@ -256,3 +257,53 @@ def test_watch_disconnects_lose_nothing_when_resumed(sb_client):
         guard.cancel()
         creator.join(10)
     assert sorted(seen) == names
+
+
+def test_in_tree_autoscaling_runs_rays_autoscaler_beside_the_head_and_keeps_it(kube, ns):
+    """KubeRay adds Ray's autoscaler as the head pod's `autoscaler` container while
+    `enableInTreeAutoscaling` is true, and does not restart the head when it is turned
+    off: the sidecar runs on (raysize reads it: `ray_autoscaler_running`)."""
+    co = client.CustomObjectsApi(kube)
+    core = client.CoreV1Api(kube)
+    rc = raycluster(replicas=0)
+    rc["spec"]["enableInTreeAutoscaling"] = True
+    co.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", rc)
+
+    def head_with_sidecar() -> dict | None:
+        for p in core.list_namespaced_pod(ns, label_selector="ray.io/node-type=head").items:
+            pod = kube.sanitize_for_serialization(p)
+            if ray_autoscaler_running([pod]):
+                return pod
+        return None
+
+    head = wait_for(head_with_sidecar, timeout=60)
+    spec = head["spec"]
+    ray, sidecar = spec["containers"]  # the Ray container first
+    assert sidecar["name"] == "autoscaler" and sidecar["image"] == ray["image"]
+    assert sidecar["resources"] == {
+        "limits": {"cpu": "500m", "memory": "512Mi"},
+        "requests": {"cpu": "500m", "memory": "512Mi"},
+    }
+    assert sidecar["args"] == [
+        "ray kuberay-autoscaler --cluster-name $(RAY_CLUSTER_NAME) "
+        "--cluster-namespace $(RAY_CLUSTER_NAMESPACE)"
+    ]
+    assert {"mountPath": "/tmp/ray", "name": "ray-logs"} in ray["volumeMounts"]
+    assert sidecar["volumeMounts"] == [{"mountPath": "/tmp/ray", "name": "ray-logs"}]
+    assert {"emptyDir": {}, "name": "ray-logs"} in spec["volumes"]
+    assert spec["serviceAccountName"] == "rc"
+    # turned off: the head is not restarted, and Ray's autoscaler runs on beside it
+    co.patch_namespaced_custom_object(
+        "ray.io",
+        "v1",
+        ns,
+        "rayclusters",
+        "rc",
+        [{"op": "replace", "path": "/spec/enableInTreeAutoscaling", "value": False}],
+        _content_type="application/json-patch+json",
+    )
+    time.sleep(3)  # a reconcile of the operator's (it runs on every change of the cluster)
+    heads = core.list_namespaced_pod(ns, label_selector="ray.io/node-type=head").items
+    assert [h.metadata.uid for h in heads] == [head["metadata"]["uid"]]
+    assert ray_autoscaler_running([kube.sanitize_for_serialization(heads[0])])
+    co.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
