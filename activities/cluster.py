@@ -154,7 +154,7 @@ class ClusterActivities:
         except ClusterGone:
             return Observation(found=False)
         except KubeError as exc:
-            raise exc.to_application_error() from exc
+            raise exc.to_application_error() from None
         address = self._address(kube, inp.gcs_address)
         if not kube.groups.ok:
             return Observation(
@@ -170,7 +170,7 @@ class ClusterActivities:
         try:
             state = await asyncio.to_thread(self.gcs(address).cluster_state)
         except RayError as exc:
-            raise _ray_error(exc) from exc
+            raise _ray_error(exc) from None
         finally:
             _count_state_reads(inp.namespace, inp.cluster, 1)
         snapshot = join(kube, state, self.settings)
@@ -261,7 +261,7 @@ class ClusterActivities:
             log.warning("%s/%s: ray.io/ippr-status not written: %s", inp.namespace, inp.pod, exc)
             return FinishResizeResult(cpu=applied.cpu, memory=applied.memory, status_error=str(exc))
         except KubeError as exc:
-            raise exc.to_application_error() from exc
+            raise exc.to_application_error() from None
         return FinishResizeResult(cpu=applied.cpu, memory=applied.memory)
 
     async def _resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
@@ -278,7 +278,7 @@ class ClusterActivities:
                 # Temporal retries this until it takes; a pod (or cluster) deleted meanwhile
                 # would keep the saga retrying a GCS that is gone for ever: look first
                 await self._raise_if_pod_gone(inp)
-            raise _ray_error(exc) from exc
+            raise _ray_error(exc) from None
         return RayletResizeResult(cpu=applied.get_units(CPU), memory=applied.get_units(MEMORY))
 
     async def _raise_if_pod_gone(self, inp: RayletResizeInput) -> None:

@@ -54,7 +54,7 @@ class K8sActivities:
         try:
             return await asyncio.to_thread(fn, *args)
         except KubeError as exc:
-            raise exc.to_application_error() from exc
+            raise exc.to_application_error() from None
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
@@ -85,7 +85,7 @@ class K8sActivities:
         except NoRoom as exc:  # 1.36+ admission: what 1.33-1.35's kubelet says as Infeasible
             return await self._refused_for_room(inp, exc)
         except KubeError as exc:
-            raise exc.to_application_error() from exc
+            raise exc.to_application_error() from None
         now = await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
         progress = await self._watch(
             inp.namespace, inp.pod, inp.cpu, inp.memory, generation, inp.poll_interval_s,
