@@ -144,17 +144,15 @@ def _ours(pgid: int, started: str) -> bool:
         return False  # the PID is another process's now
     try:
         os.killpg(pgid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):  # gone, or not ours to signal
         return False
-    except PermissionError:
-        return False  # not ours to signal
     return True
 
 
 def reap(groups: dict[int, str], cleanups: dict[str, list[str]]) -> list[str]:
     """Stop the groups that still run, then run the clean-ups; what was done, in words."""
-    done: list[str] = []
     alive = [g for g, started in groups.items() if _ours(g, started)]
+    done = [f"stopped process group(s) {', '.join(map(str, alive))}"] if alive else []
     for g in alive:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(g, signal.SIGTERM)
@@ -198,10 +196,7 @@ def main(argv: Sequence[str]) -> int:
         except ValueError:
             print(f"raysize reaper: ignored a malformed line {raw!r}", file=sys.stderr)
     # end of file: the owner is gone
-    running = [g for g, started in groups.items() if _ours(g, started)]
     done = reap(groups, cleanups)
-    if running:
-        done.insert(0, f"stopped process group(s) {', '.join(map(str, running))}")
     if done:
         print(f"raysize: process {owner} is gone; {'; '.join(done)}", file=sys.stderr)
     return 0

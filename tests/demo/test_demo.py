@@ -272,17 +272,23 @@ def test_timeout_rolls_back_and_scales_out_on_the_same_ports_again(
     assert not port_in_use(temporal_port) and not port_in_use(ui_port)
 
 
+def until_the_workload_runs(proc: subprocess.Popen[str]) -> list[str]:
+    """The demo's lines up to the one saying its Ray driver started."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:
+        lines.append(line)
+        ev = json.loads(line)
+        if ev["event"] == "process" and ev["role"] == "driver":
+            break
+        assert time.monotonic() < deadline, "the workload never started"
+    return lines
+
+
 def test_ctrl_c_mid_run_stops_everything() -> None:
     with demo("--temporal-port", str(free_port()), "--ui-port", str(free_port())) as proc:
-        assert proc.stdout is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 300
-        for line in proc.stdout:  # until the Ray workload runs
-            lines.append(line)
-            ev = json.loads(line)
-            if ev["event"] == "process" and ev["role"] == "driver":
-                break
-            assert time.monotonic() < deadline, "the workload never started"
+        lines = until_the_workload_runs(proc)
         proc.send_signal(signal.SIGINT)
         rest, err = proc.communicate(timeout=120)
     evs = events("".join(lines) + rest)
@@ -300,15 +306,8 @@ def test_a_sigkilled_demo_leaves_nothing_running() -> None:
     the driver, each in a session of its own, once the demo is gone."""
     temporal_port = free_port()
     with demo("--temporal-port", str(temporal_port), "--ui-port", str(free_port())) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        lines: list[str] = []
-        deadline = time.monotonic() + 300
-        for line in proc.stdout:  # until the Ray workload runs
-            lines.append(line)
-            ev = json.loads(line)
-            if ev["event"] == "process" and ev["role"] == "driver":
-                break
-            assert time.monotonic() < deadline, "the workload never started"
+        assert proc.stderr is not None
+        lines = until_the_workload_runs(proc)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         evs = events("".join(lines))
