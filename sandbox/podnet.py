@@ -33,7 +33,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -262,7 +261,7 @@ class ContainerRuntime:
         self._report: ExitReport | None = None
         self._init_report: InitReport | None = None
         self.bin_dir = bin_dir or str(Path(sys.executable).parent)
-        self.root = Path(tempfile.mkdtemp(prefix="rsz-"))  # short: Ray's socket paths
+        self.root = reaper.temp_dir("rsz-")  # short: Ray's socket paths
         self._pods: dict[str, _Pod] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -335,7 +334,7 @@ class ContainerRuntime:
             uids = list(self._pods)
         self.stop_all([{"metadata": {"uid": uid}} for uid in uids])
         self._stop.set()
-        shutil.rmtree(self.root, ignore_errors=True)
+        reaper.remove_dir(self.root)
 
     def exec(
         self,

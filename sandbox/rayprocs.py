@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -84,7 +83,7 @@ class RayRuntime:
 
     def __init__(self, ray_bin: str | None = None, temp_root: str | None = None) -> None:
         self.ray_bin = ray_bin or str(Path(sys.executable).with_name("ray"))
-        self.root = Path(tempfile.mkdtemp(prefix="rs", dir=temp_root or "/tmp"))
+        self.root = reaper.temp_dir("rs", temp_root or "/tmp")
         self._lock = threading.Lock()
         self._procs: dict[str, RayProcess] = {}  # pod uid → process
         self._gcs: dict[tuple[str, str], int] = {}  # (namespace, cluster) → GCS port
@@ -272,7 +271,7 @@ class RayRuntime:
             self._procs.clear()
             self._gcs.clear()
         _stop_workers_first(procs)
-        shutil.rmtree(self.root, ignore_errors=True)
+        reaper.remove_dir(self.root)
 
 
 def _stop_workers_first(procs: list[RayProcess]) -> None:

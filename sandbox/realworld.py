@@ -152,17 +152,13 @@ class RealControlPlane:
         return self._own_workdir and not os.environ.get("RAYSIZE_KEEP_CONTROL_PLANE_LOGS")
 
     @property
-    def _workdir_key(self) -> str:
-        return f"workdir:{self.workdir}"
-
-    @property
     def version(self) -> str:
         return self.parts.kubernetes_version
 
     # --- starting ------------------------------------------------------------------------
     def start(self) -> RealControlPlane:
         if self._removes_workdir:  # etcd's data: gone with us however we go
-            reaper.on_exit(self._workdir_key, ["rm", "-rf", "--", str(self.workdir)])
+            reaper.keep_removed(self.workdir)
         try:
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
@@ -396,8 +392,7 @@ class RealControlPlane:
                 f.close()
             self._logs.clear()
             if self._removes_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
-                reaper.drop(self._workdir_key)
+                reaper.remove_dir(self.workdir)
 
     def __enter__(self) -> RealControlPlane:
         return self.start()

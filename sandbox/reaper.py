@@ -21,7 +21,8 @@ group lives, the kernel does not give its ID to a new process, so a group whose 
 has exited is still ours. Nothing is stopped by name.
 
 Owner side: `guard(proc)` after starting a process group (`start_new_session=True`),
-`on_exit(key, argv)` / `drop(key)` for clean-up commands. Stopping a group yourself
+`on_exit(key, argv)` / `drop(key)` for clean-up commands, `temp_dir(prefix)` /
+`remove_dir(path)` for a temporary folder. Stopping a group yourself
 needs no message: an ended group is skipped. At a normal exit the owner closes the pipe
 and waits for the reaper, so that it too is gone when the owner is.
 """
@@ -32,12 +33,15 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
 GRACE_S = 3.0  # between SIGTERM and SIGKILL
@@ -132,6 +136,29 @@ def on_exit(key: str, argv: Sequence[str]) -> None:
 def drop(key: str) -> None:
     """The clean-up registered as `key` was done here: the reaper forgets it."""
     _GUARD._send(f"drop {key}")
+
+
+def _dir_key(path: Path) -> str:
+    return "dir:" + str(path).replace("%", "%25").replace(" ", "%20")
+
+
+def temp_dir(prefix: str, parent: str | None = None) -> Path:
+    """A new temporary folder (`tempfile.mkdtemp`) that is removed if this process dies
+    before `remove_dir` removes it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    on_exit(_dir_key(path), ["rm", "-rf", "--", str(path)])
+    return path
+
+
+def remove_dir(path: Path) -> None:
+    """Remove a folder from `temp_dir` (or registered with `keep_removed`) now."""
+    shutil.rmtree(path, ignore_errors=True)
+    drop(_dir_key(path))
+
+
+def keep_removed(path: Path) -> None:
+    """Remove the existing folder path if this process dies before `remove_dir`."""
+    on_exit(_dir_key(path), ["rm", "-rf", "--", str(path)])
 
 
 # --- the reaper -----------------------------------------------------------------------------

@@ -17,23 +17,26 @@ from raysize.sandbox import reaper
 ROOT = Path(__file__).resolve().parents[2]
 
 # an owner: starts `sleep` in its own session and guards it, registers two clean-ups and
-# drops one of them, prints the sleep's PID, then waits for stdin (or stops it itself
-# and exits when told "tidy")
+# drops one of them, makes a temporary folder with a file in it, prints the sleep's PID,
+# then waits for stdin (or stops and removes both itself and exits when told "tidy")
 OWNER = textwrap.dedent(
     """
     import subprocess, sys
     from raysize.sandbox import reaper
-    marker, dropped, mode = sys.argv[1:4]
+    marker, dropped, mode, parent = sys.argv[1:5]
     sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
     reaper.guard(sleeper)
     reaper.on_exit("marker", ["touch", marker])
     reaper.on_exit("dropped", ["touch", dropped])
     reaper.drop("dropped")
+    scratch = reaper.temp_dir("scratch ", parent)
+    (scratch / "data").write_text("x")
     print(sleeper.pid, flush=True)
     if mode == "tidy":
         sleeper.kill()
         sleeper.wait()
         reaper.drop("marker")
+        reaper.remove_dir(scratch)
         sys.exit(0)
     sys.stdin.read()
     """
@@ -58,9 +61,24 @@ def wait_gone(pid: int, start: str, within: float = 15.0) -> bool:
     return False
 
 
+def scratch_parent(tmp_path: Path) -> Path:
+    """Where the owner makes its temporary folder (named with a space: paths may hold one)."""
+    parent = tmp_path / "scratch root"
+    parent.mkdir(exist_ok=True)
+    return parent
+
+
 def owner(tmp_path: Path, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", OWNER, str(tmp_path / "marker"), str(tmp_path / "dropped"), mode],
+        [
+            sys.executable,
+            "-c",
+            OWNER,
+            str(tmp_path / "marker"),
+            str(tmp_path / "dropped"),
+            mode,
+            str(scratch_parent(tmp_path)),
+        ],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -87,6 +105,7 @@ def test_a_sigkilled_owners_process_groups_are_stopped_and_its_clean_ups_run(tmp
         assert "cleaned up marker" in said
         assert (tmp_path / "marker").exists()
         assert not (tmp_path / "dropped").exists()  # dropped: not run
+        assert list(scratch_parent(tmp_path).iterdir()) == []  # its temporary folder: removed
         assert bystander.poll() is None  # nothing it was not told of
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -102,6 +121,7 @@ def test_an_owner_that_exits_normally_leaves_no_reaper_and_it_does_nothing(tmp_p
     assert err == ""  # nothing was left to stop or clean up
     assert int(out)
     assert not (tmp_path / "marker").exists()
+    assert list(scratch_parent(tmp_path).iterdir()) == []  # removed by the owner
 
 
 def test_a_group_whose_pid_went_to_another_process_is_not_touched():
