@@ -5,17 +5,19 @@ decisions come due with no change at all, only because time passed: an idle pod 
 its idle timeout, a pod whose resize failed may shrink back an idle timeout after the
 failure, a running pod whose Raylet never registered is replaced after the Raylet start
 timeout, a resize no saga works on any more is settled (`stuck_resizes`), a grow that
-held back launches stops landing (`planner.LANDING_S` after raysize asked for it).
+held back launches stops landing (`planner.LANDING_S` after raysize asked for it), and
+so does the short hold after a grow landed (`GrowWatch`, `planner.JUST_GROWN_S`).
 `next_decision_in` says when the first of those falls, so the loop's wait ends then, and
 the fixed tick is only a safety net measured in minutes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from raysize.workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
-from raysize.workflows.planner import LANDING_S
+from raysize.workflows.planner import JUST_GROWN_S, LANDING_S
 from raysize.workflows.summaries import size_text
 
 # read the cluster a little after the deadline, so the timer never fires just before it
@@ -24,6 +26,8 @@ MARGIN_S = 0.5
 # of step (a saga's own Raylet sync takes a second or two; the GCS lags it by about one)
 RAYLET_DRIFT_S = 30.0
 DEFAULT_RESIZE_TIMEOUT_S = 60
+# a grow whose saga has not begun (nor landed) this long after it was started is forgotten
+GROW_WATCH_S = 600.0
 
 
 def stuck_after_s(timeout_s: int) -> float:
@@ -139,3 +143,48 @@ def next_decision_in(
     if not ahead:
         return None
     return min(ahead) + MARGIN_S
+
+
+@dataclass
+class GrowWatch:
+    """The grows this reconcile run started, until they land, and for JUST_GROWN_S after
+    (`plan(just_grown=...)`): a grow's saga ends in between two reads of the cluster, so
+    the snapshot alone cannot say it landed moments ago. Times are the workflow's clock.
+    Not carried over continue-as-new: a new run holds after the grows it starts."""
+
+    # pod → its size when the grow started, and when
+    growing: dict[str, tuple[int, int, float]] = field(default_factory=dict)
+    landed_at: dict[str, float] = field(default_factory=dict)  # pod → when seen landed
+
+    def started(self, r: ResizeAction, now: float) -> None:
+        if r.cpu > r.from_cpu or r.memory > r.from_memory:
+            self.growing[r.pod] = (r.from_cpu, r.from_memory, now)
+
+    def observe(self, snapshot: ClusterSnapshot, resizing: Iterable[str], now: float) -> list[str]:
+        """Pods whose grow landed less than JUST_GROWN_S ago. A grow has landed when no
+        resize is in flight on its pod any more and the pod (its Raylet) is bigger than
+        when it started; one that ended no bigger (rolled back, failed) or never began
+        within `GROW_WATCH_S` is forgotten."""
+        pods = {p.name: p for p in snapshot.pods}
+        busy = set(resizing)
+        for name, (cpu, memory, since) in list(self.growing.items()):
+            p = pods.get(name)
+            if p is None:
+                del self.growing[name]
+            elif name in busy or p.resize is not None:
+                continue
+            elif p.failed or now - since > GROW_WATCH_S:
+                del self.growing[name]
+            elif p.phase == PodPhase.RUNNING and (p.total.cpu > cpu or p.total.memory > memory):
+                del self.growing[name]
+                self.landed_at[name] = now
+        for name, at in list(self.landed_at.items()):
+            if name not in pods or now - at >= JUST_GROWN_S:
+                del self.landed_at[name]
+        return sorted(self.landed_at)
+
+    def due_in(self, now: float) -> float | None:
+        """Seconds until the first of these holds ends, to plan again then (None: none)."""
+        if not self.landed_at:
+            return None
+        return max(0.0, JUST_GROWN_S - (now - min(self.landed_at.values()))) + MARGIN_S

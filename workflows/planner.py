@@ -247,6 +247,7 @@ class _Planner:
         *,
         hold_while_landing: bool = True,
         spare_pending_gpu: bool = True,
+        just_grown: Sequence[str] = (),
     ) -> None:
         self.snap = snap
         self.settings = snap.settings
@@ -290,6 +291,10 @@ class _Planner:
         # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
         # demand until they have
         self.landing = landing_grows(snap) if hold_while_landing else []
+        # and grows that landed moments ago (`JUST_GROWN_S`): Ray may still report the work
+        # they took as pending, so no pod is grown either
+        running = {p.name for p in snap.pods if p.phase == PodPhase.RUNNING}
+        self.just_grown = sorted((set(just_grown) & running) - set(self.landing))
         # CPU-only work may use a pending GPU pod's spare room at SPARE_GPU (see `may_use`)
         self.spare_pending_gpu = spare_pending_gpu
         self.held_for_landing = False
@@ -346,10 +351,11 @@ class _Planner:
         every group in turn computes it once.
         """
         room = 1 << 62
-        if rate_limited and self.landing:
+        if rate_limited and (self.landing or self.just_grown):
             # Ray reports the work a grow is for as pending until the grow lands (its demand
-            # list is published once a second): a pod launched now could be for work that
-            # is about to run. Launch for what is still waiting once the grow has landed.
+            # list is published once a second, later under load): a pod launched now could
+            # be for work that is about to run, or already runs. Launch for what is still
+            # waiting once the grow has landed and Ray has had JUST_GROWN_S to say so.
             self.held_for_landing = True
             return 0
         conservative = rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE
@@ -443,9 +449,11 @@ class _Planner:
     def eligible_for_growth(self, p: PodView, g: GroupSpec) -> bool:
         """May grow: a running pod of an IPPR group with no failure on record, and no
         resize in flight other than a grow the kubelet is carrying out (which the plan
-        may retarget further up)."""
+        may retarget further up); none just after a grow landed (`just_grown`), as Ray
+        may still report the work it took."""
         return (
-            g.ippr is not None
+            not self.just_grown
+            and g.ippr is not None
             and p.phase == PodPhase.RUNNING
             and p.raylet_id is not None
             and (p.resize is None or self.retargetable(p))
@@ -1162,10 +1170,17 @@ class _Planner:
         if left_c:
             self.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
         if self.held_for_landing and (gangs_left or left_d or left_c):
-            self.notes.append(
-                f"no pod launched while the grow of {', '.join(self.landing)} lands: Ray "
-                "reports the work a grow is for as pending until it has landed"
-            )
+            if self.landing:
+                self.notes.append(
+                    f"no pod launched while the grow of {', '.join(self.landing)} lands: Ray "
+                    "reports the work a grow is for as pending until it has landed"
+                )
+            if self.just_grown:
+                self.notes.append(
+                    f"no pod grown or launched for {JUST_GROWN_S:.0f}s after the grow of "
+                    f"{', '.join(self.just_grown)} landed: Ray may still report the work it "
+                    "took as pending"
+                )
         if gangs_left:
             self.notes.append(f"{gangs_left} placement group(s) cannot be placed")
         if left_d:
@@ -1309,6 +1324,11 @@ def _size_text(cpu: int, memory: int) -> str:
 
 # A grow raysize asked for longer ago than this is stuck, not landing: launches go ahead.
 LANDING_S = 10.0
+# After a grow has landed, Ray may report the work it took as pending for a moment more
+# (its demand list is published about once a second; later on a loaded head): grows and
+# launches wait this long after a grow's saga finished (`plan(just_grown=...)`), about
+# the period of Ray's own autoscaler loop.
+JUST_GROWN_S = 5.0
 
 
 def landing_grows(snap: ClusterSnapshot) -> list[str]:
@@ -1328,9 +1348,15 @@ def landing_grows(snap: ClusterSnapshot) -> list[str]:
 
 
 def plan(
-    snapshot: ClusterSnapshot, *, hold_while_landing: bool = True, spare_pending_gpu: bool = True
+    snapshot: ClusterSnapshot,
+    *,
+    hold_while_landing: bool = True,
+    spare_pending_gpu: bool = True,
+    just_grown: Sequence[str] = (),
 ) -> Plan:
-    """Decide one reconcile tick. Pure: the same snapshot always gives the same plan.
+    """Decide one reconcile tick. Pure: the same inputs always give the same plan.
+    `just_grown`: pods whose grow landed less than JUST_GROWN_S ago (the reconcile
+    workflow's memory, not in the snapshot): no pod is grown or launched for demand yet.
     What reconcile runs recorded before a rule decided, replayed as they were:
     `hold_while_landing=False` launches for demand even while a grow lands;
     `spare_pending_gpu=False` keeps pending GPU pods from work without GPUs until the last
@@ -1339,6 +1365,7 @@ def plan(
         *_bound(snapshot),
         hold_while_landing=hold_while_landing,
         spare_pending_gpu=spare_pending_gpu,
+        just_grown=just_grown if hold_while_landing else (),
     ).run()
 
 

@@ -39,7 +39,12 @@ with workflow.unsafe.imports_passed_through():
         ScaleInput,
         WaitInput,
     )
-    from raysize.workflows.deadlines import drifting, next_decision_in, stuck_resizes
+    from raysize.workflows.deadlines import (
+        GrowWatch,
+        drifting,
+        next_decision_in,
+        stuck_resizes,
+    )
     from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
     from raysize.workflows.naming import (
         RECONCILE_WORKFLOW,
@@ -92,6 +97,9 @@ HOLD_WHILE_LANDING_PATCH = "reconcile-hold-launch-while-landing"
 # work without GPUs may use a pending GPU pod's spare room once GPU work has had its pick
 # (`plan(spare_pending_gpu=...)`); older runs kept it to the last stage, and replay so
 SPARE_PENDING_GPU_PATCH = "reconcile-spare-pending-gpu"
+# no pod is launched for demand for a moment after a grow landed either (`GrowWatch`,
+# `plan(just_grown=...)`): Ray may still report the work it took; older runs launched
+HOLD_AFTER_GROW_PATCH = "reconcile-hold-after-grow"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -110,6 +118,7 @@ class ReconcileWorkflow:
         self.next_decision_in: float | None = None
         self.pods: tuple[str, ...] | None = None  # at the last observe that read them
         self.drift_since: dict[str, float] = {}  # pod → when its Raylet was seen differ
+        self.grows = GrowWatch()  # the grows this run started, until just after they land
 
     @workflow.signal
     def pause(self) -> None:
@@ -269,6 +278,12 @@ class ReconcileWorkflow:
             planner = functools.partial(planner, hold_while_landing=False)
         if pending_gpu_pods(snapshot) and not workflow.patched(SPARE_PENDING_GPU_PATCH):
             planner = functools.partial(planner, spare_pending_gpu=False)
+        just_grown = self.grows.observe(snapshot, obs.resizing, now)
+        if just_grown and workflow.patched(HOLD_AFTER_GROW_PATCH):
+            planner = functools.partial(planner, just_grown=just_grown)
+            due = self.grows.due_in(now)
+            if due is not None:
+                self.next_decision_in = min(self.next_decision_in or due, due)
         p = telemetry.timed_plan(planner, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
         stuck = stuck_resizes(snapshot, drift_s)
@@ -398,6 +413,7 @@ class ReconcileWorkflow:
                     "reason": r.reason,
                 },
             )
+            self.grows.started(r, workflow.now().timestamp())
             return 1
         except WorkflowAlreadyStartedError:
             if retarget:

@@ -37,6 +37,9 @@ class FakeWorld:
         self.observed = 0
         self.version = 0
         self.waits: list[WaitInput] = []  # every wait the loop asked for
+        # Ray is slow to report: a grown pod runs the work it grew for, which Ray still
+        # reports as pending
+        self.stale_demand = False
 
     def set_demands(self, *demands: tuple[Resources, int]) -> None:
         self.snapshot = self.snapshot.model_copy(
@@ -45,7 +48,8 @@ class FakeWorld:
         self.version += 1
 
     def resized(self, name: str, cpu: int, memory: int) -> None:
-        """The Raylet took its new size: it holds more, and the demand it ran is gone."""
+        """The Raylet took its new size: it holds more, and the demand it ran is gone
+        (`stale_demand`: the room is taken, and the demand is still reported)."""
         pods = []
         for p in self.snapshot.pods:
             if p.name == name:
@@ -54,12 +58,13 @@ class FakeWorld:
                 p = p.model_copy(
                     update={
                         "total": p.total + grow,
-                        "available": p.available + grow,
+                        "available": p.available if self.stale_demand else p.available + grow,
                         "resize": None,
                     }
                 )
             pods.append(p)
-        self.snapshot = self.snapshot.model_copy(update={"pods": tuple(pods), "demands": ()})
+        demands = self.snapshot.demands if self.stale_demand else ()
+        self.snapshot = self.snapshot.model_copy(update={"pods": tuple(pods), "demands": demands})
         self.version += 1
 
     def activities(self) -> list[object]:

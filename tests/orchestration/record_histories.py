@@ -105,6 +105,15 @@ def landing_world() -> FakeWorld:
     return FakeWorld(snapshot([group()], [w1], [(res(2), 2), (res(1), 1)]))
 
 
+def just_grown_world() -> FakeWorld:
+    """w1 (1 CPU, busy) grows to 3 for a {CPU: 2} task, which Ray still reports once the
+    grow has landed. Runs from before `HOLD_AFTER_GROW_PATCH` launched a pod at once
+    (`reconcile_just_grown_before`, recorded on commit 5acca94); later ones hold."""
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    world.stale_demand = True
+    return world
+
+
 async def record(force: bool = False) -> None:
     env = await start_time_skipping()
     try:
@@ -157,6 +166,9 @@ async def record(force: bool = False) -> None:
         if not _keep("reconcile_landing", force):
             # more work than a landing grow can take: no pod is launched while it lands
             await record_reconcile(env, "reconcile_landing", landing_world(), 3)
+        if not _keep("reconcile_just_grown", force):
+            # the work a grow took is still reported: no pod grown or launched for a moment
+            await record_reconcile(env, "reconcile_just_grown", just_grown_world(), 5)
         if not _keep("reconcile_grow", force):
             world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
             # (recorded before as workflow id reconcile/ns/demo, 4 ticks a run)

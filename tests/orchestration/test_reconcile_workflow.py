@@ -38,6 +38,7 @@ from raysize.workflows.contracts import (
     WaitResizeInput,
 )
 from raysize.workflows.model import KubeletResizeState, PlannerSettings, PodResize, ResizePolicy
+from raysize.workflows.planner import JUST_GROWN_S
 from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
@@ -502,6 +503,31 @@ async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
     assert world.scales == []  # no pod launched
     assert status.resizes_started == 1
     assert any("retarget the grow in flight" in d.summary for d in status.decisions)
+
+
+async def test_no_pod_is_launched_for_work_a_grow_just_took_that_ray_still_reports(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    # w1 (1 CPU, busy; may grow to 4) grows to 3 for a task of {CPU: 2}; the task runs
+    # there, and Ray still reports it pending for a while. No pod is grown further or
+    # launched for JUST_GROWN_S; the loop plans again when that ends, and then a demand
+    # still reported gets its pod (w1 has room to grow by one CPU only).
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    world.stale_demand = True
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.started == ["w1"] and not world.resizing)
+        grown = world.version
+        await until(lambda: len([w for w in world.waits if w.gcs_version == grown]) >= 2)
+        status = await status_of(handle)
+        assert world.scales == [] and world.started == ["w1"]  # held
+        holds = [w.timeout_s for w in world.waits if w.gcs_version == grown]
+        assert all(t <= JUST_GROWN_S + 1 for t in holds)  # it plans again when the hold ends
+        assert status.last_plan is not None
+        assert any("after the grow of w1 landed" in n for n in status.last_plan.notes)
+        await ts_env.sleep(timedelta(seconds=JUST_GROWN_S + 1))
+        await until(lambda: world.scales)
+    assert world.scales[0].replicas["g1"] == 2
+    assert world.started == ["w1"]
 
 
 async def test_tasks_waiting_inside_a_placement_group_are_not_reported_unplaceable(

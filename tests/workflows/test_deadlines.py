@@ -6,15 +6,23 @@ from __future__ import annotations
 import pytest
 
 from raysize.workflows.deadlines import (
+    GROW_WATCH_S,
     MARGIN_S,
     RAYLET_DRIFT_S,
+    GrowWatch,
     drifting,
     next_decision_in,
     stuck_after_s,
     stuck_resizes,
 )
-from raysize.workflows.model import KubeletResizeState, PlannerSettings, PodPhase, PodResize
-from raysize.workflows.planner import LANDING_S, plan
+from raysize.workflows.model import (
+    KubeletResizeState,
+    PlannerSettings,
+    PodPhase,
+    PodResize,
+    ResizeAction,
+)
+from raysize.workflows.planner import JUST_GROWN_S, LANDING_S, plan
 from raysize.workflows.resources import GIB
 
 from .kit import group, pod, res, snapshot
@@ -127,3 +135,54 @@ def test_launches_held_for_a_landing_grow_are_due_when_it_stops_landing():
     assert plan(busy.model_copy(update={"pods": (pod("w1", cpu=4, mem_gib=2),)})).launch
     quiet = snapshot([group()], [pod("w1", resize=grow)])
     assert next_decision_in(quiet) == pytest.approx(stuck_after_s(60) - 3 + MARGIN_S)
+
+
+def grow(name: str, cpu: float = 4, *, from_cpu: float = 1) -> ResizeAction:
+    return ResizeAction(
+        pod=name,
+        group="g1",
+        cpu=int(cpu * 1000),
+        memory=2 * GIB,
+        from_cpu=int(from_cpu * 1000),
+        from_memory=2 * GIB,
+        reason="test",
+    )
+
+
+def test_a_grow_that_landed_holds_launches_for_a_moment_then_plans_again():
+    """The reconcile loop learns a grow landed when its saga is over and the pod is
+    bigger; for JUST_GROWN_S it names it to the planner (no launch: Ray may still report
+    the work it took) and plans again when that ends, though nothing changes."""
+    watch = GrowWatch()
+    watch.started(grow("w1"), now=100.0)
+    watch.started(grow("w2", cpu=1, from_cpu=2), now=100.0)  # a shrink: not watched
+    inflight = PodResize(cpu=4000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS)
+    before = snapshot([group()], [pod("w1", resize=inflight), pod("w2", cpu=2)])
+    assert watch.observe(before, ["w1"], now=101.0) == []  # still growing
+    # its saga has not written the pod yet: not landed either
+    assert watch.observe(snapshot([group()], [pod("w1")]), [], now=101.5) == []
+    landed = snapshot([group()], [pod("w1", cpu=4, free_cpu=0), pod("w2", cpu=2)])
+    assert watch.observe(landed, [], now=102.0) == ["w1"]
+    assert watch.due_in(102.0) == pytest.approx(JUST_GROWN_S + MARGIN_S)
+    assert watch.observe(landed, [], now=102.0 + JUST_GROWN_S - 1) == ["w1"]
+    assert watch.due_in(102.0 + JUST_GROWN_S - 1) == pytest.approx(1 + MARGIN_S)
+    assert watch.observe(landed, [], now=102.0 + JUST_GROWN_S) == []  # over
+    assert watch.due_in(102.0 + JUST_GROWN_S) is None
+
+
+def test_a_grow_that_failed_or_never_began_holds_nothing():
+    watch = GrowWatch()
+    watch.started(grow("w1"), now=0.0)
+    watch.started(grow("w2"), now=0.0)
+    watch.started(grow("w3"), now=0.0)
+    # w1 rolled back (no bigger, a failure on record); w3's pod is gone
+    rolled_back = snapshot([group()], [pod("w1", failed=True), pod("w2")])
+    assert watch.observe(rolled_back, [], now=5.0) == []
+    assert set(watch.growing) == {"w2"}  # w1's and w3's are forgotten
+    # w2's saga never wrote the pod: forgotten after GROW_WATCH_S
+    assert watch.observe(rolled_back, [], now=GROW_WATCH_S + 1) == []
+    assert watch.growing == {}
+    # a pod whose grow landed and went away in the hold is not named
+    watch.started(grow("w4"), now=0.0)
+    assert watch.observe(snapshot([group()], [pod("w4", cpu=4)]), [], now=1.0) == ["w4"]
+    assert watch.observe(snapshot([group()], []), [], now=2.0) == []

@@ -160,6 +160,30 @@ def test_in_flight_resize_counts_at_its_target() -> None:
         assert p.launch_by_group == {"g1": 1}
 
 
+def test_no_launch_just_after_a_grow_landed() -> None:
+    # w1 grew to 4 CPU a moment ago and runs the task it grew for; Ray still reports it
+    more = [(res(2), 2)]
+    grown = pod("w1", cpu=4, mem_gib=8).model_copy(update={"available": res(cpu=2, mem_gib=8)})
+    p = plan(snapshot([group()], [grown], more), just_grown=["w1"])
+    assert p.launch == ()
+    assert any("no pod grown or launched for 5s after the grow of w1 landed" in n for n in p.notes)
+    # nor grown: another pod that could grow for it waits too
+    busy = pod("w2", free_cpu=0)
+    p = plan(snapshot([group()], [grown, busy], more), just_grown=["w1"])
+    assert p.is_empty
+    assert sizes(plan(snapshot([group()], [grown, busy], more))) == {"w2": (3, 2)}
+    # what the grown pod's room takes is placed there all the same
+    assert plan(snapshot([group()], [grown], [(res(1), 1)]), just_grown=["w1"]).is_empty
+    # the hold over (not named any more), or gone with its pod: the pod is launched
+    assert plan(snapshot([group()], [grown], more)).launch_by_group == {"g1": 1}
+    other = grown.model_copy(update={"name": "w2"})
+    p = plan(snapshot([group()], [other], more), just_grown=["w1"])
+    assert p.launch_by_group == {"g1": 1}
+    # runs recorded before the rule replay without it
+    old = plan(snapshot([group()], [grown], more), just_grown=["w1"], hold_while_landing=False)
+    assert old.launch_by_group == {"g1": 1}
+
+
 def test_deferred_resize_counts_at_the_suggested_size() -> None:
     deferred = PodResize(cpu=cores(4), memory=8 * GIB, state=KubeletResizeState.DEFERRED)
     p = plan(snapshot([group()], [pod("w1", resize=deferred, suggested_cpu=2)], [(res(3), 1)]))
