@@ -155,8 +155,9 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
     ) -> None:
-        """What raysize decided for a RayCluster, and its resizes: pod, from → to, phase,
-        outcome and age, newest first (only the cluster's live pods unless --all)."""
+        """What raysize decided for a RayCluster (its last decisions, and what its last plan
+        left waiting and why), and its resizes: pod, from → to, phase, outcome and age,
+        newest first (only the cluster's live pods unless --all)."""
         ns, name = _split(cluster, "raycluster")
 
         async def go(client: Client) -> tuple[ReconcileStatus, list[ResizeRow], int]:
@@ -196,6 +197,9 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  last error: {s.last_error}")
         for d in s.decisions[-10:]:
             typer.echo(f"  {d.summary}")
+        # what the last plan left waiting, and why (a hold, demand no group can host)
+        for note in s.last_plan.notes if s.last_plan is not None else ():
+            typer.echo(f"  last plan: {note}")
         if rows:
             typer.echo("resizes (newest first):")
             for line in render_rows(rows):

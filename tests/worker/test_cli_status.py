@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
@@ -34,6 +35,30 @@ async def dev() -> AsyncIterator[WorkflowEnvironment]:
         await env.shutdown()
 
 
+@asynccontextmanager
+async def reconciling(env: WorkflowEnvironment, world: FakeWorld) -> AsyncIterator[str]:
+    """A reconcile loop on `world` (the dev server: what `raysize status` reads), until
+    the block ends; yields the namespace."""
+    queue = f"status-{uuid.uuid4().hex[:6]}"
+    ns = f"ns-{uuid.uuid4().hex[:6]}"
+    async with Worker(
+        env.client,
+        task_queue=queue,
+        workflows=[ReconcileWorkflow, PodResizeWorkflow],
+        activities=[*world.activities(), *ResizeRecorder(world).workflow_activities()],
+    ):
+        handle = await env.client.start_workflow(
+            ReconcileWorkflow.run,
+            ReconcileInput(namespace=ns, cluster="demo", tick_s=0.5),
+            id=f"reconcile/{ns}/demo",
+            task_queue=queue,
+        )
+        try:
+            yield ns
+        finally:
+            await handle.terminate("test over")
+
+
 def status(env: WorkflowEnvironment, ref: str, *flags: str) -> str:
     result = CliRunner().invoke(
         app,
@@ -46,41 +71,25 @@ def status(env: WorkflowEnvironment, ref: str, *flags: str) -> str:
 
 async def test_status_shows_each_resize_with_sizes_and_outcome(dev: WorkflowEnvironment) -> None:
     world = FakeWorld(snapshot([group()], [pod("w1"), pod("w2")], [(res(2), 1)]))
-    queue = f"status-{uuid.uuid4().hex[:6]}"
-    ns = f"ns-{uuid.uuid4().hex[:6]}"
-    async with Worker(
-        dev.client,
-        task_queue=queue,
-        workflows=[ReconcileWorkflow, PodResizeWorkflow],
-        activities=[*world.activities(), *ResizeRecorder(world).workflow_activities()],
-    ):
-        handle = await dev.client.start_workflow(
-            ReconcileWorkflow.run,
-            ReconcileInput(namespace=ns, cluster="demo", tick_s=0.5),
-            id=f"reconcile/{ns}/demo",
-            task_queue=queue,
+    async with reconciling(dev, world) as ns:
+        await until(lambda: world.started == ["w1"])
+        await until(lambda: not world.resizing)
+        # w1 leaves the cluster (a previous sandbox's pod, say); then w2 grows
+        world.snapshot = world.snapshot.model_copy(
+            update={"pods": tuple(p for p in world.snapshot.pods if p.name != "w1")}
         )
-        try:
-            await until(lambda: world.started == ["w1"])
-            await until(lambda: not world.resizing)
-            # w1 leaves the cluster (a previous sandbox's pod, say); then w2 grows
-            world.snapshot = world.snapshot.model_copy(
-                update={"pods": tuple(p for p in world.snapshot.pods if p.name != "w1")}
-            )
-            await asyncio.sleep(1)  # so the resize of w2 is the newer one
-            world.set_demands((res(3), 1))
-            await until(lambda: len(world.started) == 2)
-            await until(lambda: not world.resizing)
-            ref = f"{ns}/demo"
-            out = ""
-            for _ in range(100):  # the index lags the workflows by a moment
-                out = await asyncio.to_thread(status, dev, ref)
-                if "w2" in out and "Done" in out and "no longer has" in out:
-                    break
-                await asyncio.sleep(0.2)
-            everything = await asyncio.to_thread(status, dev, ref, "--all")
-        finally:
-            await handle.terminate("test over")
+        await asyncio.sleep(1)  # so the resize of w2 is the newer one
+        world.set_demands((res(3), 1))
+        await until(lambda: len(world.started) == 2)
+        await until(lambda: not world.resizing)
+        ref = f"{ns}/demo"
+        out = ""
+        for _ in range(100):  # the index lags the workflows by a moment
+            out = await asyncio.to_thread(status, dev, ref)
+            if "w2" in out and "Done" in out and "no longer has" in out:
+                break
+            await asyncio.sleep(0.2)
+        everything = await asyncio.to_thread(status, dev, ref, "--all")
     assert "resizes (newest first):" in out
     header = next(line for line in out.splitlines() if "FROM → TO" in line)
     assert header.split() == ["POD", "FROM", "→", "TO", "PHASE", "OUTCOME", "AGE"]
@@ -93,3 +102,16 @@ async def test_status_shows_each_resize_with_sizes_and_outcome(dev: WorkflowEnvi
     assert rows == ["w2", "w1"]  # newest first
     w1 = next(line for line in everything.splitlines() if line.strip().startswith("w1"))
     assert "1 CPU, 2Gi → 2 CPU, 2Gi" in w1 and "Succeeded" in w1
+
+
+async def test_status_says_what_the_last_plan_left_waiting_and_why(
+    dev: WorkflowEnvironment,
+) -> None:
+    # a task that asks for a GPU, in a cluster with no GPU group: nothing to decide, so
+    # no decision line, but the user sees why it waits
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(1, GPU=1), 1)]))
+    async with reconciling(dev, world) as ns:
+        await until(lambda: world.waits)
+        out = await asyncio.to_thread(status, dev, f"{ns}/demo")
+    assert "  last plan: cannot place: 1 × {CPU: 1, GPU: 1}" in out.splitlines()
+    assert world.started == [] and world.scales == []
