@@ -154,7 +154,8 @@ class GrowWatch:
 
     # pod → its size when the grow started, and when
     growing: dict[str, tuple[int, int, float]] = field(default_factory=dict)
-    landed_at: dict[str, float] = field(default_factory=dict)  # pod → when seen landed
+    # pod → when it was seen landed, and its size then
+    landed: dict[str, tuple[float, int, int]] = field(default_factory=dict)
 
     def started(self, r: ResizeAction, now: float) -> None:
         if r.cpu > r.from_cpu or r.memory > r.from_memory:
@@ -164,7 +165,8 @@ class GrowWatch:
         """Pods whose grow landed less than JUST_GROWN_S ago. A grow has landed when no
         resize is in flight on its pod any more and the pod (its Raylet) is bigger than
         when it started; one that ended no bigger (rolled back, failed) or never began
-        within `GROW_WATCH_S` is forgotten."""
+        within `GROW_WATCH_S` is forgotten. The hold ends early once the pod is resized
+        again or smaller (an idle pod shrinking back: the work is over, and Ray knows)."""
         pods = {p.name: p for p in snapshot.pods}
         busy = set(resizing)
         for name, (cpu, memory, since) in list(self.growing.items()):
@@ -177,14 +179,23 @@ class GrowWatch:
                 del self.growing[name]
             elif p.phase == PodPhase.RUNNING and (p.total.cpu > cpu or p.total.memory > memory):
                 del self.growing[name]
-                self.landed_at[name] = now
-        for name, at in list(self.landed_at.items()):
-            if name not in pods or now - at >= JUST_GROWN_S:
-                del self.landed_at[name]
-        return sorted(self.landed_at)
+                self.landed[name] = (now, p.total.cpu, p.total.memory)
+        for name, (at, cpu, memory) in list(self.landed.items()):
+            p = pods.get(name)
+            if (
+                p is None
+                or now - at >= JUST_GROWN_S
+                or name in busy
+                or p.resize is not None
+                or p.total.cpu < cpu
+                or p.total.memory < memory
+            ):
+                del self.landed[name]
+        return sorted(self.landed)
 
     def due_in(self, now: float) -> float | None:
         """Seconds until the first of these holds ends, to plan again then (None: none)."""
-        if not self.landed_at:
+        if not self.landed:
             return None
-        return max(0.0, JUST_GROWN_S - (now - min(self.landed_at.values()))) + MARGIN_S
+        first = min(at for at, _, _ in self.landed.values())
+        return max(0.0, JUST_GROWN_S - (now - first)) + MARGIN_S

@@ -170,6 +170,23 @@ def test_a_grow_that_landed_holds_launches_for_a_moment_then_plans_again():
     assert watch.due_in(102.0 + JUST_GROWN_S) is None
 
 
+def test_the_hold_ends_early_once_the_grown_pod_is_resized_again():
+    """An idle pod shrinking back right after its grow (a short idle timeout): its work
+    is over and Ray knows it, so new demand does not wait for the hold's end."""
+    for shrinking in ("saga", "resize", "smaller"):
+        watch = GrowWatch()
+        watch.started(grow("w1"), now=0.0)
+        assert watch.observe(snapshot([group()], [pod("w1", cpu=4)]), [], now=1.0) == ["w1"]
+        shrink = PodResize(cpu=1000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS)
+        now = {
+            "saga": ([pod("w1", cpu=4)], ["w1"]),
+            "resize": ([pod("w1", cpu=4, resize=shrink)], []),
+            "smaller": ([pod("w1", cpu=1)], []),
+        }[shrinking]
+        assert watch.observe(snapshot([group()], now[0]), now[1], now=2.0) == [], shrinking
+        assert watch.due_in(2.0) is None
+
+
 def test_a_grow_that_failed_or_never_began_holds_nothing():
     watch = GrowWatch()
     watch.started(grow("w1"), now=0.0)
@@ -179,6 +196,7 @@ def test_a_grow_that_failed_or_never_began_holds_nothing():
     rolled_back = snapshot([group()], [pod("w1", failed=True), pod("w2")])
     assert watch.observe(rolled_back, [], now=5.0) == []
     assert set(watch.growing) == {"w2"}  # w1's and w3's are forgotten
+    assert watch.landed == {}
     # w2's saga never wrote the pod: forgotten after GROW_WATCH_S
     assert watch.observe(rolled_back, [], now=GROW_WATCH_S + 1) == []
     assert watch.growing == {}
