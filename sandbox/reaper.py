@@ -146,7 +146,7 @@ def temp_dir(prefix: str, parent: str | None = None) -> Path:
     """A new temporary folder (`tempfile.mkdtemp`) that is removed if this process dies
     before `remove_dir` removes it."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    on_exit(_dir_key(path), ["rm", "-rf", "--", str(path)])
+    keep_removed(path)
     return path
 
 
