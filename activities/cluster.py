@@ -33,6 +33,8 @@ from raysize.activities.snapshot import join
 from raysize.workflows.contracts import (
     RAY_STATE_READS,
     Act,
+    DrainInput,
+    DrainResult,
     Err,
     FinishResizeInput,
     FinishResizeResult,
@@ -108,6 +110,7 @@ class ClusterActivities:
             self.wait_for_change,
             self.resize_raylet,
             self.finish_resize,
+            self.drain_raylets,
             *K8sActivities(self.kube, self.pods).activities(),
         ]
 
@@ -182,6 +185,8 @@ class ClusterActivities:
             replicas=kube.replicas,
             workers_to_delete=kube.workers_to_delete,
             resource_version=kube.resource_version,
+            generation=kube.generation,
+            stale_to_delete=kube.stale_to_delete,
             gcs_address=address,
             gcs_version=state.fingerprint,
             pods_version=kube.pods_version,
@@ -243,6 +248,37 @@ class ClusterActivities:
                 return False
             finally:
                 _count_state_reads(inp.namespace, inp.cluster, reads)
+
+    @activity.defn(name=Act.DRAIN)
+    async def drain_raylets(self, inp: DrainInput) -> DrainResult:
+        """Ask Ray to drain each Raylet before its pod is removed (idle termination, as
+        Ray's own autoscaler does): a Raylet that runs work refuses, and one that accepts
+        takes no new work. Safe to repeat: a drained Raylet is dead, and Ray accepts a
+        dead or unknown node at once. A drain that could not be asked (the GCS down, say)
+        counts as refused, so its pod stays; those accepted before it still go."""
+        gcs = self.gcs(inp.gcs_address)
+        accepted: list[str] = []
+        refused: dict[str, str] = {}
+        for t in inp.targets:
+            try:
+                reply = await asyncio.to_thread(gcs.drain_node, t.node_id, t.reason)
+            except RayError as exc:
+                refused[t.pod] = f"the drain could not be asked: {exc}"
+                log.warning("%s/%s: %s kept: %s", inp.namespace, inp.cluster, t.pod, refused[t.pod])
+                continue
+            if reply.accepted:
+                accepted.append(t.pod)
+            else:
+                refused[t.pod] = reply.rejection or "Ray refused the drain and gave no reason"
+            log.info(
+                "%s/%s: drain of %s (Raylet %s) %s",
+                inp.namespace,
+                inp.cluster,
+                t.pod,
+                t.node_id[:12],
+                "accepted" if reply.accepted else f"refused: {refused[t.pod]}",
+            )
+        return DrainResult(accepted=tuple(accepted), refused=refused)
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:

@@ -200,6 +200,8 @@ class Kube:
             replicas=replicas,
             workers_to_delete=tuple(to_delete),
             resource_version=str(rc["metadata"].get("resourceVersion", "")),
+            generation=int(rc["metadata"].get("generation") or 0),
+            stale_to_delete=tuple(sorted(set(to_delete) - {p["metadata"]["name"] for p in pods})),
             pods_version=pods_version,
             resizing=resizing,
             gcs_address=gcs_address(rc),
@@ -249,13 +251,22 @@ class Kube:
         cluster: str,
         replicas: dict[str, int],
         workers_to_delete: dict[str, tuple[str, ...]],
-        resource_version: str = "",
+        generation: int = 0,
+        pod_uids: dict[str, str] | None = None,
     ) -> bool:
-        """Set groups' replicas and add pods to workersToDelete; False if already so.
+        """Set groups' replicas and name pods in workersToDelete, in one write; False if
+        the RayCluster already says so.
 
-        The write is guarded by `resource_version` (the read the decision was made on),
-        unless the cluster already says what was asked: a retry after a write that
-        succeeded is then a no-op, not a conflict.
+        Exact, so KubeRay never picks a pod of its own (it deletes any pods it likes when
+        there are more than `replicas` and too few are named):
+        - a pod is named only if it still exists with the UID decided on (`pod_uids`);
+        - `replicas` goes down by exactly the pods named: one decided on but gone or
+          replaced keeps its replica, and no group is set below its live pods not named;
+        - names of pods that no longer exist leave workersToDelete (KubeRay would delete
+          a later pod of the same name at birth).
+        The write is guarded by the spec's `generation` (what was decided from; KubeRay's
+        status writes leave it), unless the cluster already says what was asked: a retry
+        after a write that succeeded is then a no-op, not a conflict.
         """
         rc = self.get_raycluster(namespace, cluster)
         groups = (rc.get("spec") or {}).get("workerGroupSpecs") or []
@@ -263,29 +274,49 @@ class Kube:
         unknown = sorted((set(replicas) | set(workers_to_delete)) - set(index))
         if unknown:
             raise Invalid(f"RayCluster {namespace}/{cluster} has no worker group {unknown[0]!r}")
-        if any(workers_to_delete.values()):
-            # a pod already gone needs no deleting: a retry after the operator acted is a no-op
-            pods, _ = self.list_cluster_pods(namespace, cluster)
-            alive = {
-                p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")
-            }
-            workers_to_delete = {
-                g: tuple(n for n in names if n in alive) for g, names in workers_to_delete.items()
-            }
+        pods, _ = self.list_cluster_pods(namespace, cluster)
+        existing = {p["metadata"]["name"] for p in pods}
+        alive = {
+            p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")
+        }
+        uids = pod_uids or {}
+        current = int(rc["metadata"].get("generation") or 0)
+        if generation and generation != current:
+            # our own write may have landed already (a retried activity): then it is done
+            if _says(groups, index, replicas, workers_to_delete, existing):
+                return False
+            raise Conflict(
+                f"RayCluster {namespace}/{cluster}'s spec changed since it was read "
+                f"(generation {generation} → {current})"
+            )
         ops: list[Obj] = []
         for name, i in index.items():
             group = groups[i]
-            if name in replicas and int(group.get("replicas") or 0) != replicas[name]:
-                ops.append(
-                    {
-                        "op": "add",
-                        "path": f"/spec/workerGroupSpecs/{i}/replicas",
-                        "value": replicas[name],
-                    }
-                )
-            wanted = workers_to_delete.get(name, ())
             listed = list((group.get("scaleStrategy") or {}).get("workersToDelete") or [])
-            merged = listed + [p for p in wanted if p not in listed]
+            kept = [n for n in listed if n in existing]
+            wanted = [
+                n
+                for n in workers_to_delete.get(name, ())
+                if n in alive and uids.get(n, "") in ("", alive[n]["metadata"].get("uid"))
+            ]
+            merged = kept + [n for n in wanted if n not in kept]
+            if name in replicas:
+                gone = len(workers_to_delete.get(name, ())) - len(wanted)
+                unnamed = sum(
+                    1
+                    for n, p in alive.items()
+                    if (p["metadata"].get("labels") or {}).get("ray.io/group") == name
+                    and n not in merged
+                )
+                target = max(replicas[name] + gone, unnamed)
+                if int(group.get("replicas") or 0) != target:
+                    ops.append(
+                        {
+                            "op": "add",
+                            "path": f"/spec/workerGroupSpecs/{i}/replicas",
+                            "value": target,
+                        }
+                    )
             if merged != listed:
                 if "scaleStrategy" not in group:
                     ops.append(
@@ -304,13 +335,8 @@ class Kube:
                 )
         if not ops:
             return False
-        current_rv = str(rc["metadata"].get("resourceVersion", ""))
-        if resource_version and resource_version != current_rv:
-            raise Conflict(
-                f"RayCluster {namespace}/{cluster} changed since it was read "
-                f"(resourceVersion {resource_version} → {current_rv})"
-            )
-        ops.insert(0, {"op": "test", "path": "/metadata/resourceVersion", "value": current_rv})
+        # the spec as decided from: a change by anyone in between fails the whole write
+        ops.insert(0, {"op": "test", "path": "/metadata/generation", "value": current})
         try:
             self._call(
                 "RayCluster",
@@ -360,3 +386,22 @@ class Kube:
             "count": 1,
         }
         return self._raw(kind, self.core.create_namespaced_event, namespace, body)
+
+
+def _says(
+    groups: list[Obj],
+    index: dict[Any, int],
+    replicas: dict[str, int],
+    workers_to_delete: dict[str, tuple[str, ...]],
+    existing: set[str],
+) -> bool:
+    """The RayCluster already says what was asked: each group at its replicas, and each
+    pod named either listed or gone."""
+    for name, i in index.items():
+        group = groups[i]
+        if name in replicas and int(group.get("replicas") or 0) != replicas[name]:
+            return False
+        listed = set((group.get("scaleStrategy") or {}).get("workersToDelete") or [])
+        if any(n in existing and n not in listed for n in workers_to_delete.get(name, ())):
+            return False
+    return True

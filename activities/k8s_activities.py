@@ -181,7 +181,8 @@ class K8sActivities:
             inp.cluster,
             inp.replicas,
             inp.workers_to_delete,
-            inp.resource_version,
+            inp.generation,
+            inp.pod_uids,
         )
 
     @activity.defn(name=Act.EVENT)

@@ -78,6 +78,10 @@ class KubeCluster(Value):
     workers_to_delete: tuple[str, ...]
     resource_version: str
     pods_version: str
+    generation: int = 0  # the RayCluster's metadata.generation: what its spec is at
+    # names in workersToDelete whose pod no longer exists: KubeRay would delete a later pod
+    # of the same name at birth, so the next write leaves them out
+    stale_to_delete: tuple[str, ...] = ()
     resizing: tuple[str, ...]
     gcs_address: str
     mark: str = ""  # raycluster_mark: what the cluster-change watch compares
@@ -174,6 +178,7 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
     )
     return PodView(
         name=meta["name"],
+        uid=str(meta.get("uid") or ""),
         group=labels.get("ray.io/group", ""),
         phase=PodPhase.RUNNING if running else PodPhase.PENDING,
         raylet_id=status.raylet_id,

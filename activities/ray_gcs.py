@@ -51,6 +51,7 @@ from raysize.activities.ray_state import (
 from raysize.workflows.resources import CPU, MEMORY, Resources
 
 __all__ = [
+    "DrainReply",
     "RayError",
     "RayGcsClient",
     "RayInvalidArgument",
@@ -367,6 +368,14 @@ def map_rpc_error(
 _STATE_PATH: Final = "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState"
 
 
+@dataclass(frozen=True)
+class DrainReply:
+    """What the GCS answered to a drain: accepted, or refused and why."""
+
+    accepted: bool
+    rejection: str = ""
+
+
 class RayGcsClient:
     """The Ray GCS at `address` ("host:port", the head's --port, 6379 by default)."""
 
@@ -415,6 +424,11 @@ class RayGcsClient:
             "/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances",
             autoscaler_pb2.ResizeRayletResourceInstancesRequest,
             autoscaler_pb2.ResizeRayletResourceInstancesReply,
+        )
+        self._drain_node = self._method(
+            "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode",
+            autoscaler_pb2.DrainNodeRequest,
+            autoscaler_pb2.DrainNodeReply,
         )
         self._get_all_node_info = self._method(
             "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
@@ -593,3 +607,23 @@ class RayGcsClient:
         what = f"resize Raylet {raw.hex()}"
         reply = self._call(self._resize_raylet_resource_instances, request, what, timeout)
         return ray_amounts(reply.total_resources, what=f"{what}: reply")
+
+    def drain_node(
+        self, node_id: str | bytes, reason_message: str, *, timeout: float | None = None
+    ) -> DrainReply:
+        """Ask the GCS to drain an idle Raylet before its pod is removed, as Ray's own
+        autoscaler does (`DrainNode`, reason `IDLE_TERMINATION`, no deadline).
+
+        A Raylet that runs work refuses (`accepted=False`, its reason in `rejection`); once
+        accepted it takes no new work, so the pod must then go. A node the GCS knows as
+        dead is accepted at once (docs/ray-protocol.md §7).
+        """
+        raw = node_id_bytes(node_id)
+        request = autoscaler_pb2.DrainNodeRequest(
+            node_id=raw,
+            reason=autoscaler_pb2.DRAIN_NODE_REASON_IDLE_TERMINATION,
+            reason_message=reason_message,
+            deadline_timestamp_ms=0,
+        )
+        reply = self._call(self._drain_node, request, f"drain Raylet {raw.hex()}", timeout)
+        return DrainReply(accepted=reply.is_accepted, rejection=reply.rejection_reason_message)

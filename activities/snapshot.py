@@ -50,7 +50,7 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
     never makes the planner launch twice."""
     by_pod: dict[str, list[RayNode]] = {}
     for n in ray.nodes:
-        if n.status.value != "DEAD":
+        if n.alive:  # a dead Raylet is no pod's: the pod waits for its next one
             by_pod.setdefault(n.pod, []).append(n)
     deleting = set(kube.workers_to_delete)
     resizing = set(kube.resizing)

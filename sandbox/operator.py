@@ -2,11 +2,13 @@
 
 Like KubeRay: one head pod from `headGroupSpec.template` (`<cluster>-head-xxxxx`), and per
 worker group `replicas` pods from its template (`<cluster>-<group>-worker-xxxxx`), with
-KubeRay's labels. Pods named in `scaleStrategy.workersToDelete` are deleted and the list
-is cleared; surplus pods are deleted only when in-tree autoscaling is off (with it on,
-KubeRay leaves scale-in to the autoscaler's `workersToDelete`). The status carries
-`state`, `head.podIP`, `head.serviceIP` and `endpoints` (`gcs` → the head's GCS
-port, the real one with `--with-ray`).
+KubeRay's labels. Pods named in `scaleStrategy.workersToDelete` are deleted, on every
+reconcile, and the list is left as it is (KubeRay v1.6 does not empty it:
+tests/sandbox/test_exact_scale.py checks both worlds); surplus pods are deleted only
+when in-tree autoscaling is off (with it on, KubeRay leaves scale-in to the
+autoscaler's `workersToDelete`). The status carries `state`, `head.podIP`,
+`head.serviceIP` and `endpoints` (`gcs` → the head's GCS port, the real one with
+`--with-ray`).
 """
 
 from __future__ import annotations
@@ -147,7 +149,6 @@ class RayOperator:
         if not heads:
             self._create_pod(cluster, "head", HEAD_GROUP, spec.get("headGroupSpec") or {})
         autoscaling = bool(spec.get("enableInTreeAutoscaling"))
-        cleared = False
         groups = spec.get("workerGroupSpecs") or []
         for group in groups:
             gname = group.get("groupName", "")
@@ -163,7 +164,6 @@ class RayOperator:
                     if pod["metadata"]["name"] in to_delete:
                         self._delete_pod(ns, pod["metadata"]["name"])
                 members = [p for p in members if p["metadata"]["name"] not in to_delete]
-                cleared = True
             replicas = 0 if group.get("suspend") else int(group.get("replicas") or 0)
             diff = replicas - len(members)
             for _ in range(max(0, diff)):
@@ -171,24 +171,7 @@ class RayOperator:
             if diff < 0 and not autoscaling:
                 for pod in sorted(members, key=lambda p: p["metadata"]["creationTimestamp"])[diff:]:
                     self._delete_pod(ns, pod["metadata"]["name"])
-        if cleared:
-            self._clear_workers_to_delete(ns, name)
         self._write_status(self.store.get("rayclusters", ns, name), self._cluster_pods(ns, name))
-
-    def _clear_workers_to_delete(self, ns: str, name: str) -> None:
-        def clear(obj: Obj) -> Obj:
-            for group in (obj.get("spec") or {}).get("workerGroupSpecs") or []:
-                strategy = group.get("scaleStrategy")
-                if isinstance(strategy, dict) and strategy.get("workersToDelete"):
-                    strategy["workersToDelete"] = []
-            return obj
-
-        current = self.store.get("rayclusters", ns, name)
-        self.api.internal(
-            "PUT",
-            f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}",
-            clear(copy.deepcopy(current)),
-        )
 
     def _create_pod(self, cluster: Obj, node_type: str, group: str, group_spec: Obj) -> None:
         meta = cluster["metadata"]

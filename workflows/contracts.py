@@ -23,6 +23,7 @@ class Act:
     OBSERVE = "observe_cluster"
     WAIT_FOR_CHANGE = "wait_for_change"
     SCALE = "scale_groups"
+    DRAIN = "drain_raylets"
     EVENT = "record_event"
     RESIZE_RAYLET = "resize_raylet"
     FINISH_RESIZE = "finish_resize"
@@ -248,6 +249,12 @@ class Observation(Value):
     replicas: dict[str, int] = Field(default_factory=dict)
     workers_to_delete: tuple[str, ...] = ()
     resource_version: str = ""
+    generation: int = Field(
+        default=0, description="the RayCluster's metadata.generation: the spec decided from"
+    )
+    stale_to_delete: tuple[str, ...] = Field(
+        default=(), description="names in workersToDelete whose pod no longer exists"
+    )
     gcs_address: str = ""
     gcs_version: int = 0
     pods_version: str = ""
@@ -273,11 +280,45 @@ class WaitInput(Value):
 
 
 class ScaleInput(Value):
+    """Set each group's replicas and name the pods to remove, in one write.
+
+    `replicas` goes down by exactly the pods named in `workers_to_delete` that still exist
+    with the UID in `pod_uids` (a pod replaced since the decision keeps its replica: KubeRay
+    would otherwise delete a pod of its own choosing). The write is refused (`Conflict`)
+    when the RayCluster's spec moved past `generation`, the one decided from."""
+
     namespace: str
     cluster: str
-    resource_version: str
+    resource_version: str = ""  # no longer a guard: every KubeRay status write moves it
     replicas: dict[str, int]
     workers_to_delete: dict[str, tuple[str, ...]]
+    generation: int = 0  # 0: not guarded
+    pod_uids: dict[str, str] = Field(
+        default_factory=dict, description="pod name → the UID decided on ('' : any)"
+    )
+
+
+class DrainTarget(Value):
+    pod: str
+    node_id: str = Field(description="the pod's Raylet, 56 hex characters")
+    reason: str = Field(description="why it goes: sent to Ray as the drain's reason message")
+
+
+class DrainInput(Value):
+    """Ask Ray to drain these Raylets (idle termination): each is removed only if Ray
+    accepted, since a Raylet that runs work refuses."""
+
+    namespace: str
+    cluster: str
+    gcs_address: str
+    targets: tuple[DrainTarget, ...]
+
+
+class DrainResult(Value):
+    accepted: tuple[str, ...] = Field(default=(), description="pods whose drain Ray accepted")
+    refused: dict[str, str] = Field(
+        default_factory=dict, description="pod → Ray's reason for refusing its drain"
+    )
 
 
 class EventInput(Value):
@@ -320,6 +361,15 @@ class ReconcileStatus(Value):
     )
 
 
+class DrainedPod(Value):
+    """A pod whose drain Ray accepted: it must be removed, even after a worker crash."""
+
+    pod: str
+    group: str
+    uid: str = ""
+    reason: str = ""
+
+
 class ReconcileCarry(Value):
     """Everything that outlives one run: exactly what continue-as-new carries."""
 
@@ -333,6 +383,9 @@ class ReconcileCarry(Value):
     # its sidecar still runs in the head pod named by ray_autoscaler_pod)
     stood_down: bool = False
     ray_autoscaler_pod: str = ""
+    # pods whose Raylet Ray has drained, until a RayCluster write names them for deletion:
+    # a drained Raylet takes no new work, so a lost removal would strand its pod
+    drained: tuple[DrainedPod, ...] = ()
 
 
 class ReconcileInput(Value):

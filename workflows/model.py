@@ -83,6 +83,7 @@ class PodView(StrictValue):
     group: str
     phase: PodPhase = PodPhase.RUNNING
     raylet_id: str | None = None
+    uid: str = Field(default="", description="the pod's metadata.uid ('' : not created yet)")
     total: Resources = Field(default_factory=Resources)
     available: Resources = Field(default_factory=Resources)
     idle_s: float = 0.0

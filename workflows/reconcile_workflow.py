@@ -17,11 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+from collections.abc import Iterable
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -29,6 +35,10 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.contracts import (
         Act,
         Decision,
+        DrainedPod,
+        DrainInput,
+        DrainResult,
+        DrainTarget,
         Err,
         EventInput,
         Observation,
@@ -45,7 +55,14 @@ with workflow.unsafe.imports_passed_through():
         next_decision_in,
         stuck_resizes,
     )
-    from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
+    from raysize.workflows.model import (
+        ClusterSnapshot,
+        LaunchAction,
+        Plan,
+        PlannerSettings,
+        ResizeAction,
+        TerminateAction,
+    )
     from raysize.workflows.naming import (
         RECONCILE_WORKFLOW,
         resize_search_attributes,
@@ -61,15 +78,48 @@ KEEP_DECISIONS = 50
 
 
 def scale_request(obs: Observation, p: Plan) -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
-    """Absolute replicas per group and who to delete: current spec plus the plan."""
+    """Absolute replicas per group and who to delete: current spec plus the plan. A pod
+    not created yet (no UID) lowers its group's replicas without a name; the others are
+    named, and `Kube.scale` lowers replicas by exactly the named pods that still exist."""
     replicas = dict(obs.replicas)
     to_delete: dict[str, list[str]] = {}
+    created = {x.name for x in obs.snapshot.pods if x.uid} if obs.snapshot else set()
     for action in p.launch:
         replicas[action.group] = replicas.get(action.group, 0) + action.count
     for t in p.terminate:
         replicas[t.group] = max(0, replicas.get(t.group, 0) - 1)
-        to_delete.setdefault(t.group, []).append(t.pod)
+        if t.pod in created or obs.snapshot is None:
+            to_delete.setdefault(t.group, []).append(t.pod)
     return replicas, {g: tuple(sorted(names)) for g, names in to_delete.items()}
+
+
+def clamp_launches(
+    snapshot: ClusterSnapshot, p: Plan, kept: Iterable[str]
+) -> tuple[LaunchAction, ...]:
+    """The plan's launches less those that only fit under a group's maximum because a pod
+    would go that Ray refused to drain (the pod stays, so its place is not free)."""
+    groups = {x.name: x.group for x in snapshot.pods}
+    staying: dict[str, int] = {}
+    for name in kept:
+        staying[groups.get(name, "")] = staying.get(groups.get(name, ""), 0) + 1
+    if not staying:
+        return p.launch
+    removed: dict[str, int] = {}
+    for t in p.terminate:
+        removed[t.group] = removed.get(t.group, 0) + 1
+    count = {g: 0 for g in snapshot.groups}
+    for x in snapshot.pods:
+        count[x.group] = count.get(x.group, 0) + 1
+    out: list[LaunchAction] = []
+    for a in p.launch:
+        cap = snapshot.groups[a.group].max_workers if a.group in snapshot.groups else None
+        n = a.count
+        if cap is not None and staying.get(a.group):
+            after = count.get(a.group, 0) - removed.get(a.group, 0) + staying[a.group]
+            n = max(0, min(a.count, cap - after))
+        if n:
+            out.append(a.model_copy(update={"count": n}))
+    return tuple(out)
 
 
 def describe_plan(p: Plan, *, scaling: bool = True) -> list[str]:
@@ -100,6 +150,11 @@ SPARE_PENDING_GPU_PATCH = "reconcile-spare-pending-gpu"
 # no pod is launched for demand for a moment after a grow landed either (`GrowWatch`,
 # `plan(just_grown=...)`): Ray may still report the work it took; older runs launched
 HOLD_AFTER_GROW_PATCH = "reconcile-hold-after-grow"
+# scale-in drains first (`drain_raylets`): a pod is named for deletion only once Ray
+# accepted its drain, a drained pod is removed even after a crash (`ReconcileCarry.drained`),
+# stale names leave workersToDelete, and a pause mid-tick stops the tick's other actions;
+# older runs named idle pods at once, and replay so
+DRAIN_FIRST_PATCH = "reconcile-drain-first"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -265,6 +320,7 @@ class ReconcileWorkflow:
         snapshot = obs.snapshot.model_copy(
             update={"settings": _merge_settings(inp.settings, obs.snapshot.settings)}
         )
+        snapshot = self._still_drained(snapshot)
         # since when each pod's Raylet has differed from its pod (this run's clock)
         now = workflow.now().timestamp()
         self.drift_since = {n: self.drift_since.get(n, now) for n in drifting(snapshot)}
@@ -287,29 +343,145 @@ class ReconcileWorkflow:
         p = telemetry.timed_plan(planner, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
         stuck = stuck_resizes(snapshot, drift_s)
-        if stuck and workflow.patched(SETTLE_PATCH):
+        if stuck and workflow.patched(SETTLE_PATCH) and not self._halted():
             await self._settle(inp, snapshot, stuck)
-        if p.is_empty:
+        prune = bool(obs.stale_to_delete) and workflow.patched(DRAIN_FIRST_PATCH)
+        if p.is_empty and not (self.carry.drained or prune):
             return
-        telemetry.decision_span(inp.namespace, inp.cluster, self.carry.ticks, p)
-        started = await self._start_resizes(inp, obs, p)
+        if not p.is_empty:
+            telemetry.decision_span(inp.namespace, inp.cluster, self.carry.ticks, p)
+        started = 0 if self._halted() else await self._start_resizes(inp, obs, p)
         self.carry = self.carry.model_copy(
             update={"resizes_started": self.carry.resizes_started + started}
         )
+        acted: Plan = p
+        kept: list[str] = []
+        if self.carry.drained or (p.terminate and workflow.patched(DRAIN_FIRST_PATCH)):
+            acted, kept = await self._drain_first(inp, obs, snapshot, p)
+        if self._halted():
+            # paused while this tick acted: nothing more of it, except the removal of pods
+            # whose drain Ray accepted (a drained Raylet takes no work: its pod must go)
+            acted = Plan(terminate=self._drained_removals())
+            kept.append(f"paused: the rest of tick {self.carry.ticks}'s plan is not carried out")
         scaled = False
-        if p.launch or p.terminate:
-            scaled = await self._scale(inp, obs, p)
-            if not scaled:  # a conflict or a refusal: plan again on fresh state soon
+        if acted.launch or acted.terminate or prune:
+            scaled = await self._scale(inp, obs, acted)
+            if scaled:
+                self.carry = self.carry.model_copy(update={"drained": ()})
+            else:  # a conflict or a refusal: plan again on fresh state soon
                 self.next_decision_in = min(self.next_decision_in or inp.retry_s, inp.retry_s)
-        lines = describe_plan(p, scaling=scaled or not (p.launch or p.terminate))
+        lines = describe_plan(acted, scaling=scaled or not (acted.launch or acted.terminate))
+        lines += kept
         if lines:
             summary = f"tick {self.carry.ticks}: " + "; ".join(lines)
             self.decisions.append(
                 Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(lines))
             )
             del self.decisions[:-KEEP_DECISIONS]
-            telemetry.log_decisions(inp.namespace, inp.cluster, self.carry.ticks, p, scaled=scaled)
+            telemetry.log_decisions(
+                inp.namespace, inp.cluster, self.carry.ticks, acted, scaled=scaled, kept=kept
+            )
             await self._event(inp, "Reconciled", summary[:1000])
+
+    def _halted(self) -> bool:
+        """A pause arrived while this tick was acting: its remaining actions are dropped."""
+        return self.paused and workflow.patched(DRAIN_FIRST_PATCH)
+
+    def _still_drained(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """Forget drained pods that are gone or already named for deletion (the snapshot
+        leaves those out), and take the rest out of the snapshot: they are leaving, their
+        Raylets take no work, and the next write names them."""
+        if not self.carry.drained:
+            return snapshot
+        uids = {x.name: x.uid for x in snapshot.pods}
+        left = tuple(d for d in self.carry.drained if d.pod in uids and uids[d.pod] == d.uid)
+        if left != self.carry.drained:
+            self.carry = self.carry.model_copy(update={"drained": left})
+        names = {d.pod for d in left}
+        return snapshot.model_copy(
+            update={"pods": tuple(x for x in snapshot.pods if x.name not in names)}
+        )
+
+    def _drained_removals(self) -> tuple[TerminateAction, ...]:
+        return tuple(
+            TerminateAction(pod=d.pod, group=d.group, reason=f"{d.reason}; Ray drained it")
+            for d in self.carry.drained
+        )
+
+    async def _drain_first(
+        self, inp: ReconcileInput, obs: Observation, snapshot: ClusterSnapshot, p: Plan
+    ) -> tuple[Plan, list[str]]:
+        """Scale-in as Ray's own autoscaler does it: a pod with a live Raylet is removed
+        only if Ray accepts to drain it (a Raylet that runs work refuses, so nothing
+        placed on it since the observe dies with it). A pod without one (never
+        registered, dead, not created) needs no drain. Never a pod with a resize in
+        flight, or one grown moments ago. Returns what to write, and why some stay."""
+        pods = {x.name: x for x in snapshot.pods}
+        busy = set(obs.resizing) | set(self.grows.growing) | set(self.grows.landed)
+        kept: list[str] = []
+        now: list[TerminateAction] = []
+        targets: dict[str, TerminateAction] = {}
+        for t in p.terminate:
+            pod = pods.get(t.pod)
+            if t.pod in busy:
+                kept.append(f"keep {t.pod}: a resize of it is in flight or just landed")
+            elif pod is not None and pod.raylet_id and not self._halted():
+                targets[t.pod] = t
+            elif pod is None or not pod.raylet_id:
+                now.append(t)
+        if targets:
+            result = await self._drain(inp, obs, targets)
+            for name, why in sorted(result.refused.items()):
+                kept.append(f"keep {name}: Ray refused to drain it ({why})")
+            accepted = [targets[n] for n in result.accepted if n in targets]
+            if accepted:
+                self.carry = self.carry.model_copy(
+                    update={
+                        "drained": (
+                            *self.carry.drained,
+                            *(
+                                DrainedPod(
+                                    pod=t.pod, group=t.group, uid=pods[t.pod].uid, reason=t.reason
+                                )
+                                for t in accepted
+                            ),
+                        )
+                    }
+                )
+        stays = [line.split(":", 1)[0].removeprefix("keep ") for line in kept]
+        launch = clamp_launches(snapshot, p, stays)
+        return p.model_copy(
+            update={"launch": launch, "terminate": (*now, *self._drained_removals())}
+        ), kept
+
+    async def _drain(
+        self, inp: ReconcileInput, obs: Observation, targets: dict[str, TerminateAction]
+    ) -> DrainResult:
+        assert obs.snapshot is not None
+        raylets = {x.name: x.raylet_id or "" for x in obs.snapshot.pods}
+        try:
+            result: DrainResult = await workflow.execute_activity(
+                Act.DRAIN,
+                DrainInput(
+                    namespace=inp.namespace,
+                    cluster=inp.cluster,
+                    gcs_address=obs.gcs_address,
+                    targets=tuple(
+                        DrainTarget(pod=n, node_id=raylets[n], reason=f"raysize: {t.reason}")
+                        for n, t in sorted(targets.items())
+                    ),
+                ),
+                result_type=DrainResult,
+                summary=f"drain {len(targets)} idle Raylet(s) before removing their pods: "
+                + ", ".join(sorted(targets)),
+                start_to_close_timeout=timedelta(seconds=30 + 10 * len(targets)),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError as exc:
+            raise_if_cancelled(exc)
+            why = f"the drain could not be asked: {_message(exc)}"
+            return DrainResult(refused={n: why for n in targets})
+        return result
 
     async def _start_resizes(self, inp: ReconcileInput, obs: Observation, p: Plan) -> int:
         in_flight = set(obs.resizing)
@@ -416,14 +588,25 @@ class ReconcileWorkflow:
             self.grows.started(r, workflow.now().timestamp())
             return 1
         except WorkflowAlreadyStartedError:
-            if retarget:
-                await workflow.get_external_workflow_handle(wf_id).signal(
-                    PodResizeWorkflow.retarget, req
-                )
-            return 0
+            if not retarget:
+                return 0
+        try:
+            await workflow.get_external_workflow_handle(wf_id).signal(
+                PodResizeWorkflow.retarget, req
+            )
+        except FailureError as exc:
+            # the saga ended between the start and the signal: this resize is a new one,
+            # the next tick starts it on fresh state (a failed signal must never fail
+            # the loop: the cluster would be unmanaged, an operator's pause lost)
+            line = f"retarget of {r.pod} not sent: its resize ended meanwhile ({exc.message})"
+            workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
+            self.next_decision_in = min(self.next_decision_in or inp.retry_s, inp.retry_s)
+        return 0
 
     async def _scale(self, inp: ReconcileInput, obs: Observation, p: Plan) -> bool:
         replicas, to_delete = scale_request(obs, p)
+        uids = {x.name: x.uid for x in obs.snapshot.pods} if obs.snapshot else {}
+        uids.update({d.pod: d.uid for d in self.carry.drained})
         try:
             await workflow.execute_activity(
                 Act.SCALE,
@@ -433,14 +616,10 @@ class ReconcileWorkflow:
                     resource_version=obs.resource_version,
                     replicas=replicas,
                     workers_to_delete=to_delete,
+                    generation=obs.generation,
+                    pod_uids={n: uids.get(n, "") for names in to_delete.values() for n in names},
                 ),
-                summary="set replicas "
-                + ", ".join(f"{g}={n}" for g, n in sorted(replicas.items()))
-                + (
-                    f"; remove {sum(len(v) for v in to_delete.values())} pod(s)"
-                    if to_delete
-                    else ""
-                ),
+                summary=_scale_summary(replicas, to_delete),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
                     maximum_attempts=3,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -197,9 +197,12 @@ def demand_seen_at(previous: float | None, snapshot: ClusterSnapshot) -> float |
     return previous if previous is not None else workflow.now().timestamp()
 
 
-def log_decisions(namespace: str, cluster: str, tick: int, p: Plan, *, scaled: bool) -> None:
+def log_decisions(
+    namespace: str, cluster: str, tick: int, p: Plan, *, scaled: bool, kept: Sequence[str] = ()
+) -> None:
     """One line per decision: launch, grow, shrink, remove (launch and remove only when
-    the scale patch went through)."""
+    the scale patch went through), and each pod kept against the plan (`keep`: Ray
+    refused its drain, say) with why."""
     base = {"cluster": cluster, "namespace": namespace, "tick": tick}
     if scaled:
         for a in p.launch:
@@ -234,6 +237,8 @@ def log_decisions(namespace: str, cluster: str, tick: int, p: Plan, *, scaled: b
                 "decision",
                 {**base, "action": "remove", "pod": t.pod, "group": t.group, "reason": t.reason},
             )
+    for line in kept:
+        log_event("decision", {**base, "action": "keep", "reason": line})
 
 
 # --- the decision span ------------------------------------------------------------------------

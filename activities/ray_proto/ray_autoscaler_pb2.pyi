@@ -15,11 +15,20 @@ class NodeStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEAD: _ClassVar[NodeStatus]
     IDLE: _ClassVar[NodeStatus]
     DRAINING: _ClassVar[NodeStatus]
+
+class DrainNodeReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DRAIN_NODE_REASON_UNSPECIFIED: _ClassVar[DrainNodeReason]
+    DRAIN_NODE_REASON_IDLE_TERMINATION: _ClassVar[DrainNodeReason]
+    DRAIN_NODE_REASON_PREEMPTION: _ClassVar[DrainNodeReason]
 UNSPECIFIED: NodeStatus
 RUNNING: NodeStatus
 DEAD: NodeStatus
 IDLE: NodeStatus
 DRAINING: NodeStatus
+DRAIN_NODE_REASON_UNSPECIFIED: DrainNodeReason
+DRAIN_NODE_REASON_IDLE_TERMINATION: DrainNodeReason
+DRAIN_NODE_REASON_PREEMPTION: DrainNodeReason
 
 class AntiAffinityConstraint(_message.Message):
     __slots__ = ("label_name", "label_value")
@@ -160,6 +169,26 @@ class GetClusterResourceStateReply(_message.Message):
     CLUSTER_RESOURCE_STATE_FIELD_NUMBER: _ClassVar[int]
     cluster_resource_state: ClusterResourceState
     def __init__(self, cluster_resource_state: _Optional[_Union[ClusterResourceState, _Mapping]] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("node_id", "reason", "reason_message", "deadline_timestamp_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REASON_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: bytes
+    reason: DrainNodeReason
+    reason_message: str
+    deadline_timestamp_ms: int
+    def __init__(self, node_id: _Optional[bytes] = ..., reason: _Optional[_Union[DrainNodeReason, str]] = ..., reason_message: _Optional[str] = ..., deadline_timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class DrainNodeReply(_message.Message):
+    __slots__ = ("is_accepted", "rejection_reason_message")
+    IS_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REJECTION_REASON_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    is_accepted: bool
+    rejection_reason_message: str
+    def __init__(self, is_accepted: _Optional[bool] = ..., rejection_reason_message: _Optional[str] = ...) -> None: ...
 
 class ResizeRayletResourceInstancesRequest(_message.Message):
     __slots__ = ("node_id", "resources")

@@ -46,6 +46,11 @@ class AutoscalerStateServiceStub:
                 request_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.SerializeToString,
                 response_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.FromString,
                 _registered_method=True)
+        self.DrainNode = channel.unary_unary(
+                '/ray.rpc.autoscaler.AutoscalerStateService/DrainNode',
+                request_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.DrainNodeRequest.SerializeToString,
+                response_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.DrainNodeReply.FromString,
+                _registered_method=True)
 
 
 class AutoscalerStateServiceServicer:
@@ -65,6 +70,13 @@ class AutoscalerStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DrainNode(self, request, context):
+        """Forwarded to the Raylet's NodeManagerService.DrainRaylet; see docs/ray-protocol.md §7.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AutoscalerStateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +89,11 @@ def add_AutoscalerStateServiceServicer_to_server(servicer, server):
                     servicer.ResizeRayletResourceInstances,
                     request_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.FromString,
                     response_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.SerializeToString,
+            ),
+            'DrainNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainNode,
+                    request_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.DrainNodeRequest.FromString,
+                    response_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.DrainNodeReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -135,6 +152,33 @@ class AutoscalerStateService:
             '/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances',
             raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesRequest.SerializeToString,
             raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.ResizeRayletResourceInstancesReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ray.rpc.autoscaler.AutoscalerStateService/DrainNode',
+            raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.DrainNodeRequest.SerializeToString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__autoscaler__pb2.DrainNodeReply.FromString,
             options,
             channel_credentials,
             insecure,

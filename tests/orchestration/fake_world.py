@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from raysize.workflows.contracts import (
     Act,
+    DrainInput,
+    DrainResult,
     EventInput,
     Observation,
     ObserveInput,
@@ -40,6 +44,13 @@ class FakeWorld:
         # Ray is slow to report: a grown pod runs the work it grew for, which Ray still
         # reports as pending
         self.stale_demand = False
+        self.drains: list[DrainInput] = []  # every drain the loop asked for
+        self.refuse_drain: dict[str, str] = {}  # pod → Ray's reason for refusing its drain
+        # called inside the drain activity, before it answers (a pause, a worker kill)
+        self.on_drain: Callable[[DrainInput], Awaitable[None]] | None = None
+        self.fail_scale: list[ApplicationError] = []  # raised by the next scales, in order
+        self._uids = itertools.count(1)
+        self.uids: dict[str, str] = {}  # pod → its UID, given at its first observe
 
     def set_demands(self, *demands: tuple[Resources, int]) -> None:
         self.snapshot = self.snapshot.model_copy(
@@ -74,9 +85,11 @@ class FakeWorld:
             if self.fail_observe:
                 self.fail_observe -= 1
                 raise ApplicationError("list pods: timed out", type="K8sUnavailable")
+            # every pod that exists has a UID (a pod not created yet has none)
+            pods = tuple(p.model_copy(update={"uid": self.uid(p.name)}) for p in self.snapshot.pods)
             return Observation(
                 found=self.found,
-                snapshot=self.snapshot,
+                snapshot=self.snapshot.model_copy(update={"pods": pods}),
                 config_errors=self.config_errors,
                 in_tree_autoscaling=self.in_tree_autoscaling,
                 ray_autoscaler_pod=self.ray_autoscaler_pod,
@@ -100,8 +113,23 @@ class FakeWorld:
                 await asyncio.sleep(0.01)
             return False
 
+        @activity.defn(name=Act.DRAIN)
+        async def drain(inp: DrainInput) -> DrainResult:
+            self.drains.append(inp)
+            if self.on_drain is not None:
+                await self.on_drain(inp)
+            refused = {
+                t.pod: self.refuse_drain[t.pod] for t in inp.targets if t.pod in self.refuse_drain
+            }
+            return DrainResult(
+                accepted=tuple(t.pod for t in inp.targets if t.pod not in refused),
+                refused=refused,
+            )
+
         @activity.defn(name=Act.SCALE)
         async def scale(inp: ScaleInput) -> None:
+            if self.fail_scale:
+                raise self.fail_scale.pop(0)
             self.scales.append(inp)
             pods = list(self.snapshot.pods)
             for group, n in inp.replicas.items():
@@ -128,4 +156,9 @@ class FakeWorld:
         async def event(inp: EventInput) -> None:
             self.events.append(inp)
 
-        return [observe, wait, scale, event]
+        return [observe, wait, drain, scale, event]
+
+    def uid(self, pod: str) -> str:
+        if pod not in self.uids:
+            self.uids[pod] = f"uid-{next(self._uids)}"
+        return self.uids[pod]
