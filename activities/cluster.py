@@ -217,6 +217,10 @@ class ClusterActivities:
         beat = started  # heartbeats cross into the SDK's core: every few seconds is enough
         # the worker's shared watches: no thread or connection of its own per wait
         with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed:
+            # from here on, any change of a pod the watch delivers is news
+            changes = self.pods.cluster_changes(inp.namespace, inp.cluster)
+            if await self._pods_changed_since_observe(inp):
+                return True
             try:
                 while (left := deadline - time.monotonic()) > 0:
                     if activity.is_worker_shutdown():
@@ -224,7 +228,7 @@ class ClusterActivities:
                         # shutdown need not wait out its grace period for this wait
                         return False
                     if self.pods.cluster_changed_since(
-                        inp.namespace, inp.cluster, inp.pods_version, inp.cluster_mark
+                        inp.namespace, inp.cluster, changes, inp.cluster_mark
                     ):
                         return True
                     if time.monotonic() - beat >= HEARTBEAT_EVERY_S or not inp.watch_ray:
@@ -279,6 +283,24 @@ class ClusterActivities:
                 "accepted" if reply.accepted else f"refused: {refused[t.pod]}",
             )
         return DrainResult(accepted=tuple(accepted), refused=refused)
+
+    async def _pods_changed_since_observe(self, inp: WaitInput) -> bool:
+        """Did a pod of the cluster change between the observe and this wait? Its pods'
+        mark (`pods_mark`: names and resourceVersions, compared for equality only, as
+        resourceVersions are opaque) against the watch's copy; where that differs (the
+        watch may be a moment behind) or has not listed yet, against a list."""
+        if not inp.pods_version:
+            return False  # the observe did not list the pods
+        assert self.pods is not None
+        if self.pods.cluster_pods_mark(inp.namespace, inp.cluster) == inp.pods_version:
+            return False
+        try:
+            _, now = await asyncio.to_thread(
+                self.kube.list_cluster_pods, inp.namespace, inp.cluster
+            )
+        except KubeError:
+            return False  # unknown: wait; the watch still wakes this wait, the tick ends it
+        return now != inp.pods_version
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:

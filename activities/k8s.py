@@ -35,7 +35,7 @@ from raysize.activities.k8s_objects import (
     ray_autoscaler_running,
     resize_patch,
 )
-from raysize.activities.pod_watch import raycluster_mark
+from raysize.activities.pod_watch import pods_mark, raycluster_mark
 from raysize.workflows.contracts import (
     ProgressState,
     ResizeProgress,
@@ -166,6 +166,7 @@ class Kube:
         )
 
     def list_cluster_pods(self, namespace: str, cluster: str) -> tuple[list[Obj], str]:
+        """The cluster's pods, and their `pods_mark`."""
         doc = self._raw(
             "Pod",
             self.core.list_namespaced_pod,
@@ -175,7 +176,9 @@ class Kube:
         items = doc.get("items")
         if not isinstance(items, list):
             raise Unavailable(f"listing pods of {namespace}/{cluster}: no items in the answer")
-        return items, str((doc.get("metadata") or {}).get("resourceVersion", ""))
+        # the mark of the pods (equality only), not the list's resourceVersion: opaque, it
+        # cannot say whether a pod the watch reports is newer than this list
+        return items, pods_mark(item.get("metadata") or {} for item in items)
 
     def read_cluster(self, namespace: str, name: str) -> KubeCluster:
         rc = self.get_raycluster(namespace, name)

@@ -13,7 +13,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from pydantic import ValidationError
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from raysize.worker.cli_common import OPS_PANEL
@@ -21,7 +21,7 @@ from raysize.worker.settings import Settings, check_log_level
 from raysize.worker.status_view import ResizeRow, render_rows, resize_rows
 from raysize.worker.temporal import SetupError, connect
 from raysize.workflows.contracts import ReconcileStatus
-from raysize.workflows.naming import reconcile_workflow_id, resize_workflow_id
+from raysize.workflows.naming import RESIZE_OUTCOME, reconcile_workflow_id, resize_workflow_id
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resources import CPU, units_to_float
 
@@ -240,7 +240,8 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="The pod whose resize to cancel (required).")
         ] = None,
     ) -> None:
-        """Cancel a pod's resize: it is rolled back to where it started."""
+        """Cancel a pod's running resize: it is rolled back to where it started (a resize
+        that has ended is left alone, with an error saying how it ended)."""
         ns, _ = _split(cluster, "raycluster")
         if not pod:
             raise _fail(
@@ -251,7 +252,28 @@ def register(app: typer.Typer) -> None:
 
         async def go(client: Client) -> str:
             wf_id = resize_workflow_id(ns, name)
-            await client.get_workflow_handle(wf_id).cancel()
+            # a cancel of a resize that has ended is accepted and does nothing: look first
+            try:
+                desc = await client.get_workflow_handle(wf_id).describe()
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                raise _fail(
+                    f"no resize of pod {ns}/{name} to cancel (no workflow {wf_id}): check the "
+                    f"pod's name and namespace (`raysize status {cluster}` shows the "
+                    "cluster's resizes)"
+                ) from None
+            if desc.status != WorkflowExecutionStatus.RUNNING:
+                ended = desc.status.name if desc.status is not None else "UNKNOWN"
+                outcome = desc.typed_search_attributes.get(RESIZE_OUTCOME)
+                raise _fail(
+                    f"the resize of pod {ns}/{name} (workflow {wf_id}) is not running: it "
+                    f"ended {ended}{f', outcome {outcome}' if outcome else ''}. Nothing to "
+                    "cancel: the pod keeps the size that resize left it at (`raysize status "
+                    f"{cluster}` shows its resizes)"
+                )
+            # this run, not one started after the look
+            await client.get_workflow_handle(wf_id, run_id=desc.run_id).cancel()
             return wf_id
 
         typer.echo(f"cancel requested: {_run(go)} rolls the pod back, then ends CANCELED")

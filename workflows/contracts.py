@@ -257,6 +257,9 @@ class Observation(Value):
     )
     gcs_address: str = ""
     gcs_version: int = 0
+    # the cluster's pods' names and resourceVersions, hashed (`pod_watch.pods_mark`): only
+    # equality means anything (runs from before it carry a list's resourceVersion: the
+    # wait then lists once and wakes)
     pods_version: str = ""
     cluster_mark: str = Field(
         default="", description="the RayCluster's spec generation and annotations, hashed"

@@ -363,7 +363,7 @@ class PodResizeWorkflow:
         while True:
             remaining = (deadline - workflow.now()).total_seconds()
             if remaining <= 0:
-                return None
+                return await self._past_deadline(req, generation)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self.new_target is not None, timeout=min(pause, remaining)
@@ -373,36 +373,56 @@ class PodResizeWorkflow:
             pause = min(pause * 2, 30.0)
             remaining = (deadline - workflow.now()).total_seconds()
             if remaining <= 0:
-                return None
-            window = min(req.poll_window_s, remaining)
-            poll = workflow.start_activity(
-                Act.WAIT_RESIZE,
-                WaitResizeInput(
-                    namespace=req.namespace,
-                    pod=req.pod,
-                    cpu=self.cpu,
-                    memory=self.memory,
-                    generation=generation,
-                    poll_interval_s=req.poll_interval_s,
-                    window_s=window,
-                ),
-                result_type=ResizeProgress,
-                summary=f"watch the kubelet resize to {size_text(self.cpu, self.memory)}",
-                start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=WATCH_RETRY,
-            )
-            try:
-                progress: ResizeProgress | None = await self._unless_retargeted(poll)
-            except ActivityError as exc:
-                if _error_type(exc) == Err.POD_GONE:
-                    raise _PodGone() from exc
-                raise
+                return await self._past_deadline(req, generation)
+            progress = await self._look(req, generation, min(req.poll_window_s, remaining))
             if progress is None:
                 return None
             if progress.state != ProgressState.IN_PROGRESS:
                 return progress
             self._show(_kubelet_says(progress, workflow.now()))
+
+    async def _past_deadline(self, req: ResizeRequest, generation: int) -> ResizeProgress | None:
+        """The resize timeout is over: None (timed out), unless one more look at the pod
+        finds the kubelet done or the pod gone. The saga may wake up long after its last
+        look (it slept on a timer, or its worker or the API server was down over the
+        deadline) and the kubelet may have finished meanwhile: rolling back a resize that
+        took would undo it and record it as failed, so the planner would never grow the
+        pod again."""
+        if not workflow.patched(LAST_LOOK_PATCH):
+            return None
+        progress = await self._look(req, generation, 0.0)  # a window of 0: one read
+        if progress is not None and progress.state in (ProgressState.DONE, ProgressState.POD_GONE):
+            return progress
+        return None
+
+    async def _look(
+        self, req: ResizeRequest, generation: int, window: float
+    ) -> ResizeProgress | None:
+        """Watch the pod for up to `window` seconds (activity `wait_pod_resize`); None when
+        a new target arrives first."""
+        poll = workflow.start_activity(
+            Act.WAIT_RESIZE,
+            WaitResizeInput(
+                namespace=req.namespace,
+                pod=req.pod,
+                cpu=self.cpu,
+                memory=self.memory,
+                generation=generation,
+                poll_interval_s=req.poll_interval_s,
+                window_s=window,
+            ),
+            result_type=ResizeProgress,
+            summary=f"watch the kubelet resize to {size_text(self.cpu, self.memory)}",
+            start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=WATCH_RETRY,
+        )
+        try:
+            return await self._unless_retargeted(poll)
+        except ActivityError as exc:
+            if _error_type(exc) == Err.POD_GONE:
+                raise _PodGone() from exc
+            raise
 
     async def _roll_back(self, req: ResizeRequest, reason: str, cause: FailureCause) -> bool:
         """Put the pod and its Raylet back where they started, and say why. True only when
@@ -670,6 +690,9 @@ CAREFUL_PATCH = "resize-rollback-verified"
 # sagas that start after this change roll back when an activity gives up, instead of
 # failing the workflow with the pod half-way
 ROLLBACK_ON_ERROR_PATCH = "resize-rollback-on-activity-error"
+# sagas that reach their resize timeout after this change look at the pod once more and
+# finish a resize the kubelet completed unseen, instead of rolling it back
+LAST_LOOK_PATCH = "resize-last-look-at-deadline"
 
 
 def _careful() -> bool:

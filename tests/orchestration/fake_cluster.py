@@ -66,6 +66,9 @@ class FakeCluster:
         self.raylet_calls: list[tuple[int, int]] = []
         self.statuses: list[IpprStatus] = []
         self.polls_started = asyncio.Event()
+        # the kubelet finishes just after a watch that saw it still at work has ended: the
+        # saga learns of it only if it looks again
+        self.finish_unseen = False
 
     def activities(self) -> list[object]:
         async def patch(inp: ApplyResizeInput) -> int:
@@ -134,7 +137,7 @@ class FakeCluster:
             self.calls.append("wait")
             self.polls_started.set()
             until = asyncio.get_running_loop().time() + inp.window_s
-            while asyncio.get_running_loop().time() < until:
+            while True:  # one look at least, as the real activity (a window of 0: one read)
                 if self.pod.gone:
                     return ResizeProgress(state=ProgressState.POD_GONE)
                 back_to_old = (inp.cpu, inp.memory) == (self.pod.cpu, self.pod.memory)
@@ -150,6 +153,8 @@ class FakeCluster:
                         memory=self.pod.memory,
                     )
                 if back_to_old and self.hold_rollback:
+                    if asyncio.get_running_loop().time() >= until:
+                        break
                     activity.heartbeat()
                     await asyncio.sleep(0.02)
                     continue
@@ -162,9 +167,14 @@ class FakeCluster:
                     return ResizeProgress(
                         state=ProgressState.ERROR, reason="Error", message=self.error_message
                     )
+                if asyncio.get_running_loop().time() >= until:
+                    break
                 activity.heartbeat()
                 await asyncio.sleep(0.02)
-            return ResizeProgress(state=ProgressState.IN_PROGRESS, cpu=self.pod.cpu)
+            progress = ResizeProgress(state=ProgressState.IN_PROGRESS, cpu=self.pod.cpu)
+            if self.finish_unseen:  # the kubelet is done a moment after this look
+                self.pod.cpu, self.pod.memory = self.pod.spec_cpu, self.pod.spec_memory
+            return progress
 
         @activity.defn(name=Act.FINISH_RESIZE)
         async def finish(inp: FinishResizeInput) -> FinishResizeResult:

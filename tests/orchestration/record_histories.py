@@ -138,6 +138,10 @@ async def record(force: bool = False) -> None:
             "resize_happy": ("done", {}),
             "resize_deferred": ("done", {"node_room_cpu": 3000}),
             "resize_error_rollback": ("error", {}),
+            # the kubelet never finishes: a last look at the deadline, then the rollback.
+            # Runs from before `LAST_LOOK_PATCH` rolled back at once
+            # (`resize_timeout_before`, recorded on commit bc4329e)
+            "resize_timeout": ("hang", {}),
         }
         for name, (mode, extra) in runs.items():
             if _keep(name, force):

@@ -28,6 +28,7 @@ def test_there_are_histories_of_both_workflows() -> None:
     assert {"reconcile_pending_gpu_before", "reconcile_pending_gpu"} <= names
     assert {"reconcile_landing_before", "reconcile_landing"} <= names
     assert {"reconcile_just_grown_before", "reconcile_just_grown"} <= names
+    assert {"resize_timeout_before", "resize_timeout"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -334,3 +334,28 @@ async def test_an_activity_that_gives_up_mid_resize_rolls_back_instead_of_failin
     assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]  # the grow, then back
     assert (cluster.pod.spec_cpu, cluster.pod.cpu) == (1000, 1000)
     assert cluster.pod.status.resizing_at is None
+
+
+async def test_a_resize_the_kubelet_finished_unseen_is_not_undone_at_the_deadline(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The saga's last look before its deadline sees the kubelet still at work; the kubelet
+    finishes while the saga sleeps; the deadline passes. (A worker or an API server down
+    over the deadline is the same: the saga wakes up past it.) It used to roll back at the
+    deadline, undoing a resize that had taken and recording it as failed, so the pod was
+    never grown again. Now it looks at the pod once more: done, so it goes on to the
+    Raylet."""
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    cluster.finish_unseen = True
+    # a 1 s timeout: the first watch (0.2 s) sees the kubelet at work, then the saga sleeps
+    # until its deadline
+    async with running(ts_env, cluster, request(timeout_s=1), cached=False) as handle:
+        state = await asyncio.wait_for(handle.result(), 60)
+    assert state.outcome == ResizeOutcome.SUCCEEDED, state.detail
+    assert cluster.patches == [(4000, 2 * GIB)]  # never rolled back
+    assert cluster.calls == ["patch", "wait", "wait", "raylet", "status"]  # one more look
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (4000, 4000)
+    assert cluster.pod.status.last_failed_at is None
+    assert cluster.pod.status.resizing_at is None
+    assert [a.result for a in state.attempts] == ["done"]

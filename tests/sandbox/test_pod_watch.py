@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 import time
+from typing import Any
 
+from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
 from raysize.activities.k8s_activities import K8sActivities
@@ -14,6 +18,7 @@ from raysize.workflows.contracts import ApplyResizeInput, ProgressState
 from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.resources import GIB
 
+from .conftest import client_for, pod_body, wait_for
 from .test_k8s_activities import env, workers
 
 __all__ = ["env"]  # the sandbox with a RayCluster of two workers
@@ -100,3 +105,79 @@ def test_a_dropped_watch_reconnects_and_a_deleted_pod_ends_the_wait(env):
     finally:
         pods.close()
     assert gone.progress.state == ProgressState.POD_GONE
+
+
+class HeldWatches:
+    """The client, with a hold on new watch connections: the test keeps the pod watch
+    away from the server for a while. What the watch is answered is the server's own."""
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        self.core = core
+        self.open = threading.Event()
+        self.open.set()
+        self.held = threading.Event()  # a watch connection is waiting for the hold to end
+        self.watches = 0
+
+    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("watch"):
+            if not self.open.is_set():
+                self.held.set()
+                self.open.wait(30)
+            self.watches += 1
+        return self.core.list_namespaced_pod(*args, **kwargs)
+
+
+def test_a_watch_whose_version_expired_lists_again_and_hears_what_changed(
+    make_sandbox, tmp_path, caplog
+):
+    """The watch resumes from the last resourceVersion it saw; when the server has let it
+    go (410 Gone: a full window, or etcd compacted it) it lists again and delivers what
+    changed meanwhile, a deletion too. The 410 branch used to be dead: the client raised
+    KeyError('raw_object') on the ERROR event (deserialize=False), and the watch started
+    over from "now", so a pod deleted meanwhile was never heard of."""
+    sb = make_sandbox(watch_history=5)  # the window: 5 events, then a watch from before is 410
+    core = client.CoreV1Api(client_for(sb, tmp_path))
+    for name in ("a", "b"):
+        core.create_namespaced_pod("default", pod_body(name))
+    held = HeldWatches(core)
+    pods = PodWatch(held, timeout_s=1)  # each watch ends after a second, and is resumed
+
+    async def run() -> tuple[bool, str, str]:
+        with pods.subscribe("default", "a") as a, pods.subscribe("default", "b") as b:
+            await asyncio.to_thread(wait_for, lambda: held.watches >= 1)
+            held.open.clear()  # the next connection waits: the watch is away
+            await asyncio.to_thread(wait_for, held.held.is_set, 10)
+            core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
+            for i in range(8):  # more than the window holds
+                core.patch_namespaced_pod("b", "default", {"metadata": {"labels": {"i": str(i)}}})
+            a.event.clear()
+            held.open.set()
+            await a.wait(10)
+            deleted = a.deleted
+
+            def label() -> str:
+                return str(((b.latest or {}).get("metadata") or {}).get("labels", {}).get("i", ""))
+
+            async def heard(value: str) -> str:
+                for _ in range(100):
+                    if label() == value:
+                        break
+                    await b.wait(0.1)
+                return label()
+
+            seen = await heard("7")  # the list's b, as the patches left it
+            # and the watch goes on from the list
+            core.patch_namespaced_pod("b", "default", {"metadata": {"labels": {"i": "after"}}})
+            after = await heard("after")
+            return deleted, seen, after
+
+    with caplog.at_level(logging.INFO, logger="raysize.activities"):
+        try:
+            deleted, seen, after = asyncio.run(run())
+        finally:
+            pods.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert deleted is True, said
+    assert seen == "7" and after == "after"
+    assert any("410" in m and "listing again" in m for m in said), said
+    assert not any("raw_object" in m for m in said), said

@@ -33,13 +33,13 @@ def test_annotations_wake_the_cluster_watch_and_status_writes_do_not(kube, ns) -
                 "ray.io", "v1", ns, "rayclusters", "watched", {"status": {"reason": "a test"}}
             )
             await asyncio.sleep(2.0)
-            after_status = watch.cluster_changed_since(ns, "watched", "", before)
+            after_status = watch.cluster_changed_since(ns, "watched", None, before)
             custom.patch_namespaced_custom_object(
                 "ray.io", "v1", ns, "rayclusters", "watched",
                 {"metadata": {"annotations": {"ray.io/ippr": '{"groups": {}}'}}},
             )  # fmt: skip
             end = time.monotonic() + 20
-            while not watch.cluster_changed_since(ns, "watched", "", before):
+            while not watch.cluster_changed_since(ns, "watched", None, before):
                 if time.monotonic() > end:
                     return after_status, False
                 await asyncio.sleep(0.1)

@@ -67,6 +67,27 @@ def test_quiet_until_the_tick_then_awake_when_a_pod_changes(env):
             acts.close()
 
 
+def test_a_pod_changed_between_the_observe_and_the_wait_wakes_it_at_once(env):
+    """The wait compares the pods the observe listed with the watch's (names and
+    resourceVersions, for equality: resourceVersions are opaque, never ordered), so a
+    change made before the wait began counts, and a wait with none stays quiet."""
+    _, kube = env
+    with GcsStandIn() as gcs:
+        acts = ClusterActivities(kube=kube, ray=RaySettings())
+        try:
+            inp = wait_input(kube, gcs.address, 30)
+            kube.core.patch_namespaced_pod(
+                workers(kube)[0], "default", {"metadata": {"labels": {"touched": "before"}}}
+            )
+            started = time.monotonic()
+            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, inp)) is True
+            assert time.monotonic() - started < 10  # not the 30 s tick
+            fresh = wait_input(kube, gcs.address, 1.0)
+            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, fresh)) is False
+        finally:
+            acts.close()
+
+
 def test_awake_at_once_when_ray_cannot_be_read(env):
     _, kube = env
     with GcsStandIn() as gcs:
