@@ -1,7 +1,7 @@
 """A Ray GCS stand-in for throughput benchmarks only.
 
 A thousand real Raylets do not fit on two cores, so the orchestration benchmark talks to
-this small gRPC server instead: it speaks the three RPCs raysize uses, from the same
+this small gRPC server instead: it speaks the RPCs raysize uses, from the same
 `.proto` files (`activities/ray_proto`), and keeps each node's totals in memory. Every
 correctness test uses a real Ray.
 """
@@ -51,6 +51,10 @@ class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
             self.state.resizes += 1
             reply = dict(totals)
         return autoscaler_pb2.ResizeRayletResourceInstancesReply(total_resources=reply)
+
+    def DrainNode(self, request: Any, context: Any) -> Any:
+        # no node here runs work: every drain is accepted, as Ray accepts an idle node's
+        return autoscaler_pb2.DrainNodeReply(is_accepted=True)
 
 
 class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):

@@ -131,6 +131,23 @@ class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
             reply = dict(node.total)
         return autoscaler_pb2.ResizeRayletResourceInstancesReply(total_resources=reply)
 
+    def DrainNode(self, request: Any, context: Any) -> Any:
+        """As Ray 2.60 answers an idle-termination drain (docs/ray-protocol.md §7): a busy
+        node refuses in Ray's words; an idle one is accepted and its Raylet ends (Ray
+        reports it dead); an unknown one is accepted."""
+        m = self.model
+        with m.lock:
+            node = next((n for n in m.nodes.values() if n.node_id == request.node_id), None)
+            if node is not None and any(v > 0 for v in node.used.values()):
+                return autoscaler_pb2.DrainNodeReply(
+                    is_accepted=False,
+                    rejection_reason_message="The node to be idle terminated is no longer idle.",
+                )
+            if node is not None:
+                del m.nodes[node.pod]
+                m.version += 1
+        return autoscaler_pb2.DrainNodeReply(is_accepted=True)
+
 
 class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):
     def GetAllNodeInfo(self, request: Any, context: Any) -> Any:

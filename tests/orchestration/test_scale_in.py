@@ -7,7 +7,6 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-import pytest
 from temporalio import activity, workflow
 from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
@@ -32,8 +31,6 @@ from ..workflows.kit import group, pod, res, snapshot
 from .fake_world import FakeWorld
 from .stand_in_saga import Saga
 from .test_reconcile_workflow import ResizeRecorder, reconciling, status_of, until
-
-pytestmark = pytest.mark.temporal
 
 REFUSED = "The node to be idle terminated is no longer idle."  # Ray 2.60's own words
 

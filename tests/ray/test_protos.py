@@ -77,6 +77,7 @@ def test_the_protos_define_exactly_the_rpcs_the_client_calls() -> None:
             for path, _ in (
                 client._get_cluster_resource_state,
                 client._resize_raylet_resource_instances,
+                client._drain_node,
                 client._get_all_node_info,
             )
         }
@@ -86,6 +87,7 @@ def test_the_protos_define_exactly_the_rpcs_the_client_calls() -> None:
         == {
             "/ray.rpc.autoscaler.AutoscalerStateService/GetClusterResourceState",
             "/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances",
+            "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode",
             "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
         }
     )
