@@ -43,8 +43,17 @@ def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
     return ippr.resize_timeout_s if ippr is not None else DEFAULT_RESIZE_TIMEOUT_S
 
 
+def resizable(snapshot: ClusterSnapshot, p: PodView) -> bool:
+    """The pod is of a group `ray.io/ippr` names: raysize may resize it (and its Raylet).
+    Any other pod, the head included unless named there, is the user's: what it shows is
+    never settled."""
+    group = snapshot.groups.get(p.group)
+    return group is not None and group.ippr is not None
+
+
 def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
-    """Pods Kubernetes has at their size whose Raylet reports another total."""
+    """Pods raysize may resize, Kubernetes has at their size, whose Raylet reports
+    another total."""
     return tuple(
         sorted(
             p.name
@@ -53,6 +62,7 @@ def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
             and p.resize is not None
             and p.resize.raylet_only
             and p.raylet_id is not None
+            and resizable(snapshot, p)
         )
     )
 
@@ -69,12 +79,15 @@ def stuck_resizes(
       `drift_s`, seconds since the reconcile first saw it): a Raylet restarted at its
       start-up size, say. Its pod keeps its size; the saga brings the Raylet to it.
 
-    So spec, kubelet and Raylet agree again without a human."""
+    So spec, kubelet and Raylet agree again without a human. Only in the groups
+    `ray.io/ippr` names (`resizable`): the others are not raysize's to change."""
     out = []
     drift_s = drift_s or {}
     for p in sorted(snapshot.pods, key=lambda p: p.name):
         r = p.resize
         if p.phase != PodPhase.RUNNING or r is None or not r.state.in_flight:
+            continue
+        if not resizable(snapshot, p):
             continue
         if r.raylet_only:
             age = drift_s.get(p.name, 0.0)
@@ -125,7 +138,9 @@ def next_decision_in(
     for p in snapshot.pods:
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
-        if p.resize is not None and p.resize.raylet_only:
+        if p.resize is not None and not resizable(snapshot, p):
+            pass  # not raysize's to settle, nor a grow of raysize's that lands
+        elif p.resize is not None and p.resize.raylet_only:
             due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
         elif p.resize is not None and p.resize.state.in_flight and p.resize.asked_s is not None:
             due.append(stuck_after_s(_timeout(snapshot, p)) - p.resize.asked_s)
