@@ -136,6 +136,11 @@ def next_decision_in(
     due: list[float] = []
     waiting = bool(snapshot.demands or snapshot.gangs or snapshot.constraints)
     for p in snapshot.pods:
+        group = snapshot.groups.get(p.group)
+        if p.raylet_id is None and p.running_s > 0 and group is not None and not group.is_head:
+            # Kubernetes runs it and its Raylet has not registered: replaced at the
+            # timeout (`planner.silent`); the snapshot has it PENDING, as it has no Raylet
+            due.append(start_timeout - p.running_s)
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
         if p.resize is not None and not resizable(snapshot, p):
@@ -147,8 +152,6 @@ def next_decision_in(
             if waiting:  # launches wait while a grow lands (planner.landing_grows)
                 due.append(LANDING_S - p.resize.asked_s)
         if p.raylet_id is None:
-            if p.running_s > 0:
-                due.append(start_timeout - p.running_s)
             continue
         if p.idle_s > 0:
             due.append(idle_timeout - p.idle_s)

@@ -15,12 +15,13 @@ from raysize.activities.k8s_objects import KubeCluster, gcs_address, pod_view
 from raysize.activities.ray_state import ClusterState, NodeStatus, RayNode
 from raysize.activities.snapshot import join
 from raysize.workflows.deadlines import (
+    MARGIN_S,
     RAYLET_DRIFT_S,
     drifting,
     next_decision_in,
     stuck_resizes,
 )
-from raysize.workflows.model import ClusterSnapshot, Demand, PlannerSettings
+from raysize.workflows.model import ClusterSnapshot, Demand, PlannerSettings, PodPhase
 from raysize.workflows.planner import landing_grows, plan
 from raysize.workflows.raycluster_spec import read_group_specs
 from raysize.workflows.resources import CPU, GIB, MEMORY, Resources
@@ -141,3 +142,33 @@ def test_a_worker_raylet_behind_its_pod_is_still_out_of_step() -> None:
     assert drifting(snap) == (WORKER,)
     (settle,) = stuck_resizes(snap, {WORKER: RAYLET_DRIFT_S + 1})
     assert (settle.pod, settle.cpu) == (WORKER, 3000)
+
+
+def test_a_pod_running_past_the_raylet_start_timeout_without_a_raylet_is_replaced() -> None:
+    """RAYSIZE_RAYLET_START_TIMEOUT_S (README): a running worker pod whose Raylet has not
+    registered after this long is removed and replaced. Kubernetes says the pod is Running
+    (since 11 minutes, the limit is 10); Ray has no node for it. The plan removes it with
+    the documented reason, launches its replacement (the group's minimum is 1), and before
+    that the reconcile's wait ends when the timeout falls due."""
+    rc = example()
+    silent = k8s_pod(rc, WORKER, "cpu", started="2026-11-24T05:49:00Z")  # 660 s before NOW
+    head = k8s_pod(rc, HEAD, "headgroup")
+    snap = observed(rc, [head, silent], [raylet(HEAD, "headgroup", 0, 2 * GIB)])
+    p = plan(snap)
+    assert [(t.pod, t.group) for t in p.terminate] == [(WORKER, "cpu")]
+    assert p.terminate[0].reason == (
+        "its Raylet has not registered 660s after the pod started (limit 600s): replaced"
+    )
+    assert p.launch_by_group == {"cpu": 1}
+    # 9 minutes in: waited on (room that is coming), and due in a minute
+    starting = k8s_pod(rc, WORKER, "cpu", started="2026-11-24T05:51:00Z")  # 540 s
+    snap = observed(rc, [head, starting], [raylet(HEAD, "headgroup", 0, 2 * GIB)])
+    assert plan(snap).is_empty
+    assert next_decision_in(snap) == 60 + MARGIN_S
+    # a pod Kubernetes has not started yet is waited on without a deadline: its start
+    # is a pod change, which wakes the loop
+    pending = k8s_pod(rc, WORKER, "cpu")
+    pending["status"] = {"phase": "Pending"}
+    snap = observed(rc, [head, pending], [raylet(HEAD, "headgroup", 0, 2 * GIB)])
+    assert [p.phase for p in snap.pods if p.name == WORKER] == [PodPhase.PENDING]
+    assert plan(snap).is_empty and next_decision_in(snap) is None

@@ -72,6 +72,9 @@ def test_a_raylet_that_never_registered_is_due_at_the_start_timeout():
     assert next_decision_in(snap) == 10 + MARGIN_S
     pending = snapshot([group()], [pod("w1", phase=PodPhase.PENDING)], settings=SETTINGS)
     assert next_decision_in(pending) is None  # a pod change wakes the loop instead
+    # as the snapshot has it (no Raylet: PENDING), Kubernetes running it for 590 s
+    silent = pod("w1", phase=PodPhase.PENDING, running_s=590.0)
+    assert next_decision_in(snapshot([group()], [silent], settings=SETTINGS)) == 10 + MARGIN_S
 
 
 def test_the_cluster_own_idle_timeout_counts():
