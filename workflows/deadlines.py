@@ -43,15 +43,31 @@ def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
     return ippr.resize_timeout_s if ippr is not None else DEFAULT_RESIZE_TIMEOUT_S
 
 
-def resizable(snapshot: ClusterSnapshot, p: PodView) -> bool:
+def resizable(snapshot: ClusterSnapshot, p: PodView, *, ippr_only: bool = True) -> bool:
     """The pod is of a group `ray.io/ippr` names: raysize may resize it (and its Raylet).
     Any other pod, the head included unless named there, is the user's: what it shows is
-    never settled."""
+    never settled. (`ippr_only=False`: any pod, as runs recorded before this rule did.)"""
     group = snapshot.groups.get(p.group)
-    return group is not None and group.ippr is not None
+    return not ippr_only or (group is not None and group.ippr is not None)
 
 
-def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
+def outside_ippr(snapshot: ClusterSnapshot) -> tuple[str, ...]:
+    """Running pods of groups `ray.io/ippr` does not name with a resize in flight or a
+    Raylet apart from the pod: what the rule `resizable` leaves alone and runs recorded
+    before it settled (the reconcile asks its patch only when there are some)."""
+    return tuple(
+        sorted(
+            p.name
+            for p in snapshot.pods
+            if p.phase == PodPhase.RUNNING
+            and p.resize is not None
+            and (p.resize.raylet_only or p.resize.state.in_flight)
+            and not resizable(snapshot, p)
+        )
+    )
+
+
+def drifting(snapshot: ClusterSnapshot, *, ippr_only: bool = True) -> tuple[str, ...]:
     """Pods raysize may resize, Kubernetes has at their size, whose Raylet reports
     another total."""
     return tuple(
@@ -62,13 +78,13 @@ def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
             and p.resize is not None
             and p.resize.raylet_only
             and p.raylet_id is not None
-            and resizable(snapshot, p)
+            and resizable(snapshot, p, ippr_only=ippr_only)
         )
     )
 
 
 def stuck_resizes(
-    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None, *, ippr_only: bool = True
 ) -> tuple[ResizeAction, ...]:
     """Resizes no saga works on any more, each with the saga that settles it:
 
@@ -87,7 +103,7 @@ def stuck_resizes(
         r = p.resize
         if p.phase != PodPhase.RUNNING or r is None or not r.state.in_flight:
             continue
-        if not resizable(snapshot, p):
+        if not resizable(snapshot, p, ippr_only=ippr_only):
             continue
         if r.raylet_only:
             age = drift_s.get(p.name, 0.0)
@@ -127,7 +143,7 @@ def stuck_resizes(
 
 
 def next_decision_in(
-    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None, *, ippr_only: bool = True
 ) -> float | None:
     """Seconds until a decision falls due on `snapshot` with nothing changing, or None
     when none will (the snapshot's ages are as of its reading)."""
@@ -143,7 +159,7 @@ def next_decision_in(
             due.append(start_timeout - p.running_s)
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
-        if p.resize is not None and not resizable(snapshot, p):
+        if p.resize is not None and not resizable(snapshot, p, ippr_only=ippr_only):
             pass  # not raysize's to settle, nor a grow of raysize's that lands
         elif p.resize is not None and p.resize.raylet_only:
             due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
