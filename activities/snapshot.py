@@ -44,6 +44,23 @@ def _newest_node(nodes: list[RayNode], recorded: str | None) -> RayNode | None:
     return nodes[-1] if nodes else None
 
 
+def _resizable(kube: KubeCluster, view: PodView) -> bool:
+    """Of a group `ray.io/ippr` names: raysize keeps its Raylet in step with the pod. Any
+    other pod's Raylet (the head's, unless named there) registers what KubeRay's `ray
+    start` line gives it, and raysize never changes it: its totals are taken as they are."""
+    group = kube.groups.groups.get(view.group)
+    return group is not None and group.ippr is not None
+
+
+def _raylet_size(kube: KubeCluster, view: PodView) -> tuple[int, int]:
+    """(millicores, bytes) the pod's Raylet should report: what the group's
+    `rayStartParams` set (`num-cpus`, `memory`), else the pod's size, which follows the
+    resizes raysize made. (`ray.io/ippr` refuses those two parameters in the groups it
+    names, so there it is the pod's size.)"""
+    pinned = kube.groups.pinned.get(view.group, {})
+    return pinned.get(CPU, view.total.cpu), pinned.get(MEMORY, view.total.memory)
+
+
 def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> ClusterSnapshot:
     """One snapshot from both sides. Pods whose Raylet has not registered are pending;
     replicas asked for but not yet created count as pending pods too, so a slow operator
@@ -70,22 +87,21 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
             "idle_s": node.idle_ms / 1000.0,
             "labels": {**view.labels, **node.labels},
         }
+        cpu, memory = _raylet_size(kube, view)
         if view.resize is None and view.name in resizing:
             update["resize"] = PodResize(
                 cpu=view.total.cpu, memory=view.total.memory, state=KubeletResizeState.IN_PROGRESS
             )
-        elif view.resize is None and (
-            node.total.get_units(CPU) != view.total.cpu
-            or node.total.get_units(MEMORY) != view.total.memory
+        elif (
+            view.resize is None
+            and _resizable(kube, view)
+            and (node.total.get_units(CPU), node.total.get_units(MEMORY)) != (cpu, memory)
         ):
             # the pod has its new size and the Raylet not (yet): a resize is finishing, or
             # a restarted Raylet came back at its start-up size (KubeRay's `ray start`
             # line keeps the template's CPUs)
             update["resize"] = PodResize(
-                cpu=view.total.cpu,
-                memory=view.total.memory,
-                state=KubeletResizeState.IN_PROGRESS,
-                raylet_only=True,
+                cpu=cpu, memory=memory, state=KubeletResizeState.IN_PROGRESS, raylet_only=True
             )
         pods.append(view.model_copy(update=update))
     have: dict[str, int] = {}

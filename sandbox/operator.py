@@ -2,10 +2,13 @@
 
 Like KubeRay: one head pod from `headGroupSpec.template` (`<cluster>-head-xxxxx`), and per
 worker group `replicas` pods from its template (`<cluster>-<group>-worker-xxxxx`), with
-KubeRay's labels. Pods named in `scaleStrategy.workersToDelete` are deleted, on every
-reconcile, and the list is left as it is (KubeRay v1.6 does not empty it:
-tests/sandbox/test_exact_scale.py checks both worlds); surplus pods are deleted only
-when in-tree autoscaling is off (with it on, KubeRay leaves scale-in to the
+KubeRay's labels and its Ray container command (`ulimit -n 65536; ray start …` from the
+group's `rayStartParams` and the container's size: `ray_start_line`), the flags the
+embedded world's Raylets start with (`sandbox/rayprocs.py`). Pods named in
+`scaleStrategy.workersToDelete` are deleted, on every reconcile, and the list is left as
+it is (KubeRay v1.6 does not empty it: tests/sandbox/test_exact_scale.py checks both
+worlds); surplus pods are deleted only when in-tree autoscaling is off (with it on,
+KubeRay leaves scale-in to the
 autoscaler's `workersToDelete`). The status carries `state`, `head.podIP`,
 `head.serviceIP` and `endpoints` (`gcs` → the head's GCS port, the real one with
 `--with-ray`).
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -194,6 +198,7 @@ class RayOperator:
         spec = template.get("spec") or {}
         containers = spec.get("containers") or []
         if containers:
+            _set_ray_start(containers[0], node_type, group_spec, f"{name}-head-svc.{ns}")
             env = [
                 e
                 for e in containers[0].get("env") or []
@@ -328,7 +333,68 @@ class RayOperator:
         return cpu, mem
 
 
-__all__ = ["RayOperator"]
+__all__ = ["RayOperator", "ray_start_line"]
+
+# KubeRay v1.6's defaults in every `ray start` line (utils.DefaultMetricsPort, …)
+METRICS_PORT, DASHBOARD_AGENT_PORT, GCS_PORT = "8080", "52365", "6379"
+
+
+def ray_start_line(node_type: str, params: Obj, resources: Obj, head_service: str) -> str:
+    """The shell line KubeRay v1.6 runs in a group's Ray container (`generateRayStartCommand`
+    with `setMissingRayStartParams`): the group's `rayStartParams`, and where they leave
+    `num-cpus`, `memory` or `num-gpus` out, the container's CPU limit (else request) and
+    memory and GPU limits, each rounded up to a whole number as `Quantity.Value()` does.
+    Flags in name order; "true" is a bare flag, "false" none."""
+    flags = {str(k): str(v) for k, v in (params or {}).items()}
+    if node_type == "worker":
+        flags.setdefault("address", f"{head_service}.svc.cluster.local:{GCS_PORT}")
+    else:
+        flags.setdefault("dashboard-host", "0.0.0.0")
+    flags.setdefault("metrics-export-port", METRICS_PORT)
+    flags["block"] = "true"
+    flags.setdefault("dashboard-agent-listen-port", DASHBOARD_AGENT_PORT)
+    limits = (resources or {}).get("limits") or {}
+    requests = (resources or {}).get("requests") or {}
+    cpu = quantity_to_units(limits.get("cpu") or 0, CPU) or quantity_to_units(
+        requests.get("cpu") or 0, CPU
+    )
+    if "num-cpus" not in flags and cpu:
+        flags["num-cpus"] = str(math.ceil(cpu / 1000))
+    memory = quantity_to_units(limits.get("memory") or 0, MEMORY)
+    if "memory" not in flags and memory:
+        flags["memory"] = str(memory)
+    for key in sorted(limits):
+        if "num-gpus" not in flags and key.endswith("gpu"):
+            gpus = quantity_to_units(limits[key], "GPU")
+            if gpus:
+                flags["num-gpus"] = str(math.ceil(gpus / 10_000))
+    parts = []
+    for key in sorted(flags):
+        value = flags[key]
+        if value.lower() in ("true", "false") and key not in ("log-color", "include-dashboard"):
+            if value.lower() == "true":
+                parts.append(f"--{key}")
+        else:
+            parts.append(f"--{key}={value}")
+    head = "ray start --head" if node_type == "head" else "ray start"
+    return f"ulimit -n 65536; {head} {' '.join(parts)}"
+
+
+def _set_ray_start(container: Obj, node_type: str, group_spec: Obj, head_service: str) -> None:
+    """KubeRay's command for the Ray container (`BuildPod`): `/bin/bash -c --` and the
+    `ray start` line, after the container's own command and args if it has any; left as it
+    is when those already run `ray start`."""
+    own = " ".join([*(container.get("command") or []), *(container.get("args") or [])])
+    if "ray start" in own:
+        return
+    line = ray_start_line(
+        node_type,
+        group_spec.get("rayStartParams") or {},
+        container.get("resources") or {},
+        head_service,
+    )
+    container["command"] = ["/bin/bash", "-c", "--"]
+    container["args"] = [f"{own} && {line}" if own else line]
 
 
 def _add_autoscaler(spec: Obj, containers: list[Obj], cluster: str, options: Obj | None) -> None:

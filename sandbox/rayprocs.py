@@ -1,7 +1,12 @@
 """Real Ray processes behind sandbox pods (`--with-ray`).
 
 The head pod runs a Ray head, each worker pod a `ray start` Raylet that joins it, with
-`RAY_CLOUD_INSTANCE_ID=<pod name>` and `RAY_NODE_TYPE_NAME=<group>`, sized from the pod.
+`RAY_CLOUD_INSTANCE_ID=<pod name>` and `RAY_NODE_TYPE_NAME=<group>`, with the resources of
+the pod's own `ray start` line as KubeRay writes it (`--num-cpus`, `--num-gpus`,
+`--memory`, `--resources`: the group's `rayStartParams`, else the template's size; see
+`sandbox/operator.py`), so a head with `num-cpus: "0"` registers 0 CPU as in the real
+world, and a restarted Raylet comes back at that size, not the pod's. A pod without such a
+line (made without the operator) is sized from the pod.
 Every `ray start --block` runs in its own session and is stopped by its process group,
 never by name. Ports are free ports; the temp dir is short (Unix socket paths are
 limited to ~107 characters); the dashboard is off and the object store small.
@@ -13,6 +18,7 @@ import contextlib
 import logging
 import math
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -65,6 +71,34 @@ def pod_size(pod: Obj) -> tuple[int, int]:
     cpu = limits.get("cpu") or requests.get("cpu") or "1"
     memory = limits.get("memory") or requests.get("memory") or "1Gi"
     return quantity_to_units(cpu, CPU), quantity_to_units(memory, MEMORY)
+
+
+# the flags of a pod's `ray start` line that say what its Raylet registers
+RESOURCE_FLAGS = ("num-cpus", "num-gpus", "memory", "resources")
+
+
+def ray_start_resources(pod: Obj) -> dict[str, str]:
+    """The resource flags of the Ray container's `ray start` line (`--num-cpus=0` →
+    {"num-cpus": "0"}), as the shell would split it; {} when it runs no `ray start`."""
+    container = (pod.get("spec") or {}).get("containers", [{}])[0]
+    script = " ".join([*(container.get("command") or []), *(container.get("args") or [])])
+    if "ray start" not in script:
+        return {}
+    lexer = shlex.shlex(script[script.index("ray start") :], posix=True, punctuation_chars=True)
+    try:
+        words = list(lexer)
+    except ValueError:
+        return {}
+    out: dict[str, str] = {}
+    for word in words[2:]:
+        if word and word[0] in ";&|":
+            break  # the end of the `ray start` command
+        if not word.startswith("--"):
+            continue
+        key, _, value = word[2:].partition("=")
+        if key in RESOURCE_FLAGS and value:
+            out[key] = value
+    return out
 
 
 @dataclass
@@ -166,14 +200,15 @@ class RayRuntime:
         is_head = labels.get("ray.io/node-type") == "head"
         group = labels.get("ray.io/group", "headgroup" if is_head else "")
         millicores, memory = pod_size(pod)
+        sized = {"num-cpus": str(math.ceil(millicores / 1000)), "memory": str(memory)}
+        sized.update(ray_start_resources(pod))  # what KubeRay's line says wins
         args = [
             self.ray_bin,
             "start",
             "--block",
             "--disable-usage-stats",
             "--node-ip-address=127.0.0.1",
-            f"--num-cpus={math.ceil(millicores / 1000)}",
-            f"--memory={memory}",
+            *(f"--{key}={sized[key]}" for key in RESOURCE_FLAGS if key in sized),
             f"--object-store-memory={OBJECT_STORE_BYTES}",
             f"--temp-dir={self._node_dir()}",
             f"--node-manager-port={free_port()}",

@@ -43,8 +43,33 @@ def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
     return ippr.resize_timeout_s if ippr is not None else DEFAULT_RESIZE_TIMEOUT_S
 
 
-def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
-    """Pods Kubernetes has at their size whose Raylet reports another total."""
+def resizable(snapshot: ClusterSnapshot, p: PodView, *, ippr_only: bool = True) -> bool:
+    """The pod is of a group `ray.io/ippr` names: raysize may resize it (and its Raylet).
+    Any other pod, the head included unless named there, is the user's: what it shows is
+    never settled. (`ippr_only=False`: any pod, as runs recorded before this rule did.)"""
+    group = snapshot.groups.get(p.group)
+    return not ippr_only or (group is not None and group.ippr is not None)
+
+
+def outside_ippr(snapshot: ClusterSnapshot) -> tuple[str, ...]:
+    """Running pods of groups `ray.io/ippr` does not name with a resize in flight or a
+    Raylet apart from the pod: what the rule `resizable` leaves alone and runs recorded
+    before it settled (the reconcile asks its patch only when there are some)."""
+    return tuple(
+        sorted(
+            p.name
+            for p in snapshot.pods
+            if p.phase == PodPhase.RUNNING
+            and p.resize is not None
+            and (p.resize.raylet_only or p.resize.state.in_flight)
+            and not resizable(snapshot, p)
+        )
+    )
+
+
+def drifting(snapshot: ClusterSnapshot, *, ippr_only: bool = True) -> tuple[str, ...]:
+    """Pods raysize may resize, Kubernetes has at their size, whose Raylet reports
+    another total."""
     return tuple(
         sorted(
             p.name
@@ -53,12 +78,13 @@ def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
             and p.resize is not None
             and p.resize.raylet_only
             and p.raylet_id is not None
+            and resizable(snapshot, p, ippr_only=ippr_only)
         )
     )
 
 
 def stuck_resizes(
-    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None, *, ippr_only: bool = True
 ) -> tuple[ResizeAction, ...]:
     """Resizes no saga works on any more, each with the saga that settles it:
 
@@ -69,12 +95,15 @@ def stuck_resizes(
       `drift_s`, seconds since the reconcile first saw it): a Raylet restarted at its
       start-up size, say. Its pod keeps its size; the saga brings the Raylet to it.
 
-    So spec, kubelet and Raylet agree again without a human."""
+    So spec, kubelet and Raylet agree again without a human. Only in the groups
+    `ray.io/ippr` names (`resizable`): the others are not raysize's to change."""
     out = []
     drift_s = drift_s or {}
     for p in sorted(snapshot.pods, key=lambda p: p.name):
         r = p.resize
         if p.phase != PodPhase.RUNNING or r is None or not r.state.in_flight:
+            continue
+        if not resizable(snapshot, p, ippr_only=ippr_only):
             continue
         if r.raylet_only:
             age = drift_s.get(p.name, 0.0)
@@ -114,7 +143,7 @@ def stuck_resizes(
 
 
 def next_decision_in(
-    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None, *, ippr_only: bool = True
 ) -> float | None:
     """Seconds until a decision falls due on `snapshot` with nothing changing, or None
     when none will (the snapshot's ages are as of its reading)."""
@@ -123,17 +152,22 @@ def next_decision_in(
     due: list[float] = []
     waiting = bool(snapshot.demands or snapshot.gangs or snapshot.constraints)
     for p in snapshot.pods:
+        group = snapshot.groups.get(p.group)
+        if p.raylet_id is None and p.running_s > 0 and group is not None and not group.is_head:
+            # Kubernetes runs it and its Raylet has not registered: replaced at the
+            # timeout (`planner.silent`); the snapshot has it PENDING, as it has no Raylet
+            due.append(start_timeout - p.running_s)
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
-        if p.resize is not None and p.resize.raylet_only:
+        if p.resize is not None and not resizable(snapshot, p, ippr_only=ippr_only):
+            pass  # not raysize's to settle, nor a grow of raysize's that lands
+        elif p.resize is not None and p.resize.raylet_only:
             due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
         elif p.resize is not None and p.resize.state.in_flight and p.resize.asked_s is not None:
             due.append(stuck_after_s(_timeout(snapshot, p)) - p.resize.asked_s)
             if waiting:  # launches wait while a grow lands (planner.landing_grows)
                 due.append(LANDING_S - p.resize.asked_s)
         if p.raylet_id is None:
-            if p.running_s > 0:
-                due.append(start_timeout - p.running_s)
             continue
         if p.idle_s > 0:
             due.append(idle_timeout - p.idle_s)

@@ -248,8 +248,10 @@ class _Planner:
         hold_while_landing: bool = True,
         spare_pending_gpu: bool = True,
         just_grown: Sequence[str] = (),
+        replace_silent_pending: bool = True,
     ) -> None:
         self.snap = snap
+        self.replace_silent_pending = replace_silent_pending
         self.settings = snap.settings
         # tasks waiting inside a placement group: its bundle holds their room
         self.demands = [d for d in snap.demands if not _in_placement_group(d)]
@@ -1016,15 +1018,16 @@ class _Planner:
 
     # --- the whole plan ------------------------------------------------------------------------
     def replace_silent_pods(self) -> None:
-        """A worker pod running this long with no Raylet registered will not bring one:
-        it is removed (and replaced if the minimum or the work asks), not counted as room
-        that is coming forever."""
+        """A worker pod Kubernetes has run this long with no Raylet registered will not
+        bring one: it is removed (and replaced if the minimum or the work asks), not
+        counted as room that is coming forever. Such a pod is PENDING in the snapshot (no
+        Raylet yet); `running_s` says how long Kubernetes has run it (0: not running)."""
         timeout = self.settings.raylet_start_timeout_s
         for p in sorted(self.snap.pods, key=lambda p: p.name):
             g = self.snap.groups.get(p.group)
             if g is None or g.is_head or p.name in self.terminate:
                 continue
-            if p.phase == PodPhase.RUNNING and p.raylet_id is None and p.running_s >= timeout:
+            if silent(p, timeout) and (self.replace_silent_pending or p.phase == PodPhase.RUNNING):
                 self.terminate[p.name] = TerminateAction(
                     pod=p.name,
                     group=g.name,
@@ -1331,6 +1334,28 @@ LANDING_S = 10.0
 JUST_GROWN_S = 5.0
 
 
+def silent(p: PodView, timeout_s: float) -> bool:
+    """Kubernetes has run the pod for `timeout_s` (the Raylet start timeout) or more, and
+    its Raylet has not registered (`running_s` is 0 for a pod Kubernetes does not run;
+    the timeout is positive)."""
+    return p.raylet_id is None and p.running_s >= timeout_s
+
+
+def silent_pending_pods(snap: ClusterSnapshot) -> list[str]:
+    """Worker pods the snapshot has PENDING (no Raylet) that Kubernetes has run past the
+    Raylet start timeout: `plan()` removes them (`replace_silent_pending`); runs recorded
+    before it did kept them (the reconcile asks its patch only when there are some)."""
+    timeout = snap.settings.raylet_start_timeout_s
+    return sorted(
+        p.name
+        for p in snap.pods
+        if p.phase == PodPhase.PENDING
+        and silent(p, timeout)
+        and (g := snap.groups.get(p.group)) is not None
+        and not g.is_head
+    )
+
+
 def landing_grows(snap: ClusterSnapshot) -> list[str]:
     """Pods whose grow is landing: the pod has its new size and only its Raylet is
     catching up (`raylet_only`), or raysize asked the kubelet within LANDING_S and it is
@@ -1353,6 +1378,7 @@ def plan(
     hold_while_landing: bool = True,
     spare_pending_gpu: bool = True,
     just_grown: Sequence[str] = (),
+    replace_silent_pending: bool = True,
 ) -> Plan:
     """Decide one reconcile tick. Pure: the same inputs always give the same plan.
     `just_grown`: pods whose grow landed less than JUST_GROWN_S ago (the reconcile
@@ -1360,12 +1386,15 @@ def plan(
     What reconcile runs recorded before a rule decided, replayed as they were:
     `hold_while_landing=False` launches for demand even while a grow lands;
     `spare_pending_gpu=False` keeps pending GPU pods from work without GPUs until the last
-    stage."""
+    stage; `replace_silent_pending=False` keeps the pods `silent_pending_pods` names (the
+    Raylet start timeout never fired on them: only a RUNNING pod with no Raylet counted,
+    and the snapshot has none)."""
     return _Planner(
         *_bound(snapshot),
         hold_while_landing=hold_while_landing,
         spare_pending_gpu=spare_pending_gpu,
         just_grown=just_grown if hold_while_landing else (),
+        replace_silent_pending=replace_silent_pending,
     ).run()
 
 

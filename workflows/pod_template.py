@@ -126,6 +126,17 @@ def group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErro
                 gpus = _template_quantity(limits[key], "GPU", name, field, fix, errors)
                 if gpus is not None:
                     units["GPU"] = gpus
+    return Resources({**units, **start_param_resources(name, group, errors)})
+
+
+def start_param_resources(
+    name: str, group: Mapping[str, Any], errors: list[ConfigError]
+) -> dict[str, int]:
+    """What the group's `rayStartParams` set (`num-cpus`, `num-gpus`, `memory`,
+    `resources`), by Ray's names in exact units: KubeRay passes them to `ray start`, so
+    its Raylets register with these whatever the pod's size, and a resize of the pod does
+    not change them."""
+    pinned: dict[str, int] = {}
     params = group.get("rayStartParams") or {}
     for param, rname in (("num-cpus", CPU), ("num-gpus", "GPU"), ("memory", MEMORY)):
         if param in params:
@@ -137,7 +148,7 @@ def group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErro
                 problem = f"{raw!r} is not a number"
             else:
                 try:
-                    units[rname] = float_to_units(amount, rname, what=field)
+                    pinned[rname] = float_to_units(amount, rname, what=field)
                     continue
                 except QuantityError:
                     problem = (
@@ -151,7 +162,7 @@ def group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErro
         field = "rayStartParams.resources"
         try:
             for rname, amount in _parse_start_param_resources(params["resources"]).items():
-                units[rname] = float_to_units(amount, rname, what=rname)
+                pinned[rname] = float_to_units(amount, rname, what=rname)
         except QuantityError as exc:
             errors.append(
                 ConfigError(
@@ -170,7 +181,7 @@ def group_resources(name: str, group: Mapping[str, Any], errors: list[ConfigErro
                     fix="write it like '{\"custom\": 1}'",
                 )
             )
-    return Resources(units)
+    return pinned
 
 
 _JSON_TYPES = {

@@ -7,9 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import Field
+
 from raysize.workflows.ippr import IPPR_ANNOTATION, parse_ippr_annotation
 from raysize.workflows.model import HEAD_GROUP, GroupSpec, PlannerSettings, UpscalingMode
-from raysize.workflows.pod_template import ConfigError, group_resources, parse_labels
+from raysize.workflows.pod_template import (
+    ConfigError,
+    group_resources,
+    parse_labels,
+    start_param_resources,
+)
 from raysize.workflows.values import Value
 
 
@@ -19,6 +26,9 @@ class GroupSpecs(Value):
     groups: dict[str, GroupSpec]
     errors: tuple[ConfigError, ...] = ()
     ippr_enabled: bool = False
+    # group → what its rayStartParams set, by Ray's names in units (a 0 kept: "num-cpus:
+    # 0" is set): its Raylets register with these whatever the pod's size
+    pinned: dict[str, dict[str, int]] = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -60,9 +70,11 @@ def read_group_specs(raycluster: Mapping[str, Any]) -> GroupSpecs:
     )
 
     groups: dict[str, GroupSpec] = {}
+    pinned: dict[str, dict[str, int]] = {}
     for name, g in raw_groups.items():
         is_head = name == HEAD_GROUP
         resources = group_resources(name, g, errors)
+        pinned[name] = start_param_resources(name, g, [])  # its errors: just above
         replicas_min = 0 if is_head else (_opt_int(g.get("minReplicas")) or 0)
         replicas_max = None if is_head else _opt_int(g.get("maxReplicas"))
         if replicas_max is not None and replicas_min > replicas_max:
@@ -87,7 +99,12 @@ def read_group_specs(raycluster: Mapping[str, Any]) -> GroupSpecs:
             ippr=limits.get(name),
             is_head=is_head,
         )
-    return GroupSpecs(groups=groups, errors=tuple(errors), ippr_enabled=raw_annotation is not None)
+    return GroupSpecs(
+        groups=groups,
+        errors=tuple(errors),
+        ippr_enabled=raw_annotation is not None,
+        pinned=pinned,
+    )
 
 
 def read_planner_settings(raycluster: Mapping[str, Any], base: PlannerSettings) -> PlannerSettings:

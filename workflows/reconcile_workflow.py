@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         GrowWatch,
         drifting,
         next_decision_in,
+        outside_ippr,
         stuck_resizes,
     )
     from raysize.workflows.model import (
@@ -68,7 +69,12 @@ with workflow.unsafe.imports_passed_through():
         resize_search_attributes,
         resize_workflow_id,
     )
-    from raysize.workflows.planner import landing_grows, pending_gpu_pods, plan
+    from raysize.workflows.planner import (
+        landing_grows,
+        pending_gpu_pods,
+        plan,
+        silent_pending_pods,
+    )
     from raysize.workflows.resize_workflow import PodResizeWorkflow
     from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
     from raysize.workflows.summaries import resize_details, resize_summary
@@ -155,6 +161,14 @@ HOLD_AFTER_GROW_PATCH = "reconcile-hold-after-grow"
 # stale names leave workersToDelete, and a pause mid-tick stops the tick's other actions;
 # older runs named idle pods at once, and replay so
 DRAIN_FIRST_PATCH = "reconcile-drain-first"
+# runs that reach a pod of a group ray.io/ippr does not name with a resize in flight or a
+# Raylet apart from its pod (`deadlines.outside_ippr`) after this change leave it alone;
+# older runs settled it (the head with num-cpus "0", issue #26), and replay so
+RESPECT_IPPR_PATCH = "reconcile-only-ippr-groups"
+# runs that reach a pod Kubernetes has run past the Raylet start timeout with no Raylet
+# (`planner.silent_pending_pods`) after this change replace it (`plan(replace_silent_
+# pending=...)`); older runs waited on it for good, and replay so
+REPLACE_SILENT_PENDING_PATCH = "reconcile-replace-silent-pending"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -323,9 +337,12 @@ class ReconcileWorkflow:
         snapshot = self._still_drained(snapshot)
         # since when each pod's Raylet has differed from its pod (this run's clock)
         now = workflow.now().timestamp()
-        self.drift_since = {n: self.drift_since.get(n, now) for n in drifting(snapshot)}
+        ippr_only = not outside_ippr(snapshot) or workflow.patched(RESPECT_IPPR_PATCH)
+        self.drift_since = {
+            n: self.drift_since.get(n, now) for n in drifting(snapshot, ippr_only=ippr_only)
+        }
         drift_s = {n: now - t for n, t in self.drift_since.items()}
-        self.next_decision_in = next_decision_in(snapshot, drift_s)
+        self.next_decision_in = next_decision_in(snapshot, drift_s, ippr_only=ippr_only)
         seen = telemetry.demand_seen_at(self.carry.demand_seen_at, snapshot)
         if seen != self.carry.demand_seen_at:
             self.carry = self.carry.model_copy(update={"demand_seen_at": seen})
@@ -334,6 +351,8 @@ class ReconcileWorkflow:
             planner = functools.partial(planner, hold_while_landing=False)
         if pending_gpu_pods(snapshot) and not workflow.patched(SPARE_PENDING_GPU_PATCH):
             planner = functools.partial(planner, spare_pending_gpu=False)
+        if silent_pending_pods(snapshot) and not workflow.patched(REPLACE_SILENT_PENDING_PATCH):
+            planner = functools.partial(planner, replace_silent_pending=False)
         just_grown = self.grows.observe(snapshot, obs.resizing, now)
         if just_grown and workflow.patched(HOLD_AFTER_GROW_PATCH):
             planner = functools.partial(planner, just_grown=just_grown)
@@ -342,7 +361,7 @@ class ReconcileWorkflow:
                 self.next_decision_in = min(self.next_decision_in or due, due)
         p = telemetry.timed_plan(planner, snapshot, inp.cluster, inp.namespace)
         self.last_plan = p
-        stuck = stuck_resizes(snapshot, drift_s)
+        stuck = stuck_resizes(snapshot, drift_s, ippr_only=ippr_only)
         if stuck and workflow.patched(SETTLE_PATCH) and not self._halted():
             await self._settle(inp, snapshot, stuck)
         prune = bool(obs.stale_to_delete) and workflow.patched(DRAIN_FIRST_PATCH)

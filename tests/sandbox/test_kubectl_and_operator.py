@@ -15,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from raysize.activities.k8s_objects import ray_autoscaler_running
 from raysize.sandbox.faults import FaultRule
 from raysize.sandbox.kubelet import KubeletTiming
+from raysize.sandbox.rayprocs import ray_start_resources
 from tests.orchestration.temporal_env import venv_binary
 from tests.sandbox.conftest import client_for, wait_for
 
@@ -307,4 +308,34 @@ def test_in_tree_autoscaling_runs_rays_autoscaler_beside_the_head_and_keeps_it(k
     heads = core.list_namespaced_pod(ns, label_selector="ray.io/node-type=head").items
     assert [h.metadata.uid for h in heads] == [head["metadata"]["uid"]]
     assert ray_autoscaler_running([kube.sanitize_for_serialization(heads[0])])
+    co.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
+
+
+def test_the_ray_container_runs_kuberays_ray_start_line_with_the_groups_params(kube, ns):
+    """KubeRay writes the Ray container's command: `/bin/bash -c --` and `ulimit -n 65536;
+    ray start …` with the group's rayStartParams, and where they leave them out the
+    container's CPU (rounded up) and memory. The embedded world's Raylets start with
+    those flags (`ray_start_resources`), so a head with `num-cpus: "0"` registers 0 CPU
+    there as it does in the real world."""
+    co = client.CustomObjectsApi(kube)
+    core = client.CoreV1Api(kube)
+    rc = raycluster(replicas=1)
+    rc["spec"]["headGroupSpec"]["rayStartParams"] = {"num-cpus": "0"}
+    rc["spec"]["workerGroupSpecs"][0]["template"] = worker_template("1500m", "1Gi")
+    co.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", rc)
+
+    def pods() -> dict[str, dict] | None:
+        found = {
+            p.metadata.labels["ray.io/node-type"]: kube.sanitize_for_serialization(p)
+            for p in core.list_namespaced_pod(ns, label_selector="ray.io/cluster=rc").items
+        }
+        return found if set(found) == {"head", "worker"} else None
+
+    made = wait_for(pods, timeout=60)
+    for pod in made.values():
+        ray = pod["spec"]["containers"][0]
+        assert ray["command"] == ["/bin/bash", "-c", "--"]
+        assert ray["args"][0].startswith("ulimit -n 65536; ray start ")
+    assert ray_start_resources(made["head"]) == {"num-cpus": "0", "memory": str(2 * 1024**3)}
+    assert ray_start_resources(made["worker"]) == {"num-cpus": "2", "memory": str(1024**3)}
     co.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")

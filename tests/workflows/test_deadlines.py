@@ -12,6 +12,7 @@ from raysize.workflows.deadlines import (
     GrowWatch,
     drifting,
     next_decision_in,
+    outside_ippr,
     stuck_after_s,
     stuck_resizes,
 )
@@ -25,7 +26,8 @@ from raysize.workflows.model import (
 from raysize.workflows.planner import JUST_GROWN_S, LANDING_S, plan
 from raysize.workflows.resources import GIB
 
-from .kit import group, pod, res, snapshot
+from .kit import group, head_group, pod, res, snapshot
+from .kit import head as kit_head
 
 SETTINGS = PlannerSettings(idle_timeout_s=60, raylet_start_timeout_s=600)
 
@@ -71,6 +73,9 @@ def test_a_raylet_that_never_registered_is_due_at_the_start_timeout():
     assert next_decision_in(snap) == 10 + MARGIN_S
     pending = snapshot([group()], [pod("w1", phase=PodPhase.PENDING)], settings=SETTINGS)
     assert next_decision_in(pending) is None  # a pod change wakes the loop instead
+    # as the snapshot has it (no Raylet: PENDING), Kubernetes running it for 590 s
+    silent = pod("w1", phase=PodPhase.PENDING, running_s=590.0)
+    assert next_decision_in(snapshot([group()], [silent], settings=SETTINGS)) == 10 + MARGIN_S
 
 
 def test_the_cluster_own_idle_timeout_counts():
@@ -122,6 +127,48 @@ def test_a_raylet_out_of_step_with_its_pod_is_brought_to_the_pods_size():
     assert action.reason.startswith(
         "Raylet out of step: the pod has 3 CPU/2Gi, its Raylet reports 1 CPU/2Gi for 31s"
     )
+
+
+def test_a_group_outside_ray_io_ippr_is_never_resized_nor_settled():
+    """ray.io/ippr lists the groups raysize may resize; the head is one of them only when
+    named there. Seen on the real control plane: the head (1 CPU pod, `num-cpus: "0"`,
+    not in ray.io/ippr) was "settled" to a 1-CPU Raylet after RAYLET_DRIFT_S, and tasks
+    then ran on it. Whatever a pod outside the annotation shows (its Raylet differs from
+    the pod, or Kubernetes holds a resize someone asked for long ago), raysize leaves it
+    alone and sets no deadline for it."""
+    drift = PodResize(
+        cpu=1000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS, raylet_only=True
+    )
+    held = PodResize(cpu=4000, memory=2 * GIB, state=KubeletResizeState.DEFERRED, asked_s=3600)
+    fixed = group("fixed", max_cpu=None)
+    head = kit_head().model_copy(update={"resize": drift})
+    pods = [head, pod("f1", "fixed", resize=drift), pod("f2", "fixed", resize=held)]
+    snap = snapshot([group(), fixed], [], settings=SETTINGS).model_copy(
+        update={"pods": tuple(pods)}
+    )
+    long_ago = {"head": 10 * RAYLET_DRIFT_S, "f1": 10 * RAYLET_DRIFT_S}
+    assert drifting(snap) == ()
+    assert stuck_resizes(snap, long_ago) == ()
+    assert next_decision_in(snap, long_ago) is None
+    # runs recorded before this rule settled them, and replay so (the reconcile asks its
+    # patch only when `outside_ippr` names a pod)
+    assert outside_ippr(snap) == ("f1", "f2", "head")
+    assert drifting(snap, ippr_only=False) == ("f1", "head")
+    old = stuck_resizes(snap, long_ago, ippr_only=False)
+    assert [r.pod for r in old] == ["f1", "f2", "head"]
+    soon = {"head": 5.0, "f1": 5.0}
+    assert next_decision_in(snap, soon, ippr_only=False) == RAYLET_DRIFT_S - 5 + MARGIN_S
+    # named in ray.io/ippr, the head is raysize's to settle like any group
+    in_ippr = snap.model_copy(
+        update={
+            "groups": {
+                **snap.groups,
+                "headgroup": head_group().model_copy(update={"ippr": group().ippr}),
+            }
+        }
+    )
+    assert drifting(in_ippr) == ("head",)
+    assert [r.pod for r in stuck_resizes(in_ippr, long_ago)] == ["head"]
 
 
 def test_launches_held_for_a_landing_grow_are_due_when_it_stops_landing():

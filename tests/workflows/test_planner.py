@@ -21,7 +21,7 @@ from raysize.workflows.model import (
     ResizePolicy,
     UpscalingMode,
 )
-from raysize.workflows.planner import LANDING_S, plan
+from raysize.workflows.planner import LANDING_S, plan, silent_pending_pods
 from raysize.workflows.resources import GIB, Resources
 
 from .kit import cores, group, pod, res, snapshot
@@ -649,6 +649,25 @@ def test_a_pod_whose_raylet_never_registers_is_replaced_not_waited_on() -> None:
     # still inside the limit: waited on, and counted as the room that is coming
     starting = pod("w1", raylet_id=None, running_s=30)
     assert plan(snapshot([keep], [starting], [(res(1), 1)])).is_empty
+
+
+def test_a_running_pod_the_snapshot_has_pending_for_want_of_a_raylet_is_replaced() -> None:
+    """As `join` gives it: a pod with no Raylet is PENDING whatever Kubernetes says, and
+    `running_s` is how long Kubernetes has run it. RAYSIZE_RAYLET_START_TIMEOUT_S never
+    fired when only a RUNNING pod without a Raylet counted: there is no such pod."""
+    keep = group(min_workers=1)
+    silent = pod("w1", phase=PodPhase.PENDING, running_s=700)
+    p = plan(snapshot([keep], [silent], [(res(1), 1)]))
+    assert [t.pod for t in p.terminate] == ["w1"]
+    assert p.launch_by_group == {"g1": 1}
+    # not yet started by Kubernetes (running_s 0): waited on, as the room that is coming
+    launched = pod("w1", phase=PodPhase.PENDING)
+    assert plan(snapshot([keep], [launched], [(res(1), 1)])).is_empty
+    # runs recorded before kept it, and replay so (their patch is asked only then)
+    assert silent_pending_pods(snapshot([keep], [silent])) == ["w1"]
+    assert silent_pending_pods(snapshot([keep], [launched])) == []
+    kept = plan(snapshot([keep], [silent], [(res(1), 1)]), replace_silent_pending=False)
+    assert kept.is_empty
 
 
 def test_idle_pod_with_work_to_take_is_kept() -> None:
