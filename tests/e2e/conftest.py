@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -179,8 +181,14 @@ class Stack:
         """A Ray driver that runs tasks of these CPU sizes on RayCluster `name`: on the host
         in the embedded world (its Ray nodes share the host's address), in the head pod's
         network namespace in the real one (what `kubectl exec` into the head would run)."""
+        return self.script(name, DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s))
+
+    def script(self, name: str, source: str, *args: str) -> subprocess.Popen[str]:
+        """A Python script (a Ray driver) run where a driver of RayCluster `name` runs: on
+        the host in the embedded world, in the head pod's network namespace in the real
+        one. Its own process group; `stop_driver` ends it."""
         if isinstance(self.sandbox, Sandbox):
-            return start_driver(gcs, cpus, timeout_s, hold_s)
+            return start_script(source, *args)
         assert self.sandbox.runtime is not None, "the real world runs Ray with with_ray=True"
         heads = self.core.list_namespaced_pod(
             self.namespace, label_selector=f"ray.io/cluster={name},ray.io/node-type=head"
@@ -188,7 +196,7 @@ class Stack:
         return self.sandbox.runtime.exec(
             self.namespace,
             heads[0].metadata.name,
-            ["python", "-c", DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s)],
+            ["python", "-c", source, *args],
             env={"RAY_USAGE_STATS_ENABLED": "0", "GRPC_DNS_RESOLVER": "native"},
         )
 
@@ -309,6 +317,63 @@ async def running_stack(
         await asyncio.to_thread(sandbox.close)
 
 
+def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`raysize worker` as its own process (in its own process group), so a test can
+    SIGKILL it."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "raysize.worker.cli", "worker"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the worker's process group: no cleanup, no goodbye."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+@contextlib.asynccontextmanager
+async def process_world(
+    dev_server: WorkflowEnvironment, tmp_path: Path, world: str, timing: KubeletTiming
+) -> AsyncIterator[tuple[Stack, dict[str, str]]]:
+    """A world with real Ray and the environment of a `raysize worker` process for it
+    (`start_worker`): the worker's API calls pass the world's fault injection (the
+    embedded server's own; in the real world the fault proxy in front of the real
+    server)."""
+    cfg = SandboxConfig(
+        node_specs=[NodeSpec("node-a", 8000, 32 * GIB)], with_ray=True, timing=timing
+    )
+    sandbox: Sandbox | RealSandbox = Sandbox(cfg) if world == "embedded" else RealSandbox(cfg)
+    await asyncio.to_thread(sandbox.start)
+    try:
+        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        as_worker = kubeconfig
+        if isinstance(sandbox, RealSandbox):
+            as_worker = sandbox.write_kubeconfig(tmp_path / "worker-kubeconfig", faults=True)
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(tmp_path),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "RAYSIZE_TEMPORAL_ADDRESS": dev_server.client.service_client.config.target_host,
+            "RAYSIZE_TASK_QUEUE": f"raysize-{uuid.uuid4().hex[:8]}",
+            "RAYSIZE_KUBECONFIG": str(as_worker),
+            "RAYSIZE_NAMESPACES": "default",
+            "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
+        }
+        yield (
+            Stack(sandbox=sandbox, api=api, temporal=dev_server.client, kubeconfig=kubeconfig),
+            env,
+        )
+    finally:
+        await asyncio.to_thread(sandbox.close)
+
+
 @pytest_asyncio.fixture
 async def stack(
     dev_server: WorkflowEnvironment,
@@ -418,8 +483,12 @@ def start_driver(
     """A Ray driver in its own process group that runs tasks of these CPU sizes ("2" or
     "4,2"), or placement groups ("pg:2+2"), in stages apart by ";" (see `DRIVER`), and
     waits for all of them."""
+    return start_script(DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s))
+
+
+def start_script(source: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-c", DRIVER, gcs, str(cpus), str(timeout_s), str(hold_s)],
+        [sys.executable, "-c", source, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -429,9 +498,6 @@ def start_driver(
 
 
 def stop_driver(proc: subprocess.Popen[str]) -> None:
-    import os
-    import signal
-
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)

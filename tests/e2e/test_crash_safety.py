@@ -5,57 +5,35 @@ resize workflow exists) and a new worker process finishes the resize exactly onc
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from kubernetes import config
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from raysize.activities.ray_gcs import RayGcsClient
-from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.faults import FaultRule
-from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
-from raysize.sandbox.realworld import RealSandbox
+from raysize.sandbox.kubelet import KubeletTiming
 from raysize.workflows.contracts import Act, ResizeOutcome, ResizePhase
 from raysize.workflows.naming import RESIZE_PHASE
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from .conftest import (
-    GIB,
     Stack,
     eventually,
     ippr_cluster,
+    kill,
     pending_activity,
+    process_world,
+    start_worker,
     stop_driver,
 )
 from .gcs_proxy import GcsProxy
-
-
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "raysize.worker.cli", "worker"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def kill(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(10)
 
 
 @pytest_asyncio.fixture(params=["embedded", "real"])
@@ -64,39 +42,9 @@ async def slow_stack(
 ) -> AsyncIterator[tuple[Stack, dict[str, str]]]:
     """A world (each in turn, unless a test names one) whose kubelet takes 4 s to actuate:
     a window to kill the worker in. The worker runs as its own process (`raysize worker`)."""
-    cfg = SandboxConfig(
-        node_specs=[NodeSpec("node-a", 8000, 32 * GIB)],
-        with_ray=True,
-        timing=KubeletTiming(actuation_delay_s=4.0),
-    )
-    sandbox: Sandbox | RealSandbox = (
-        Sandbox(cfg) if request.param == "embedded" else RealSandbox(cfg)
-    )
-    await asyncio.to_thread(sandbox.start)
-    try:
-        kubeconfig = sandbox.write_kubeconfig(tmp_path / "kubeconfig")
-        api = config.new_client_from_config(config_file=str(kubeconfig))
-        # the worker's API calls pass the world's fault injection (the embedded server's
-        # own; in the real world the fault proxy in front of the real server)
-        as_worker = kubeconfig
-        if isinstance(sandbox, RealSandbox):
-            as_worker = sandbox.write_kubeconfig(tmp_path / "worker-kubeconfig", faults=True)
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "HOME": str(tmp_path),
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "RAYSIZE_TEMPORAL_ADDRESS": dev_server.client.service_client.config.target_host,
-            "RAYSIZE_TASK_QUEUE": f"raysize-{uuid.uuid4().hex[:8]}",
-            "RAYSIZE_KUBECONFIG": str(as_worker),
-            "RAYSIZE_NAMESPACES": "default",
-            "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
-        }
-        yield (
-            Stack(sandbox=sandbox, api=api, temporal=dev_server.client, kubeconfig=kubeconfig),
-            env,
-        )
-    finally:
-        await asyncio.to_thread(sandbox.close)
+    timing = KubeletTiming(actuation_delay_s=4.0)
+    async with process_world(dev_server, tmp_path, str(request.param), timing) as world:
+        yield world
 
 
 async def test_worker_killed_between_pod_patch_and_raylet_sync(
