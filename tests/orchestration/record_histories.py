@@ -114,6 +114,13 @@ def just_grown_world() -> FakeWorld:
     return world
 
 
+def scale_in_world() -> FakeWorld:
+    """w1 idle past the timeout, w2 busy. Runs from before `DRAIN_FIRST_PATCH` named w1
+    in workersToDelete at once (`reconcile_scale_in_before`, recorded on commit
+    bc4329e); later ones drain it first."""
+    return FakeWorld(snapshot([group()], [pod("w1", idle_s=120), pod("w2", free_cpu=0)]))
+
+
 async def record(force: bool = False) -> None:
     env = await start_time_skipping()
     try:
@@ -173,6 +180,9 @@ async def record(force: bool = False) -> None:
         if not _keep("reconcile_just_grown", force):
             # the work a grow took is still reported: no pod grown or launched for a moment
             await record_reconcile(env, "reconcile_just_grown", just_grown_world(), 5)
+        if not _keep("reconcile_scale_in", force):
+            # an idle pod goes: drained first, then named
+            await record_reconcile(env, "reconcile_scale_in", scale_in_world(), 3)
         if not _keep("reconcile_grow", force):
             world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
             # (recorded before as workflow id reconcile/ns/demo, 4 ticks a run)

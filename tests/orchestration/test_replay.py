@@ -38,6 +38,7 @@ def test_there_are_histories_of_both_workflows() -> None:
     assert {"resize_timeout_before", "resize_timeout"} <= names
     assert {"reconcile_head_drift_before", "reconcile_head_drift"} <= names
     assert {"reconcile_silent_pod_before", "reconcile_silent_pod"} <= names
+    assert {"reconcile_scale_in_before", "reconcile_scale_in"} <= names
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
