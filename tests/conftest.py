@@ -36,6 +36,7 @@ BY_FILE = {
     "worker/test_cli_exit.py": "temporal",
     "worker/test_cli_setup.py": "temporal",
     "worker/test_cli_status.py": "temporal",
+    "worker/test_cli_cancel.py": "temporal",
     "worker/test_cli_sandbox.py": "sandbox",
     "deploy/test_manifests.py": "unit",
     "deploy/test_dockerfile.py": "unit",

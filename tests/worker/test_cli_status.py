@@ -11,7 +11,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import pytest_asyncio
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from typer.testing import CliRunner
@@ -21,18 +20,8 @@ from raysize.workflows.contracts import ReconcileInput
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 from tests.orchestration.fake_world import FakeWorld
-from tests.orchestration.temporal_env import start_dev_server
 from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
 from tests.workflows.kit import group, pod, res, snapshot
-
-
-@pytest_asyncio.fixture(scope="module")
-async def dev() -> AsyncIterator[WorkflowEnvironment]:
-    env = await start_dev_server()
-    try:
-        yield env
-    finally:
-        await env.shutdown()
 
 
 @asynccontextmanager
