@@ -314,7 +314,9 @@ class ClusterActivities:
         is reported back instead."""
         applied = await self._resize_raylet(inp)
         try:
-            await asyncio.to_thread(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
+            await asyncio.to_thread(
+                self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid
+            )
         except (Invalid, Forbidden) as exc:
             log.warning("%s/%s: ray.io/ippr-status not written: %s", inp.namespace, inp.pod, exc)
             return FinishResizeResult(cpu=applied.cpu, memory=applied.memory, status_error=str(exc))
@@ -332,17 +334,20 @@ class ClusterActivities:
                 self.gcs(address).resize_raylet, inp.node_id, inp.cpu / 1000.0, inp.memory
             )
         except RayError as exc:
-            if exc.retryable:
+            if exc.retryable or isinstance(exc, RayletNotFound):
                 # Temporal retries this until it takes; a pod (or cluster) deleted meanwhile
-                # would keep the saga retrying a GCS that is gone for ever: look first
+                # would keep the saga retrying a GCS that is gone for ever: look first. A
+                # Raylet not found may be its pod gone (or replaced): then say the pod.
                 await self._raise_if_pod_gone(inp)
             raise _ray_error(exc) from None
         return RayletResizeResult(cpu=applied.get_units(CPU), memory=applied.get_units(MEMORY))
 
     async def _raise_if_pod_gone(self, inp: RayletResizeInput) -> None:
         try:
-            pod = await asyncio.to_thread(self.kube.find_pod, inp.namespace, inp.pod)
+            pod = await asyncio.to_thread(self.kube.find_pod, inp.namespace, inp.pod, inp.pod_uid)
         except KubeError:
             return  # unknown: the Ray error stands, and the next attempt looks again
         if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
-            raise _pod_gone(inp, "the pod is gone (deleted while its Raylet was being resized)")
+            raise _pod_gone(
+                inp, "the pod is gone (deleted, or replaced, while its Raylet was being resized)"
+            )

@@ -29,7 +29,9 @@ from raysize.activities.k8s_objects import (
     RAY_PLURAL,
     KubeCluster,
     Obj,
+    check_same_pod,
     gcs_address,
+    is_same_pod,
     pod_view,
     progress_of,
     ray_autoscaler_running,
@@ -212,41 +214,61 @@ class Kube:
             ray_autoscaler_pod=ray_autoscaler_running(pods),
         )
 
-    def find_pod(self, namespace: str, pod: str) -> Obj | None:
-        """The pod, or None when it is gone."""
+    def find_pod(self, namespace: str, pod: str, uid: str = "") -> Obj | None:
+        """The pod, or None when it is gone (or, given its `uid`, replaced by another pod
+        of the same name)."""
         try:
-            return self.get_pod(namespace, pod)
+            found = self.get_pod(namespace, pod)
         except PodGone:
             return None
+        return found if is_same_pod(found, uid) else None
 
     def resize_progress(
-        self, namespace: str, pod: str, cpu: int, memory: int, generation: int
+        self, namespace: str, pod: str, cpu: int, memory: int, generation: int, uid: str = ""
     ) -> ResizeProgress:
-        try:
-            return progress_of(self.get_pod(namespace, pod), cpu, memory, generation)
-        except PodGone:
+        found = self.find_pod(namespace, pod, uid)
+        if found is None:
             return ResizeProgress(state=ProgressState.POD_GONE)
+        return progress_of(found, cpu, memory, generation)
 
     # --- writes ---------------------------------------------------------------------
-    def patch_resize(self, namespace: str, pod: str, cpu: int, memory: int) -> int:
+    # A pod write given the pod's `uid` (the one the decision was made on) changes only
+    # that pod: another pod created under its name raises PodGone, as a deleted one does.
+    # The server checks it (docs/kubernetes-resize.md §1 *UID preconditions*): a JSON patch
+    # starts with a `test` of /metadata/uid, a merge patch carries metadata.uid (a change
+    # of an immutable field for any other pod). Both are refused with a 422 that does not
+    # say which pod is there, so a refusal is read back: the pod gone or replaced is PodGone.
+    def patch_resize(self, namespace: str, pod: str, cpu: int, memory: int, uid: str = "") -> int:
         """Resize the Ray container to absolute (cpu, memory); returns the pod's generation."""
         current = self.get_pod(namespace, pod)
-        doc = self._raw(
-            "Pod",
-            self.core.patch_namespaced_pod_resize,
-            pod,
-            namespace,
-            resize_patch(current, cpu, memory),
-            _content_type=JSON_PATCH,
+        check_same_pod(current, namespace, pod, uid)
+        ops = resize_patch(current, cpu, memory)
+        if uid:
+            # the patch is built from a read: the pod may be replaced before it lands
+            ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": uid})
+        doc = self._write_pod(
+            namespace, pod, uid, self.core.patch_namespaced_pod_resize, ops, JSON_PATCH
         )
         return int(doc["metadata"].get("generation", 0))
 
-    def set_ippr_status(self, namespace: str, pod: str, status: IpprStatus) -> Obj:
+    def set_ippr_status(self, namespace: str, pod: str, status: IpprStatus, uid: str = "") -> Obj:
         """Write ray.io/ippr-status; returns the pod as it is now."""
-        body = {"metadata": {"annotations": {IPPR_STATUS_ANNOTATION: status.to_annotation()}}}
-        return self._raw(
-            "Pod", self.core.patch_namespaced_pod, pod, namespace, body, _content_type=MERGE_PATCH
+        meta: Obj = {"annotations": {IPPR_STATUS_ANNOTATION: status.to_annotation()}}
+        if uid:
+            meta["uid"] = uid
+        return self._write_pod(
+            namespace, pod, uid, self.core.patch_namespaced_pod, {"metadata": meta}, MERGE_PATCH
         )
+
+    def _write_pod(
+        self, namespace: str, pod: str, uid: str, fn: Callable[..., Any], body: Any, kind: str
+    ) -> Obj:
+        try:
+            return self._raw("Pod", fn, pod, namespace, body, _content_type=kind)
+        except Invalid:
+            if uid:
+                check_same_pod(self.find_pod(namespace, pod), namespace, pod, uid)
+            raise
 
     def scale(
         self,

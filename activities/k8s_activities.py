@@ -21,6 +21,7 @@ from raysize.activities.k8s_errors import (
 )
 from raysize.activities.k8s_objects import (
     Obj,
+    is_same_pod,
     progress_of,
 )
 from raysize.activities.pod_watch import PodWatch
@@ -70,7 +71,9 @@ class K8sActivities:
         """PATCH pods/resize (absolute, so a retry repeats nothing), record
         ray.io/ippr-status, then watch the kubelet for up to the window."""
         sent = asyncio.ensure_future(
-            asyncio.to_thread(self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory)
+            asyncio.to_thread(
+                self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory, inp.pod_uid
+            )
         )
         try:
             try:
@@ -86,17 +89,19 @@ class K8sActivities:
             return await self._refused_for_room(inp, exc)
         except KubeError as exc:
             raise exc.to_application_error() from None
-        now = await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
+        now = await self._run(
+            self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid
+        )
         progress = await self._watch(
-            inp.namespace, inp.pod, inp.cpu, inp.memory, generation, inp.poll_interval_s,
-            inp.window_s, now,
+            inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, generation,
+            inp.poll_interval_s, inp.window_s, now,
         )  # fmt: skip
         return ApplyResizeResult(generation=generation, progress=progress)
 
     async def _refused_for_room(self, inp: ApplyResizeInput, exc: NoRoom) -> ApplyResizeResult:
         """The pod was left as it was: report Infeasible with the server's numbers, so the
         saga asks again at what fits or rolls back, as for the kubelet's Infeasible."""
-        pod = await self._run(self.kube.find_pod, inp.namespace, inp.pod)
+        pod = await self._run(self.kube.find_pod, inp.namespace, inp.pod, inp.pod_uid)
         if pod is None:
             return ApplyResizeResult(
                 generation=0, progress=ResizeProgress(state=ProgressState.POD_GONE)
@@ -115,14 +120,15 @@ class K8sActivities:
     async def wait_resize(self, inp: WaitResizeInput) -> ResizeProgress:
         """Poll the pod until the resize leaves IN_PROGRESS or the window ends; heartbeats."""
         return await self._watch(
-            inp.namespace, inp.pod, inp.cpu, inp.memory, inp.generation, inp.poll_interval_s,
-            inp.window_s,
+            inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, inp.generation,
+            inp.poll_interval_s, inp.window_s,
         )  # fmt: skip
 
     async def _watch(
         self,
         namespace: str,
         pod: str,
+        uid: str,
         cpu: int,
         memory: int,
         generation: int,
@@ -130,6 +136,7 @@ class K8sActivities:
         window_s: float,
         current: Obj | None = None,
     ) -> ResizeProgress:
+        """Where the resize stands; a pod of the name with another `uid` is the pod gone."""
         started = time.monotonic()
         deadline = started + window_s
 
@@ -142,7 +149,7 @@ class K8sActivities:
         if self.pods is None:
             while True:
                 progress = await self._run(
-                    self.kube.resize_progress, namespace, pod, cpu, memory, generation
+                    self.kube.resize_progress, namespace, pod, cpu, memory, generation, uid
                 )
                 left = deadline - time.monotonic()
                 if progress.state != ProgressState.IN_PROGRESS or left <= 0:
@@ -152,9 +159,9 @@ class K8sActivities:
         # subscribe first, then read: no change can fall between the two
         with self.pods.subscribe(namespace, pod) as changes:
             # what the caller just read is as new as a read now (the watch has the rest)
-            obj = current or await self._run(self.kube.find_pod, namespace, pod)
+            obj = current or await self._run(self.kube.find_pod, namespace, pod, uid)
             while True:
-                if obj is None:
+                if obj is None or not is_same_pod(obj, uid):
                     return ResizeProgress(state=ProgressState.POD_GONE)
                 progress = progress_of(obj, cpu, memory, generation)
                 left = deadline - time.monotonic()
@@ -167,11 +174,11 @@ class K8sActivities:
                 if heard and changes.latest is not None and not changes.deleted:
                     obj = changes.latest
                 else:  # silence, a restarted watch, or a deletion to confirm: read it
-                    obj = await self._run(self.kube.find_pod, namespace, pod)
+                    obj = await self._run(self.kube.find_pod, namespace, pod, uid)
 
     @activity.defn(name=Act.SET_STATUS)
     async def set_status(self, inp: SetStatusInput) -> None:
-        await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status)
+        await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid)
 
     @activity.defn(name=Act.SCALE)
     async def scale_groups(self, inp: ScaleInput) -> bool:

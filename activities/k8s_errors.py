@@ -2,7 +2,10 @@
 
 | exception     | when                                    | retryable |
 | ------------- | --------------------------------------- | --------- |
-| `PodGone`     | 404 on a pod                            | no        |
+| `PodGone`     | 404 on a pod, or the pod of that name   | no        |
+|               | has another UID than the one decided on |           |
+|               | (raised by `Kube`, docs/kubernetes-     |           |
+|               | resize.md §1 *UID preconditions*)       |           |
 | `ClusterGone` | 404 on a RayCluster                     | no        |
 | `Conflict`    | 409 (stale resourceVersion)             | yes       |
 | `Forbidden`   | 403; names the missing RBAC rule        | no        |

@@ -1,6 +1,7 @@
 """Kubernetes objects as raysize reads and writes them, pure translation on plain dicts:
 a pod's view for the planner (`pod_view`), where the kubelet stands on a resize
-(`resize_state`, `progress_of`), the resize patch (`resize_patch`), a RayCluster's GCS
+(`resize_state`, `progress_of`), whether a pod is the one a decision was made on
+(`is_same_pod`, `check_same_pod`), the resize patch (`resize_patch`), a RayCluster's GCS
 address (`gcs_address`), and `KubeCluster`, one consistent read of a RayCluster and its
 pods. The calls are `activities/k8s.py`'s; the activities `activities/k8s_activities.py`.
 """
@@ -14,6 +15,7 @@ from typing import Any
 
 from raysize.activities.k8s_errors import (
     Invalid,
+    PodGone,
 )
 from raysize.workflows.contracts import (
     ProgressState,
@@ -257,6 +259,23 @@ def gcs_address(rc: Obj) -> str:
     port = endpoints.get("gcs") or endpoints.get("gcs-server") or ""
     host = head.get("serviceIP") or head.get("podIP") or ""
     return f"{host}:{port}" if host and port else ""
+
+
+def is_same_pod(pod: Obj, uid: str) -> bool:
+    """The pod is the one with `uid` ("" : any pod of its name)."""
+    return not uid or (pod.get("metadata") or {}).get("uid") == uid
+
+
+def check_same_pod(found: Obj | None, namespace: str, pod: str, uid: str) -> None:
+    """PodGone unless `found` (the pod now, None when deleted) is the pod with `uid`."""
+    if found is None:
+        raise PodGone(f'pods "{pod}" not found', status=404)
+    if not is_same_pod(found, uid):
+        now = found["metadata"].get("uid")
+        raise PodGone(
+            f"pod {namespace}/{pod} with UID {uid} is gone: the pod of that name now is "
+            f"another one (UID {now})"
+        )
 
 
 def resize_patch(pod: Obj, cpu: int, memory: int) -> list[Obj]:

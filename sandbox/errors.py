@@ -171,6 +171,48 @@ def invalid_object(kind: str, name: str, errors: list[FieldError], group: str = 
     )
 
 
+def uid_changed(uid: str) -> list[FieldError]:
+    """A write whose body names another UID than the stored object's: `metadata.uid` is
+    immutable (a UID in a patch is no precondition; in a PUT it is: `uid_precondition`).
+    Checked twice, by the metadata checks common to every kind and by the kind's own: the
+    cause comes twice, the message once."""
+    error = invalid("metadata.uid", uid, "field is immutable")
+    return [error, error]
+
+
+def checked_first(
+    err: ApiError, first: list[FieldError], kind: str, name: str, group: str = ""
+) -> ApiError:
+    """`err` (what the kind's own checks found) with the field errors `first` before it,
+    as `rest.BeforeUpdate` checks the metadata common to every kind first. An error that
+    is not field errors (a 422 with causes) comes after them: `first` alone is answered."""
+    causes = list((err.details or {}).get("causes") or [])
+    head, sep, _ = err.message.partition(" is invalid: ")
+    if err.code != 422 or not sep or not causes:
+        return invalid_object(kind, name, first, group)
+    texts = [str(e) for e in first] + [f"{c.get('field')}: {c.get('message')}" for c in causes]
+    seen = list(dict.fromkeys(texts))  # de-duplicated, in order, as `aggregate`
+    message = seen[0] if len(seen) == 1 else "[" + ", ".join(seen) + "]"
+    details = {**(err.details or {}), "causes": [e.cause() for e in first] + causes}
+    return ApiError(422, "Invalid", f"{head} is invalid: {message}", details)
+
+
+def uid_precondition(
+    resource: str, namespace: str, name: str, sent: str, stored: str, group: str = ""
+) -> ApiError:
+    """A PUT whose body names another UID: the storage layer's precondition fails (409, in
+    its own words), before the resourceVersion is compared."""
+    key = "/".join(p for p in ("/registry", group, resource, namespace, name) if p)
+    return conflict(
+        resource,
+        name,
+        group,
+        f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, "
+        f"AdditionalErrorMsg: Precondition failed: UID in precondition: {sent}, UID in "
+        f"object meta: {stored}",
+    )
+
+
 def unprocessable(message: str, *, cause: bool = True) -> ApiError:
     """A patch that cannot be applied (`NewGenericServerResponse(422, ...)`); a failed
     JSON-patch `test` carries no cause on the real server (`cause=False`)."""

@@ -466,6 +466,7 @@ class Api:
 
         def mutate(current: Obj) -> Obj:
             current_rv = current["metadata"]["resourceVersion"]
+            uid = current["metadata"].get("uid")
             new = change(current)
             if not isinstance(new, dict) or not isinstance(new.get("metadata", {}), dict):
                 raise errors.bad_request("the body of the request is not a JSON object")
@@ -481,7 +482,19 @@ class Api:
             meta["name"] = route.name
             if r.namespaced:
                 meta["namespace"] = route.namespace
-            prepare_update(r, route.sub, current, new, self.minor)
+            # a UID other than the stored one: immutable, checked before the kind's rules
+            sent_uid = meta.get("uid")
+            wrong_uid = errors.uid_changed(sent_uid) if sent_uid not in (None, "", uid) else []
+            try:
+                prepare_update(r, route.sub, current, new, self.minor)
+            except ApiError as err:
+                if wrong_uid:
+                    raise errors.checked_first(
+                        err, wrong_uid, r.kind, route.name, r.group
+                    ) from None
+                raise
+            if wrong_uid:
+                raise errors.invalid_object(r.kind, route.name, wrong_uid, r.group)
             if r is PODS and route.sub == "resize" and self.minor >= 36:
                 node = (current.get("spec") or {}).get("nodeName")
                 pods.admit_resize(current, new, node and self.store.find("nodes", "", node))
@@ -503,7 +516,19 @@ class Api:
             raise errors.bad_request("the body of the request is not a JSON object")
         if route.resource is EVENTS:
             _decode_event(body)
-        return self._write(route, lambda _current: body)
+        r = route.resource
+
+        def replace(current: Obj) -> Obj:
+            # a PUT's UID is a precondition (`rest.DefaultUpdatedObjectInfo.Preconditions`),
+            # checked by the storage layer before anything else
+            sent, stored = (body.get("metadata") or {}).get("uid"), current["metadata"].get("uid")
+            if sent and sent != stored:
+                raise errors.uid_precondition(
+                    r.name, route.namespace, route.name, sent, stored, r.group
+                )
+            return body
+
+        return self._write(route, replace)
 
     def _patch(
         self, route: Route, headers: dict[str, str], query: dict[str, str], body: bytes

@@ -55,6 +55,11 @@ HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 
 
 # --- resize saga ---------------------------------------------------------------------------
+# the pod a resize was decided on, by UID: a pod created again under its name is another
+# pod, and the saga's writes fail for it as for a deleted pod (PodGone)
+POD_UID_DOC = "the pod's metadata.uid the decision was made on ('' : any pod of that name)"
+
+
 class RayletResizeInput(Value):
     namespace: str
     cluster: str
@@ -62,6 +67,7 @@ class RayletResizeInput(Value):
     node_id: str
     cpu: int
     memory: int
+    pod_uid: str = Field(default="", description=POD_UID_DOC)
 
 
 class RayletResizeResult(Value):
@@ -80,6 +86,7 @@ class ApplyResizeInput(Value):
     status: IpprStatus = Field(description="ray.io/ippr-status to write after the patch")
     poll_interval_s: float = POLL_INTERVAL_S
     window_s: float = 30.0
+    pod_uid: str = Field(default="", description=POD_UID_DOC)
 
 
 class ProgressState(StrEnum):
@@ -99,6 +106,7 @@ class WaitResizeInput(Value):
     generation: int
     poll_interval_s: float = POLL_INTERVAL_S
     window_s: float = 30.0  # return IN_PROGRESS after this long, so the workflow can time out
+    pod_uid: str = Field(default="", description=POD_UID_DOC)
 
 
 class ResizeProgress(Value):
@@ -125,6 +133,7 @@ class SetStatusInput(Value):
     namespace: str
     pod: str
     status: IpprStatus
+    pod_uid: str = Field(default="", description=POD_UID_DOC)
 
 
 class FinishResizeInput(RayletResizeInput):
@@ -151,6 +160,7 @@ class ResizeRequest(Value):
     memory: int
     timeout_s: int
     reason: str = ""
+    pod_uid: str = Field(default="", description=POD_UID_DOC)
     max_attempts: int = 3
     poll_interval_s: float = POLL_INTERVAL_S
     poll_window_s: float = 30.0

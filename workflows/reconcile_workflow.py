@@ -582,6 +582,8 @@ class ReconcileWorkflow:
             memory=r.memory,
             timeout_s=ippr.resize_timeout_s if ippr else 60,
             reason=r.reason,
+            # the pod the plan saw: one created again under its name is not resized by it
+            pod_uid=next((p.uid for p in snapshot.pods if p.name == r.pod), ""),
             poll_interval_s=inp.resize_poll_interval_s,
             poll_window_s=inp.resize_poll_window_s,
             demand_seen_at=self.carry.demand_seen_at

@@ -6,6 +6,9 @@
 (d) Deferred/Infeasible with a kubelet report → ask again at the size it allows
 (e) Error, timeout or operator cancel → roll the pod (and Raylet) back, record why
 (f) done → resize the Raylet through the GCS until it takes, clear resizing-at
+
+Every pod write names the pod's UID the resize was decided on (`ResizeRequest.pod_uid`): a
+pod created again under the same name is the saga's pod gone, never resized by it.
 """
 
 from __future__ import annotations
@@ -326,6 +329,7 @@ class PodResizeWorkflow:
                 status=status,
                 poll_interval_s=req.poll_interval_s,
                 window_s=window,
+                pod_uid=req.pod_uid,
             ),
             result_type=ApplyResizeResult,
             summary=f"patch pods/resize to {size_text(cpu, memory)}, then watch the kubelet",
@@ -410,6 +414,7 @@ class PodResizeWorkflow:
                 generation=generation,
                 poll_interval_s=req.poll_interval_s,
                 window_s=window,
+                pod_uid=req.pod_uid,
             ),
             result_type=ResizeProgress,
             summary=f"watch the kubelet resize to {size_text(self.cpu, self.memory)}",
@@ -539,7 +544,9 @@ class PodResizeWorkflow:
         self.status = status
         await self._k8s(
             Act.SET_STATUS,
-            SetStatusInput(namespace=req.namespace, pod=req.pod, status=status),
+            SetStatusInput(
+                namespace=req.namespace, pod=req.pod, status=status, pod_uid=req.pod_uid
+            ),
             type(None),
             "write the pod's ray.io/ippr-status",
         )
@@ -558,6 +565,7 @@ class PodResizeWorkflow:
                     node_id=req.node_id,
                     cpu=cpu,
                     memory=memory,
+                    pod_uid=req.pod_uid,
                 ),
                 result_type=RayletResizeResult,
                 summary=f"resize the Raylet to {size_text(cpu, memory)}",
@@ -599,6 +607,7 @@ class PodResizeWorkflow:
                     cpu=cpu,
                     memory=memory,
                     status=status,
+                    pod_uid=req.pod_uid,
                 ),
                 result_type=FinishResizeResult,
                 summary=f"Raylet to {size_text(cpu, memory)}, then ray.io/ippr-status",

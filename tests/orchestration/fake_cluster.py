@@ -43,6 +43,7 @@ class FakePod:
     status: IpprStatus = field(default_factory=IpprStatus)
     node_room_cpu: int = 1 << 40  # how big the node lets this pod's cpu request be
     gone: bool = False
+    uid: str = ""  # another value: the pod was deleted and created again under its name
 
 
 class FakeCluster:
@@ -65,6 +66,7 @@ class FakeCluster:
         self.patches: list[tuple[int, int]] = []
         self.raylet_calls: list[tuple[int, int]] = []
         self.statuses: list[IpprStatus] = []
+        self.uids: list[tuple[str, str]] = []  # (activity, the pod UID it was given)
         self.polls_started = asyncio.Event()
         # the kubelet finishes just after a watch that saw it still at work has ended: the
         # saga learns of it only if it looks again
@@ -72,7 +74,8 @@ class FakeCluster:
 
     def activities(self) -> list[object]:
         async def patch(inp: ApplyResizeInput) -> int:
-            self._alive()
+            self.uids.append(("patch", inp.pod_uid))
+            self._alive(inp.pod_uid)
             self.calls.append("patch")
             if self.refuse_patches:
                 raise ApplicationError(
@@ -118,12 +121,14 @@ class FakeCluster:
                     generation=generation,
                     poll_interval_s=inp.poll_interval_s,
                     window_s=inp.window_s,
+                    pod_uid=inp.pod_uid,
                 )
             )
             return ApplyResizeResult(generation=generation, progress=progress)
 
         @activity.defn(name=Act.WAIT_RESIZE)
         async def wait(inp: WaitResizeInput) -> ResizeProgress:
+            self.uids.append(("wait", inp.pod_uid))
             if self.watch_failures:
                 self.watch_failures -= 1
                 raise ApplicationError(
@@ -138,7 +143,7 @@ class FakeCluster:
             self.polls_started.set()
             until = asyncio.get_running_loop().time() + inp.window_s
             while True:  # one look at least, as the real activity (a window of 0: one read)
-                if self.pod.gone:
+                if self._replaced(inp.pod_uid):
                     return ResizeProgress(state=ProgressState.POD_GONE)
                 back_to_old = (inp.cpu, inp.memory) == (self.pod.cpu, self.pod.memory)
                 if inp.cpu > self.pod.node_room_cpu and not back_to_old:
@@ -178,15 +183,19 @@ class FakeCluster:
 
         @activity.defn(name=Act.FINISH_RESIZE)
         async def finish(inp: FinishResizeInput) -> FinishResizeResult:
+            self.uids.append(("finish", inp.pod_uid))
             applied = await raylet(inp)
             await set_status(
-                SetStatusInput(namespace=inp.namespace, pod=inp.pod, status=inp.status)
+                SetStatusInput(
+                    namespace=inp.namespace, pod=inp.pod, status=inp.status, pod_uid=inp.pod_uid
+                )
             )
             return FinishResizeResult(cpu=applied.cpu, memory=applied.memory)
 
         @activity.defn(name=Act.SET_STATUS)
         async def set_status(inp: SetStatusInput) -> None:
-            self._alive()
+            self.uids.append(("status", inp.pod_uid))
+            self._alive(inp.pod_uid)
             self.calls.append("status")
             self.pod.status = inp.status
             self.statuses.append(inp.status)
@@ -194,7 +203,10 @@ class FakeCluster:
         @activity.defn(name=Act.RESIZE_RAYLET)
         async def raylet(inp: RayletResizeInput) -> RayletResizeResult:
             self.calls.append("raylet")
-            if self.pod.gone or self.raylet_gone:
+            self.uids.append(("raylet", inp.pod_uid))
+            if self._replaced(inp.pod_uid):
+                raise ApplicationError('pods "w1" not found', type=Err.POD_GONE, non_retryable=True)
+            if self.raylet_gone:
                 raise ApplicationError("node is dead", type=Err.RAYLET_GONE, non_retryable=True)
             if self.raylet_failures > 0:
                 self.raylet_failures -= 1
@@ -207,6 +219,10 @@ class FakeCluster:
 
         return [apply, wait, set_status, raylet, finish]
 
-    def _alive(self) -> None:
-        if self.pod.gone:
+    def _replaced(self, uid: str) -> bool:
+        """As the real activities see a pod: gone, or another pod under its name."""
+        return self.pod.gone or bool(uid and self.pod.uid and uid != self.pod.uid)
+
+    def _alive(self, uid: str = "") -> None:
+        if self._replaced(uid):
             raise ApplicationError('pods "w1" not found', type=Err.POD_GONE, non_retryable=True)

@@ -54,11 +54,13 @@ class ResizeRecorder:
     def __init__(self, world: FakeWorld) -> None:
         self.world = world
         self.requests: list[ResizeRequest] = []
+        self.applied: list[ApplyResizeInput] = []
         self.hold = False
 
     def workflow_activities(self) -> list[object]:
         @activity.defn(name=Act.APPLY_RESIZE)
         async def apply(inp: ApplyResizeInput) -> ApplyResizeResult:
+            self.applied.append(inp)
             self.world.resizing.add(inp.pod)
             self.world.started.append(inp.pod)
             while self.hold:
@@ -163,6 +165,18 @@ async def test_pending_demand_starts_one_resize_saga_per_pod(ts_env: WorkflowEnv
     assert status.resizes_started == 1
     assert any("grow w1" in d.summary for d in status.decisions)
     assert any(e.reason == "Reconciled" and "grow w1" in e.message for e in world.events)
+
+
+async def test_a_resize_saga_is_for_the_pod_uid_it_was_decided_on(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The saga's pod writes name the UID the plan saw: a pod created again under the same
+    name is never resized by the old decision."""
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    recorder = ResizeRecorder(world)
+    async with reconciling(ts_env, world, recorder):
+        await until(lambda: recorder.applied or world.observed > 3)
+    assert [(a.pod, a.pod_uid) for a in recorder.applied[:1]] == [("w1", world.uids["w1"])]
 
 
 async def test_launches_scale_the_group_with_absolute_replicas(ts_env: WorkflowEnvironment) -> None:

@@ -64,8 +64,10 @@ async def running(
         yield handle
 
 
-def pod(**kw: int) -> FakePod:
-    base = dict(cpu=1000, memory=2 * GIB, raylet_cpu=1000, raylet_memory=2 * GIB)
+def pod(**kw: int | str) -> FakePod:
+    base: dict[str, int | str] = dict(
+        cpu=1000, memory=2 * GIB, raylet_cpu=1000, raylet_memory=2 * GIB
+    )
     base.update(kw)
     return FakePod(**base)
 
@@ -203,6 +205,41 @@ async def test_pod_deleted_mid_resize_ends_cleanly(ts_env: WorkflowEnvironment) 
     async with running(ts_env, cluster, request()) as handle:
         await asyncio.wait_for(cluster.polls_started.wait(), 30)
         cluster.pod.gone = True
+        state = await handle.result()
+    assert state.outcome == ResizeOutcome.POD_GONE
+    assert cluster.patches == [(4000, 2 * GIB)]
+
+
+@pytest.mark.parametrize(
+    ("start", "mode", "calls"),
+    [
+        # a shrink that succeeds: the Raylet first, the pod, the Raylet sync and status
+        (dict(from_cpu=4000, cpu=2000), "done", {"raylet", "patch", "finish", "status"}),
+        # a grow the kubelet fails: the pod back, then its status (no Raylet was changed)
+        (dict(), "error", {"patch", "status"}),
+    ],
+)
+async def test_every_activity_names_the_pod_uid_the_decision_was_made_on(
+    ts_env: WorkflowEnvironment, start: dict[str, int], mode: str, calls: set[str]
+) -> None:
+    size = start.get("from_cpu", 1000)
+    cluster = FakeCluster(pod(cpu=size, raylet_cpu=size, uid="uid-1"))
+    cluster.mode = mode
+    async with running(ts_env, cluster, request(**start, pod_uid="uid-1")) as handle:
+        await handle.result()
+    assert {call for call, _ in cluster.uids} == calls
+    assert {uid for _, uid in cluster.uids} == {"uid-1"}
+
+
+async def test_a_pod_replaced_mid_resize_ends_the_saga_as_gone(ts_env: WorkflowEnvironment) -> None:
+    """The pod is deleted and created again under its name while the kubelet works: the
+    saga's pod is gone. It does not wait out its timeout on the new pod, nor roll the new
+    pod back to the old one's size."""
+    cluster = FakeCluster(pod(uid="uid-1"))
+    cluster.mode = "hang"
+    async with running(ts_env, cluster, request(pod_uid="uid-1")) as handle:
+        await asyncio.wait_for(cluster.polls_started.wait(), 30)
+        cluster.pod.uid = "uid-2"
         state = await handle.result()
     assert state.outcome == ResizeOutcome.POD_GONE
     assert cluster.patches == [(4000, 2 * GIB)]

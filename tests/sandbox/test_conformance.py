@@ -874,6 +874,149 @@ def test_delete_preconditions_that_do_not_match_conflict(core, ns):
     wait_for(gone)
 
 
+OTHER_UID = "00000000-0000-0000-0000-000000000000"
+
+
+def uid_is_immutable(name: str, uid: str, kind: str = "Pod") -> dict[str, Any]:
+    """A patch whose body names another UID: not a precondition (that is a PUT's), a
+    change of an immutable field, checked twice (the common metadata checks and the
+    kind's own), so its cause comes twice and its message once."""
+    cause = {
+        "reason": "FieldValueInvalid",
+        "message": f'Invalid value: "{uid}": field is immutable',
+        "field": "metadata.uid",
+    }
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'{kind} "{name}" is invalid: metadata.uid: Invalid value: "{uid}": '
+        "field is immutable",
+        "reason": "Invalid",
+        "details": {"name": name, "kind": kind, "causes": [cause, cause]},
+        "code": 422,
+    }
+
+
+def test_a_uid_in_a_patch_body_is_refused_as_immutable(core, ns):
+    """How a write names the pod it was decided on: a patch carrying another pod's UID
+    changes nothing, on the pod, pods/status and pods/resize alike, and a patch carrying
+    the pod's own UID goes through."""
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    merge = "application/merge-patch+json"
+    other = {"uid": OTHER_UID}
+    writes = {
+        "pod": lambda meta: core.patch_namespaced_pod(
+            "p", ns, {"metadata": {**meta, "annotations": {"a": "1"}}}, _content_type=merge
+        ),
+        "status": lambda meta: core.patch_namespaced_pod_status(
+            "p", ns, {"metadata": meta, "status": {"conditions": [
+                {"type": "raysize.test/Checked", "status": "True"}]}}, _content_type=merge,
+        ),
+        "resize": lambda meta: resize(core, ns, "p", {"metadata": meta, "spec": {"containers": [
+            {"name": "c0", "resources": {"requests": {"cpu": "150m"}}}]}}),
+    }  # fmt: skip
+    for what, write in writes.items():
+        with pytest.raises(ApiException) as exc:
+            write(other)
+        assert (what, exc.value.status, status_of(exc)) == (
+            what,
+            422,
+            uid_is_immutable("p", OTHER_UID),
+        )
+    # with the kind's own errors: the UID's come first
+    with pytest.raises(ApiException) as exc:
+        resize(
+            core,
+            ns,
+            "p",
+            {
+                "metadata": other,
+                "spec": {
+                    "containers": [{"name": "c0", "resources": {"requests": {"cpu": "300m"}}}]
+                },
+            },
+        )  # above its limit
+    too_much = {
+        "reason": "FieldValueInvalid",
+        "message": 'Invalid value: "300m": must be less than or equal to cpu limit of 200m',
+        "field": "spec.containers[0].resources.requests",
+    }  # fmt: skip
+    expected = uid_is_immutable("p", OTHER_UID)
+    expected["message"] = (
+        f'Pod "p" is invalid: [metadata.uid: Invalid value: "{OTHER_UID}": field is immutable, '
+        f"spec.containers[0].resources.requests: {too_much['message']}]"
+    )
+    expected["details"]["causes"].append(too_much)
+    assert status_of(exc) == expected
+    after = core.read_namespaced_pod("p", ns)
+    assert after.metadata.resource_version == pod.metadata.resource_version  # nothing written
+    for write in writes.values():
+        write({"uid": pod.metadata.uid})
+    after = core.read_namespaced_pod("p", ns)
+    assert after.metadata.annotations == {"a": "1"}
+    assert after.spec.containers[0].resources.requests["cpu"] == "150m"
+    assert conditions(after)["raysize.test/Checked"].status == "True"
+    assert after.metadata.uid == pod.metadata.uid
+
+
+def test_a_json_patch_test_of_the_uid_guards_a_resize(core, ns):
+    """The resize subresource takes a JSON patch whose first op tests the UID: another
+    pod's UID fails the whole patch (a bare 422, no cause), the pod's own applies it."""
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    grow = {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "150m"}
+    with pytest.raises(ApiException) as exc:
+        resize(core, ns, "p", [{"op": "test", "path": "/metadata/uid", "value": OTHER_UID}, grow])
+    assert (exc.value.status, status_of(exc)) == (
+        422,
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server rejected our request due to an error in our request",
+            "reason": "Invalid",
+            "details": {},
+            "code": 422,
+        },
+    )
+    assert core.read_namespaced_pod("p", ns).metadata.generation == pod.metadata.generation
+    test = {"op": "test", "path": "/metadata/uid", "value": pod.metadata.uid}
+    grown = resize(core, ns, "p", [test, grow])
+    assert grown.spec.containers[0].resources.requests["cpu"] == "150m"
+    assert grown.metadata.generation == pod.metadata.generation + 1
+
+
+def test_a_uid_in_a_put_is_a_precondition(core, ns):
+    """A PUT (of the pod or of pods/resize) naming another UID is a failed precondition:
+    409, in the storage layer's words, before the resourceVersion is looked at."""
+    pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    edited = core.read_namespaced_pod("p", ns)
+    edited.metadata.uid = OTHER_UID
+    edited.metadata.labels["edited"] = "yes"
+    edited.spec.containers[0].resources.requests["cpu"] = "150m"
+    expected = (
+        409,
+        "Conflict",
+        'Operation cannot be fulfilled on pods "p": StorageError: invalid object, Code: 4, '
+        f"Key: /registry/pods/{ns}/p, ResourceVersion: 0, AdditionalErrorMsg: Precondition "
+        f"failed: UID in precondition: {OTHER_UID}, UID in object meta: {pod.metadata.uid}",
+        {"name": "p", "kind": "pods"},
+    )
+    for put in (core.replace_namespaced_pod, core.replace_namespaced_pod_resize):
+        with pytest.raises(ApiException) as exc:
+            put("p", ns, edited)
+        body = status_of(exc)
+        assert (exc.value.status, body["reason"], body["message"], body["details"]) == expected
+    edited.metadata.resource_version = "1"  # stale as well: the UID is checked first
+    with pytest.raises(ApiException) as exc:
+        core.replace_namespaced_pod("p", ns, edited)
+    assert status_of(exc)["message"] == expected[2]
+    after = core.read_namespaced_pod("p", ns)
+    assert after.metadata.resource_version == pod.metadata.resource_version
+
+
 def test_missing_pod_is_not_found(core, ns):
     with pytest.raises(ApiException) as exc:
         resize(core, ns, "nope", {"spec": {}})
