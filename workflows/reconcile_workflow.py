@@ -437,21 +437,21 @@ class ReconcileWorkflow:
         flight, or one grown moments ago. Returns what to write, and why some stay."""
         pods = {x.name: x for x in snapshot.pods}
         busy = set(obs.resizing) | set(self.grows.growing) | set(self.grows.landed)
-        kept: list[str] = []
+        stays: dict[str, str] = {}  # pod → why it is kept
         now: list[TerminateAction] = []
         targets: dict[str, TerminateAction] = {}
         for t in p.terminate:
             pod = pods.get(t.pod)
             if t.pod in busy:
-                kept.append(f"keep {t.pod}: a resize of it is in flight or just landed")
-            elif pod is not None and pod.raylet_id and not self._halted():
-                targets[t.pod] = t
+                stays[t.pod] = "a resize of it is in flight or just landed"
             elif pod is None or not pod.raylet_id:
-                now.append(t)
+                now.append(t)  # no Raylet to drain: nothing can run there
+            elif not self._halted():
+                targets[t.pod] = t
         if targets:
             result = await self._drain(inp, obs, targets)
             for name, why in sorted(result.refused.items()):
-                kept.append(f"keep {name}: Ray refused to drain it ({why})")
+                stays[name] = f"Ray refused to drain it ({why})"
             accepted = [targets[n] for n in result.accepted if n in targets]
             if accepted:
                 self.carry = self.carry.model_copy(
@@ -467,8 +467,8 @@ class ReconcileWorkflow:
                         )
                     }
                 )
-        stays = [line.split(":", 1)[0].removeprefix("keep ") for line in kept]
         launch = clamp_launches(snapshot, p, stays)
+        kept = [f"keep {name}: {why}" for name, why in stays.items()]
         return p.model_copy(
             update={"launch": launch, "terminate": (*now, *self._drained_removals())}
         ), kept

@@ -22,9 +22,9 @@ from temporalio.worker import (
 
 from raysize.worker.run import workflow_runner
 from raysize.workflows.contracts import DrainInput, ReconcileInput
-from raysize.workflows.model import PodPhase
+from raysize.workflows.model import LaunchAction, Plan, PodPhase, TerminateAction
 from raysize.workflows.naming import RESIZE_WORKFLOW
-from raysize.workflows.reconcile_workflow import ReconcileWorkflow
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow, clamp_launches
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from ..workflows.kit import group, pod, res, snapshot
@@ -190,3 +190,17 @@ async def test_a_retarget_whose_saga_ended_meanwhile_does_not_fail_the_loop(
             assert (await handle.describe()).status.name == "RUNNING"  # type: ignore[union-attr]
         finally:
             await handle.terminate("test over")
+
+
+def test_a_launch_that_needed_a_refused_pods_place_is_dropped() -> None:
+    """g1 is at its maximum (2): the plan removes idle w1 and launches one for what waits.
+    Ray refuses w1's drain: w1 stays, so the launch would go over the maximum."""
+    snap = snapshot([group(max_workers=2)], [pod("w1", idle_s=120), pod("w2", free_cpu=0)])
+    p = Plan(
+        launch=(LaunchAction(group="g1", count=1, reason="for {CPU: 1} pending"),),
+        terminate=(TerminateAction(pod="w1", group="g1", reason="idle 120s ≥ 60s"),),
+    )
+    assert clamp_launches(snap, p, ["w1"]) == ()
+    assert clamp_launches(snap, p, []) == p.launch  # w1 went: its place is free
+    wider = snapshot([group(max_workers=3)], [pod("w1", idle_s=120), pod("w2", free_cpu=0)])
+    assert clamp_launches(wider, p, ["w1"]) == p.launch  # room under the maximum anyway
