@@ -124,17 +124,27 @@ def _read_env(path: Path) -> dict[str, str] | None:
 
 
 class RealControlPlane:
-    """etcd + kube-apiserver (+ the KubeRay operator unless `operator=False`)."""
+    """etcd + kube-apiserver (+ the KubeRay operator unless `operator=False`).
+
+    `watch_cache=False` starts kube-apiserver with `--watch-cache=false`: every watch is
+    then served from etcd itself, so a watch from a resourceVersion etcd has compacted
+    (every 10 s here) is answered 410 Gone at once. With the cache (the default) the
+    server replays old versions from memory long after etcd let them go, as a quiet
+    cluster does; a long-lived, busy cluster's cache moves on and answers 410 too. The
+    tests of the 410 path (`tests/sandbox/test_pod_watch_real.py`) turn it off to meet the
+    real server's own 410 within seconds."""
 
     def __init__(
         self,
         version: str = DEFAULT_KUBERNETES_VERSION,
         *,
         operator: bool = True,
+        watch_cache: bool = True,
         workdir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.parts = parts(version)
         self.with_operator = operator
+        self.watch_cache = watch_cache
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="raysize-cp-"))
         self.admin_token = secrets.token_hex(16)
@@ -239,6 +249,7 @@ class RealControlPlane:
                 # compact etcd every 10 s (default 5 min): old resourceVersions expire in the
                 # tests as they do in a long-lived cluster, so 410 Gone paths are exercised
                 "--etcd-compaction-interval=10s",
+                *([] if self.watch_cache else ["--watch-cache=false"]),
                 "--v=1",
             ],
         )
