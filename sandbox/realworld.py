@@ -394,10 +394,19 @@ class RealControlPlane:
 
     # --- stopping ------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the operator, the API server, then etcd; safe to call more than once."""
+        """Stop the operator, the API server, then etcd, each before the next (safe to
+        call more than once): an API server whose etcd is gone hangs on SIGTERM until it is
+        killed after the grace period, 10 s every time; before etcd it exits in ~1 s."""
         procs, self._procs = list(reversed(self._procs)), []
         try:
-            stop_process_groups(procs)
+            failed: list[BaseException] = []
+            for proc in procs:  # each is tried, whatever the one before did
+                try:
+                    stop_process_groups([proc])
+                except Exception as exc:  # pragma: no cover - it only signals and waits
+                    failed.append(exc)
+            if failed:
+                raise failed[0]
         finally:
             for f in self._logs:
                 f.close()
