@@ -296,11 +296,19 @@ class Api:
         if verb == "deletecollection":
             items, _ = self.store.list(r.name, route.namespace or None, self._filter(route, query))
             for item in items:
-                self._delete(
-                    Route(r, item["metadata"].get("namespace", ""), item["metadata"]["name"], ""),
-                    {},
-                    b"",
-                )
+                try:
+                    self._delete(
+                        Route(
+                            r, item["metadata"].get("namespace", ""), item["metadata"]["name"], ""
+                        ),
+                        {},
+                        b"",
+                    )
+                except ApiError as err:
+                    # deleted by someone else since the list (KubeRay, the kubelet): gone is
+                    # what was asked, as the real server's deletecollection takes it
+                    if err.code != 404:
+                        raise
             return _json(200, _list_body(r, items, self.store.resource_version))
         raise errors.method_not_allowed(verb, r.name)
 

@@ -169,6 +169,10 @@ RESPECT_IPPR_PATCH = "reconcile-only-ippr-groups"
 # (`planner.silent_pending_pods`) after this change replace it (`plan(replace_silent_
 # pending=...)`); older runs waited on it for good, and replay so
 REPLACE_SILENT_PENDING_PATCH = "reconcile-replace-silent-pending"
+# a grow in flight taken further (`ResizeAction.retarget`) is only signalled to its saga,
+# never started anew: a saga that ended since the observe leaves it to the next tick;
+# older runs tried a start first, and replay so
+RETARGET_SIGNAL_ONLY_PATCH = "reconcile-retarget-signal-only"
 
 
 @workflow.defn(name=RECONCILE_WORKFLOW)
@@ -526,11 +530,18 @@ class ReconcileWorkflow:
                 )
                 break
             todo.append(r)
+        # a grow in flight taken further is for its saga alone: if that saga ended since the
+        # observe, the next tick plans on what it left (a new saga would act on a stale
+        # decision); older runs tried a start first, and replay so
+        signal_only = bool(retargets) and workflow.patched(RETARGET_SIGNAL_ONLY_PATCH)
         results = await asyncio.gather(
             *(
-                self._start_one(inp, r, pods[r.pod].raylet_id or "", snapshot)
-                for r in (*retargets, *todo)
-            )
+                self._start_one(
+                    inp, r, pods[r.pod].raylet_id or "", snapshot, start=not signal_only
+                )
+                for r in retargets
+            ),
+            *(self._start_one(inp, r, pods[r.pod].raylet_id or "", snapshot) for r in todo),
         )
         return sum(results)
 
@@ -566,9 +577,10 @@ class ReconcileWorkflow:
         snapshot: ClusterSnapshot,
         *,
         retarget: bool = True,
+        start: bool = True,
     ) -> int:
         """Start the pod's resize saga, or (with `retarget`) send the new target to the
-        one running."""
+        one running; without `start`, only send it (a grow in flight taken further)."""
         ippr = snapshot.groups[r.group].ippr
         req = ResizeRequest(
             namespace=inp.namespace,
@@ -591,6 +603,20 @@ class ReconcileWorkflow:
             else None,
         )
         wf_id = resize_workflow_id(inp.namespace, r.pod)
+        if start:
+            return await self._start_child(inp, r, req, wf_id, retarget=retarget)
+        await self._send_retarget(inp, r, req, wf_id)
+        return 0
+
+    async def _start_child(
+        self,
+        inp: ReconcileInput,
+        r: ResizeAction,
+        req: ResizeRequest,
+        wf_id: str,
+        *,
+        retarget: bool,
+    ) -> int:
         try:
             await workflow.start_child_workflow(
                 PodResizeWorkflow.run,
@@ -609,8 +635,13 @@ class ReconcileWorkflow:
             self.grows.started(r, workflow.now().timestamp())
             return 1
         except WorkflowAlreadyStartedError:
-            if not retarget:
-                return 0
+            if retarget:
+                await self._send_retarget(inp, r, req, wf_id)
+            return 0
+
+    async def _send_retarget(
+        self, inp: ReconcileInput, r: ResizeAction, req: ResizeRequest, wf_id: str
+    ) -> None:
         try:
             await workflow.get_external_workflow_handle(wf_id).signal(
                 PodResizeWorkflow.retarget, req
@@ -622,7 +653,6 @@ class ReconcileWorkflow:
             line = f"retarget of {r.pod} not sent: its resize ended meanwhile ({exc.message})"
             workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
             self.next_decision_in = min(self.next_decision_in or inp.retry_s, inp.retry_s)
-        return 0
 
     async def _scale(self, inp: ReconcileInput, obs: Observation, p: Plan) -> bool:
         replicas, to_delete = scale_request(obs, p)

@@ -3,13 +3,16 @@ Ray refuses, never a pod being resized, a pause mid-tick, a retarget that loses 
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 from temporalio import activity, workflow
 from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import (
     Interceptor,
@@ -22,10 +25,18 @@ from temporalio.worker import (
 
 from raysize.worker.run import workflow_runner
 from raysize.workflows.contracts import DrainInput, ReconcileInput
-from raysize.workflows.model import LaunchAction, Plan, PodPhase, TerminateAction
+from raysize.workflows.model import (
+    KubeletResizeState,
+    LaunchAction,
+    Plan,
+    PodPhase,
+    PodResize,
+    TerminateAction,
+)
 from raysize.workflows.naming import RESIZE_WORKFLOW
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow, clamp_launches
 from raysize.workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.resources import GIB
 
 from ..workflows.kit import group, pod, res, snapshot
 from .fake_world import FakeWorld
@@ -131,7 +142,8 @@ async def test_a_pause_mid_tick_stops_the_rest_of_the_tick(ts_env: WorkflowEnvir
 @activity.defn(name="end-the-saga")
 async def end_the_saga(workflow_id: str) -> None:
     saga: WorkflowHandle[Any, Any] = activity.client().get_workflow_handle(workflow_id)
-    await saga.signal(Saga.end)
+    with contextlib.suppress(RPCError):  # ended already (a later tick's signal)
+        await saga.signal(Saga.end)
     await saga.result()
 
 
@@ -156,16 +168,17 @@ class EndSagaFirst(Interceptor):
         return _Inbound
 
 
-async def test_a_retarget_whose_saga_ended_meanwhile_does_not_fail_the_loop(
-    ts_env: WorkflowEnvironment,
-) -> None:
-    assert RESIZE_WORKFLOW != "resize-stand-in"
-    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+@contextlib.asynccontextmanager
+async def saga_ends_before_the_signal(
+    env: WorkflowEnvironment, world: FakeWorld
+) -> AsyncIterator[tuple[WorkflowHandle[Any, Any], WorkflowHandle[Any, Any]]]:
+    """The reconcile, with a saga standing in at `resize/<ns>/w1` that ends between the
+    loop's decision and its `retarget` signal (the interceptor ends it first)."""
     recorder = ResizeRecorder(world)
     queue = f"q-{uuid.uuid4()}"
     ns = f"ns-{uuid.uuid4().hex[:6]}"
     async with Worker(
-        ts_env.client,
+        env.client,
         task_queue=queue,
         workflows=[ReconcileWorkflow, PodResizeWorkflow, Saga],
         activities=[*world.activities(), *recorder.workflow_activities(), end_the_saga],
@@ -173,23 +186,57 @@ async def test_a_retarget_whose_saga_ended_meanwhile_does_not_fail_the_loop(
         max_cached_workflows=0,
         workflow_runner=workflow_runner(),
     ):
-        saga = await ts_env.client.start_workflow(Saga.run, id=f"resize/{ns}/w1", task_queue=queue)
-        handle = await ts_env.client.start_workflow(
+        saga = await env.client.start_workflow(Saga.run, id=f"resize/{ns}/w1", task_queue=queue)
+        handle = await env.client.start_workflow(
             ReconcileWorkflow.run,
             ReconcileInput(namespace=ns, cluster="demo", tick_s=0.5),
             id=f"reconcile/{ns}/demo",
             task_queue=queue,
         )
         try:
-            await saga.result()  # ended by the interceptor, after the start was refused
-            # the loop goes on: it observes again, and the next tick starts a real saga
-            ticks = (await status_of(handle)).ticks
-            await until(lambda: world.started == ["w1"], seconds=30)
-            status = await status_of(handle)
-            assert status.ticks > ticks
-            assert (await handle.describe()).status.name == "RUNNING"  # type: ignore[union-attr]
+            yield saga, handle
         finally:
             await handle.terminate("test over")
+
+
+async def test_a_retarget_whose_saga_ended_meanwhile_does_not_fail_the_loop(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """A new resize for w1 finds a saga running (the start is refused), and that saga
+    ends before the `retarget` signal reaches it: the signal fails. That used to fail the
+    reconcile workflow (the cluster unmanaged, a pause lost); now the next tick starts
+    the resize on fresh state."""
+    assert RESIZE_WORKFLOW != "resize-stand-in"
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    async with saga_ends_before_the_signal(ts_env, world) as (saga, handle):
+        await saga.result()  # ended by the interceptor, after the start was refused
+        ticks = (await status_of(handle)).ticks
+        await until(lambda: world.started == ["w1"], seconds=30)
+        status = await status_of(handle)
+        assert status.ticks > ticks
+        assert (await handle.describe()).status.name == "RUNNING"  # type: ignore[union-attr]
+
+
+async def test_a_grow_in_flight_taken_further_is_never_started_anew(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """w1's grow to 2 CPU is in flight and more work arrives: the plan takes the grow to 3
+    (`retarget`). Its saga ends before the signal: no new saga is started on that stale
+    decision (it once was, after a start that raced the saga's end); the loop plans on
+    what the saga left."""
+    growing = PodResize(cpu=2000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS)
+    world = FakeWorld(
+        snapshot([group()], [pod("w1", free_cpu=0, resize=growing)], [(res(2), 1), (res(1), 1)])
+    )
+    world.resizing = {"w1"}
+    async with saga_ends_before_the_signal(ts_env, world) as (saga, handle):
+        await saga.result()
+        ticks = (await status_of(handle)).ticks
+        await until(lambda: world.observed > ticks + 4, seconds=30)
+        status = await status_of(handle)
+        assert world.started == []  # no saga of raysize's was ever started for w1
+        assert status.resizes_started == 0
+        assert (await handle.describe()).status.name == "RUNNING"  # type: ignore[union-attr]
 
 
 def test_a_launch_that_needed_a_refused_pods_place_is_dropped() -> None:

@@ -79,7 +79,9 @@ def test_a_busy_raylet_refuses_the_drain_and_keeps_its_work(
                 (
                     n
                     for n in gcs.cluster_state().nodes
-                    if n.pod in ("busy", "dies") and n.alive and n.idle_ms == 0
+                    # the one whose only CPU the task holds (a node also reads as not idle
+                    # for a moment while Ray starts a worker process on it)
+                    if n.pod in ("busy", "dies") and n.alive and n.available.cpu == 0
                 ),
                 None,
             ),

@@ -57,3 +57,28 @@ def test_a_watch_from_before_a_full_window_is_gone(tmp_path: Path) -> None:
         assert kinds == ["MODIFIED"]
     finally:
         sb.close()
+
+
+def test_deletecollection_passes_over_a_pod_deleted_since_its_list(tmp_path: Path) -> None:
+    """Another client (KubeRay, the kubelet) deletes a pod between the collection's list
+    and its delete: the real server's deletecollection takes "gone" as done. The embedded
+    one answered 404 for the whole call (a test's namespace teardown failed on it)."""
+    sb = Sandbox(SandboxConfig()).start()
+    try:
+        core = client.CoreV1Api(client_for(sb, tmp_path))
+        for name in ("a", "b", "c"):
+            core.create_namespaced_pod("default", pod_body(name))
+        listed = sb.store.list
+
+        def list_then_lose_b(*args: object, **kwargs: object) -> object:
+            items = listed(*args, **kwargs)  # type: ignore[arg-type]
+            if args and args[0] == "pods":
+                core.delete_namespaced_pod("b", "default", grace_period_seconds=0)
+            return items
+
+        sb.store.list = list_then_lose_b  # type: ignore[method-assign]
+        core.delete_collection_namespaced_pod("default", grace_period_seconds=0)
+        sb.store.list = listed  # type: ignore[method-assign]
+        assert core.list_namespaced_pod("default").items == []
+    finally:
+        sb.close()
