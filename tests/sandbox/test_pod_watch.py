@@ -109,22 +109,43 @@ def test_a_dropped_watch_reconnects_and_a_deleted_pod_ends_the_wait(env):
 
 class HeldWatches:
     """The client, with a hold on new watch connections: the test keeps the pod watch
-    away from the server for a while. What the watch is answered is the server's own."""
+    away from the server for a while (in the real world, while etcd compacts the version
+    it will resume from). What the watch is answered is the server's own. It counts the
+    lists, and keeps the version the held watch asks for."""
 
     def __init__(self, core: client.CoreV1Api) -> None:
         self.core = core
         self.open = threading.Event()
         self.open.set()
         self.held = threading.Event()  # a watch connection is waiting for the hold to end
+        self.version = ""  # where the held watch resumes
         self.watches = 0
+        self.lists = 0
 
     def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("watch"):
             if not self.open.is_set():
+                self.version = str(kwargs.get("resource_version") or "")
                 self.held.set()
-                self.open.wait(30)
+                self.open.wait(60)
             self.watches += 1
+        else:
+            self.lists += 1
         return self.core.list_namespaced_pod(*args, **kwargs)
+
+
+async def heard(sub: Any, value: str) -> str:
+    """The label `i` of the subscribed pod once it reads `value` (or what it reads after
+    10 s of waiting for it)."""
+
+    def label() -> str:
+        return str(((sub.latest or {}).get("metadata") or {}).get("labels", {}).get("i", ""))
+
+    for _ in range(100):
+        if label() == value:
+            break
+        await sub.wait(0.1)
+    return label()
 
 
 def test_a_watch_whose_version_expired_lists_again_and_hears_what_changed(
@@ -155,20 +176,10 @@ def test_a_watch_whose_version_expired_lists_again_and_hears_what_changed(
             await a.wait(10)
             deleted = a.deleted
 
-            def label() -> str:
-                return str(((b.latest or {}).get("metadata") or {}).get("labels", {}).get("i", ""))
-
-            async def heard(value: str) -> str:
-                for _ in range(100):
-                    if label() == value:
-                        break
-                    await b.wait(0.1)
-                return label()
-
-            seen = await heard("7")  # the list's b, as the patches left it
+            seen = await heard(b, "7")  # the list's b, as the patches left it
             # and the watch goes on from the list
             core.patch_namespaced_pod("b", "default", {"metadata": {"labels": {"i": "after"}}})
-            after = await heard("after")
+            after = await heard(b, "after")
             return deleted, seen, after
 
     with caplog.at_level(logging.INFO, logger="raysize.activities"):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +29,7 @@ from raysize.activities.pod_watch import PodWatch
 from raysize.sandbox.realworld import RealControlPlane
 
 from .conftest import KUBERNETES_VERSION, pod_body, wait_for
+from .test_pod_watch import HeldWatches, heard
 
 NS = "default"
 
@@ -57,32 +57,6 @@ def watch_from(core: client.CoreV1Api, version: str) -> tuple[int, list[dict[str
         return resp.status, [json.loads(line) for line in resp.read().splitlines() if line]
     finally:
         resp.release_conn()
-
-
-class HeldWatches:
-    """The client, with a hold on new watch connections: the test keeps the pod watch
-    away from the server while etcd compacts the version it will resume from. It counts
-    the lists, and keeps the version the held watch asks for."""
-
-    def __init__(self, core: client.CoreV1Api) -> None:
-        self.core = core
-        self.open = threading.Event()
-        self.open.set()
-        self.held = threading.Event()  # a watch connection is waiting for the hold to end
-        self.version = ""  # where the held watch resumes
-        self.watches = 0
-        self.lists = 0
-
-    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("watch"):
-            if not self.open.is_set():
-                self.version = str(kwargs.get("resource_version") or "")
-                self.held.set()
-                self.open.wait(60)
-            self.watches += 1
-        else:
-            self.lists += 1
-        return self.core.list_namespaced_pod(*args, **kwargs)
 
 
 def test_a_watch_the_real_server_answers_410_lists_again_and_hears_what_changed(
@@ -123,20 +97,10 @@ def test_a_watch_the_real_server_answers_410_lists_again_and_hears_what_changed(
             await a.wait(10)
             deleted = a.deleted
 
-            def label() -> str:
-                return str(((b.latest or {}).get("metadata") or {}).get("labels", {}).get("i", ""))
-
-            async def heard(value: str) -> str:
-                for _ in range(100):
-                    if label() == value:
-                        break
-                    await b.wait(0.1)
-                return label()
-
-            seen = await heard("2")  # the list's b, as the patches left it
+            seen = await heard(b, "2")  # the list's b, as the patches left it
             # and the watch goes on from the list
             core.patch_namespaced_pod("b", NS, {"metadata": {"labels": {"i": "after"}}})
-            after = await heard("after")
+            after = await heard(b, "after")
             return deleted, seen, after, compacted_after
 
     with caplog.at_level(logging.INFO, logger="raysize.activities"):
