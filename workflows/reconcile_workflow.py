@@ -664,7 +664,6 @@ class ReconcileWorkflow:
                 ScaleInput(
                     namespace=inp.namespace,
                     cluster=inp.cluster,
-                    resource_version=obs.resource_version,
                     replicas=replicas,
                     workers_to_delete=to_delete,
                     generation=obs.generation,

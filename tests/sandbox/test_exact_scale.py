@@ -44,6 +44,13 @@ def spec_of(co: client.CustomObjectsApi, ns: str) -> dict:
     }
 
 
+def remove_one(kuberay: Kube, ns: str, pod: str, generation: int, uid: str) -> bool:
+    """What the reconcile writes to remove `pod` (of UID `uid`) from the two workers."""
+    return kuberay.scale(
+        ns, "rc", {"small": 1}, {"small": (pod,)}, generation=generation, pod_uids={pod: uid}
+    )
+
+
 @pytest.fixture
 def two_workers(kube: client.ApiClient, ns: str) -> tuple[Kube, dict[str, str]]:
     client.CustomObjectsApi(kube).create_namespaced_custom_object(
@@ -68,17 +75,8 @@ def test_a_pod_replaced_before_the_write_keeps_its_replica(
     now = wait_for(
         lambda: workers_if(core, ns, lambda w: len(w) == 2 and victim not in w), timeout=60
     )
-    assert (
-        kuberay.scale(
-            ns,
-            "rc",
-            {"small": 1},
-            {"small": (victim,)},
-            generation=decided.generation,
-            pod_uids={victim: pods[victim]},
-        )
-        is False
-    )  # nothing to write: the pod named is gone, its replica stays
+    # nothing to write: the pod named is gone, its replica stays
+    assert remove_one(kuberay, ns, victim, decided.generation, pods[victim]) is False
     time.sleep(3)  # several of KubeRay's reconciles (each change of a pod is one)
     assert worker_pods(core, ns) == now  # B and A' both kept
     assert spec_of(co, ns)["replicas"] == 2
@@ -93,27 +91,10 @@ def test_a_pod_is_named_only_with_the_uid_decided_on(
     decided = kuberay.read_cluster(ns, "rc")
     victim, other = sorted(pods)
     # a pod of the same name, not the one decided on: it must not be named
-    assert (
-        kuberay.scale(
-            ns,
-            "rc",
-            {"small": 1},
-            {"small": (victim,)},
-            generation=decided.generation,
-            pod_uids={victim: "another-uid"},
-        )
-        is False
-    )
+    assert remove_one(kuberay, ns, victim, decided.generation, "another-uid") is False
     assert spec_of(co, ns)["replicas"] == 2
     # the one decided on: named, and exactly one replica less
-    assert kuberay.scale(
-        ns,
-        "rc",
-        {"small": 1},
-        {"small": (victim,)},
-        generation=decided.generation,
-        pod_uids={victim: pods[victim]},
-    )
+    assert remove_one(kuberay, ns, victim, decided.generation, pods[victim])
     assert spec_of(co, ns)["replicas"] == 1
     wait_for(lambda: worker_pods(core, ns) == {other: pods[other]}, timeout=60)
     time.sleep(2)
