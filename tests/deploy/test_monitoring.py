@@ -30,7 +30,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from raysize.worker.settings import Settings
 from raysize.workflows.contracts import Act
 from tests.deploy.conftest import MONITORING, ROOT, find, one, overlay_of, render, run_kubectl
-from tests.orchestration.temporal_env import venv_binary
+from tests.orchestration.temporal_env import STARTUP, venv_binary
 
 DASHBOARD = MONITORING / "raysize-dashboard.json"
 PRODUCT = ("workflows", "activities", "worker")
@@ -157,7 +157,9 @@ async def exported() -> AsyncIterator[Exported]:
         else:
             meter.create_gauge_float(call.name).set(1.0)
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=venv_binary("temporal-test-server"), runtime=runtime
+        test_server_existing_path=venv_binary("temporal-test-server"),
+        test_server_startup_timeout=STARTUP,
+        runtime=runtime,
     )
     try:
         queue = f"q-{uuid.uuid4()}"

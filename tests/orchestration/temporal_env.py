@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -12,6 +13,12 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from raysize.workflows.naming import SEARCH_ATTRIBUTES
+
+# How long a server may take to accept connections. The SDK waits 5 s by default; a
+# loaded 2-core CI machine once took longer for the time-skipping test server (CI of
+# 2026-11-27: "ephemeral server ... did not start within 5s"). A server that never starts
+# still fails, after this.
+STARTUP = timedelta(seconds=60)
 
 
 def venv_binary(name: str) -> str:
@@ -38,6 +45,7 @@ async def start_time_skipping() -> WorkflowEnvironment:
 
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=venv_binary("temporal-test-server"),
+        test_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,
     )
     await register_search_attributes(env.client)
@@ -53,6 +61,7 @@ async def start_dev_server(*extra_args: str, ui_port: int | None = None) -> Work
         ui=ui_port is not None,
         ui_port=ui_port,
         dev_server_existing_path=venv_binary("temporal"),
+        dev_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,
         search_attributes=list(SEARCH_ATTRIBUTES),
         dev_server_log_level="error",

@@ -35,7 +35,7 @@ from raysize.workflows.telemetry import (
     RESIZES_STARTED,
 )
 from tests.orchestration.fake_cluster import FakeCluster
-from tests.orchestration.temporal_env import register_search_attributes, venv_binary
+from tests.orchestration.temporal_env import STARTUP, register_search_attributes, venv_binary
 from tests.orchestration.test_resize_workflow import pod, request
 
 from .harness import FlakyRaylet, growing_world, reconcile_one_resize, with_interceptors
@@ -91,6 +91,7 @@ async def scripted() -> AsyncIterator[ScriptedRun]:
     runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=venv_binary("temporal-test-server"),
+        test_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,
         runtime=runtime,
     )

@@ -28,7 +28,7 @@ from raysize.sandbox.rbac import Authorizer
 from raysize.worker.run import namespace_problem
 from raysize.workflows.naming import SEARCH_ATTRIBUTES
 from tests.deploy.conftest import DEPLOY, SA_USER, run_kubectl
-from tests.orchestration.temporal_env import venv_binary
+from tests.orchestration.temporal_env import STARTUP, venv_binary
 
 RAYSIZE = str(Path(sys.executable).with_name("raysize"))
 NOWHERE = "127.0.0.1:9"  # nothing listens: a check that needed Temporal would say so
@@ -38,6 +38,7 @@ NOWHERE = "127.0.0.1:9"  # nothing listens: a check that needed Temporal would s
 async def temporal() -> AsyncIterator[str]:
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=venv_binary("temporal"),
+        dev_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,
         search_attributes=list(SEARCH_ATTRIBUTES),
         dev_server_log_level="error",
