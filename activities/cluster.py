@@ -31,6 +31,7 @@ from raysize.activities.ray_errors import RayError, RayletNotFound, RayUnauthent
 from raysize.activities.ray_gcs import RayGcsClient, TlsConfig
 from raysize.activities.snapshot import join
 from raysize.workflows.contracts import (
+    PLAN_DURATION,
     RAY_STATE_READS,
     Act,
     DrainInput,
@@ -42,8 +43,10 @@ from raysize.workflows.contracts import (
     ObserveInput,
     RayletResizeInput,
     RayletResizeResult,
+    Tick,
     WaitInput,
 )
+from raysize.workflows.decide import decide
 from raysize.workflows.model import (
     PlannerSettings,
 )
@@ -151,7 +154,23 @@ class ClusterActivities:
 
     # --- activities --------------------------------------------------------------------
     @activity.defn(name=Act.OBSERVE)
-    async def observe_cluster(self, inp: ObserveInput) -> Observation:
+    async def observe_cluster(self, inp: ObserveInput) -> Tick:
+        """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
+        records the decision (`workflows/decide.py`), never the snapshot."""
+        obs = await self.observe(inp)
+        start = time.perf_counter()
+        # the planner is pure Python: in a thread, so this worker's other activities (and
+        # their heartbeats) go on meanwhile
+        tick = await asyncio.to_thread(decide, obs, inp)
+        elapsed = time.perf_counter() - start
+        if tick.plan is not None:
+            activity.metric_meter().create_histogram_float(
+                PLAN_DURATION, "wall time of one tick's plan", "s"
+            ).record(elapsed, {"cluster": inp.cluster, "k8s_namespace": inp.namespace})
+        return tick.model_copy(update={"plan_s": round(elapsed, 6)})
+
+    async def observe(self, inp: ObserveInput) -> Observation:
+        """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`)."""
         try:
             kube = await asyncio.to_thread(self.kube.read_cluster, inp.namespace, inp.cluster)
         except ClusterGone:

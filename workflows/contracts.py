@@ -13,7 +13,7 @@ from typing import Final
 from pydantic import Field
 
 from raysize.workflows.ippr_status import IpprStatus
-from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings
+from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
 from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.values import Value
 
@@ -36,6 +36,7 @@ class Act:
 
 # metrics the activities record themselves (the rest are in workflows/telemetry.py)
 RAY_STATE_READS = "raysize_ray_state_reads"  # GetClusterResourceState calls to a GCS
+PLAN_DURATION = "raysize_plan_duration_seconds"  # wall time of one tick's plan (the observe)
 
 
 # --- errors (ApplicationError types) ------------------------------------------------------
@@ -237,10 +238,105 @@ class ResizeSagaState(Value):
 
 
 # --- reconcile ---------------------------------------------------------------------------
+class DrainedPod(Value):
+    """A pod whose drain Ray accepted: it must be removed, even after a worker crash."""
+
+    pod: str
+    group: str
+    uid: str = ""
+    reason: str = ""
+
+
+class Memory(Value):
+    """What the reconcile loop remembers between ticks and the plan depends on: given to
+    the observe with each tick and handed back updated (`workflows/decide.py`), so the
+    planner's inputs are all in the activity's input and its decision is recorded in the
+    activity's result, never recomputed on replay. Times are the workflow's clock."""
+
+    drained: tuple[DrainedPod, ...] = Field(
+        default=(), description="pods whose drain Ray accepted, until a write names them"
+    )
+    demand_seen_at: float | None = Field(
+        default=None, description="epoch s: since when Ray has reported pending demand"
+    )
+    drift_since: dict[str, float] = Field(
+        default_factory=dict, description="pod → since when its Raylet has differed from it"
+    )
+    growing: dict[str, tuple[int, int, float]] = Field(
+        default_factory=dict,
+        description="pod → its size (millicores, bytes) when a grow started, and when",
+    )
+    landed: dict[str, tuple[float, int, int]] = Field(
+        default_factory=dict, description="pod → when its grow was seen landed, and its size"
+    )
+
+
 class ObserveInput(Value):
+    """Read the cluster and plan on what was read (`Act.OBSERVE`)."""
+
     namespace: str
     cluster: str
     gcs_address: str | None = None
+    settings: PlannerSettings = Field(
+        default_factory=PlannerSettings,
+        description="the worker's defaults; the RayCluster's autoscalerOptions win",
+    )
+    memory: Memory = Field(default_factory=Memory)
+    now: float = Field(default=0.0, description="the workflow's clock, epoch s")
+
+
+class PodRef(Value):
+    """A pod a decision acts on, as the observe saw it."""
+
+    group: str
+    uid: str = ""  # "" : not created yet
+    raylet_id: str = ""  # "" : no live Raylet
+
+
+class GroupRef(Value):
+    pods: int = Field(default=0, description="its pods at the observe, drained ones left out")
+    max_workers: int | None = None
+    resize_timeout_s: int = 60
+
+
+# At most this many pod names in a tick's result (`Tick.pods`, for `raysize status`):
+# a bigger cluster's names would cost the history more than everything else a tick records.
+MAX_NAMED_PODS = 500
+
+
+class Tick(Value):
+    """One observe and the plan made on it: what the reconcile workflow records and acts
+    on. The snapshot the plan was made from stays in the activity (at 5,000 pods it
+    would be megabytes of history per tick); only the pods the decision names are here."""
+
+    found: bool = True
+    config_errors: tuple[ConfigError, ...] = ()
+    in_tree_autoscaling: bool = False
+    ray_autoscaler_pod: str = ""
+    read_ray: bool = Field(default=False, description="Ray was read: a plan could be made")
+    pod_count: int = 0
+    pods: tuple[str, ...] | None = Field(
+        default=None, description=f"the pods' names (None: not read, or over {MAX_NAMED_PODS})"
+    )
+    replicas: dict[str, int] = Field(default_factory=dict)
+    generation: int = 0
+    stale_to_delete: tuple[str, ...] = ()
+    gcs_address: str = ""
+    gcs_version: int = 0
+    pods_version: str = ""
+    cluster_mark: str = ""
+    resizing: tuple[str, ...] = ()
+    plan: Plan | None = Field(default=None, description="None: no plan (standing by, errors)")
+    stuck: tuple[ResizeAction, ...] = Field(
+        default=(), description="resizes nobody works on any more: settle each to its pod"
+    )
+    next_decision_in: float | None = None
+    memory: Memory = Field(default_factory=Memory)
+    refs: dict[str, PodRef] = Field(
+        default_factory=dict, description="the pods the plan, the settles and drains name"
+    )
+    groups: dict[str, GroupRef] = Field(default_factory=dict)
+    plan_s: float = Field(default=0.0, description="wall time of the plan, s")
 
 
 class Observation(Value):
@@ -374,15 +470,6 @@ class ReconcileStatus(Value):
     )
 
 
-class DrainedPod(Value):
-    """A pod whose drain Ray accepted: it must be removed, even after a worker crash."""
-
-    pod: str
-    group: str
-    uid: str = ""
-    reason: str = ""
-
-
 class ReconcileCarry(Value):
     """Everything that outlives one run: exactly what continue-as-new carries."""
 
@@ -391,14 +478,13 @@ class ReconcileCarry(Value):
     decisions: tuple[Decision, ...] = ()
     config_errors: tuple[str, ...] = ()
     resizes_started: int = 0
-    demand_seen_at: float | None = None  # epoch s: since when Ray has reported pending demand
     # Ray's in-tree autoscaler owns the cluster (spec.enableInTreeAutoscaling: true, or
     # its sidecar still runs in the head pod named by ray_autoscaler_pod)
     stood_down: bool = False
     ray_autoscaler_pod: str = ""
-    # pods whose Raylet Ray has drained, until a RayCluster write names them for deletion:
-    # a drained Raylet takes no new work, so a lost removal would strand its pod
-    drained: tuple[DrainedPod, ...] = ()
+    # what the plan depends on besides the cluster: drained pods (a drained Raylet takes no
+    # new work, so a lost removal would strand its pod), grows just landed, drift clocks
+    memory: Memory = Field(default_factory=Memory)
 
 
 class ReconcileInput(Value):

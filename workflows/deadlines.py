@@ -43,31 +43,15 @@ def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
     return ippr.resize_timeout_s if ippr is not None else DEFAULT_RESIZE_TIMEOUT_S
 
 
-def resizable(snapshot: ClusterSnapshot, p: PodView, *, ippr_only: bool = True) -> bool:
+def resizable(snapshot: ClusterSnapshot, p: PodView) -> bool:
     """The pod is of a group `ray.io/ippr` names: raysize may resize it (and its Raylet).
     Any other pod, the head included unless named there, is the user's: what it shows is
-    never settled. (`ippr_only=False`: any pod, as runs recorded before this rule did.)"""
+    never settled."""
     group = snapshot.groups.get(p.group)
-    return not ippr_only or (group is not None and group.ippr is not None)
+    return group is not None and group.ippr is not None
 
 
-def outside_ippr(snapshot: ClusterSnapshot) -> tuple[str, ...]:
-    """Running pods of groups `ray.io/ippr` does not name with a resize in flight or a
-    Raylet apart from the pod: what the rule `resizable` leaves alone and runs recorded
-    before it settled (the reconcile asks its patch only when there are some)."""
-    return tuple(
-        sorted(
-            p.name
-            for p in snapshot.pods
-            if p.phase == PodPhase.RUNNING
-            and p.resize is not None
-            and (p.resize.raylet_only or p.resize.state.in_flight)
-            and not resizable(snapshot, p)
-        )
-    )
-
-
-def drifting(snapshot: ClusterSnapshot, *, ippr_only: bool = True) -> tuple[str, ...]:
+def drifting(snapshot: ClusterSnapshot) -> tuple[str, ...]:
     """Pods raysize may resize, Kubernetes has at their size, whose Raylet reports
     another total."""
     return tuple(
@@ -78,13 +62,13 @@ def drifting(snapshot: ClusterSnapshot, *, ippr_only: bool = True) -> tuple[str,
             and p.resize is not None
             and p.resize.raylet_only
             and p.raylet_id is not None
-            and resizable(snapshot, p, ippr_only=ippr_only)
+            and resizable(snapshot, p)
         )
     )
 
 
 def stuck_resizes(
-    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None, *, ippr_only: bool = True
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
 ) -> tuple[ResizeAction, ...]:
     """Resizes no saga works on any more, each with the saga that settles it:
 
@@ -103,7 +87,7 @@ def stuck_resizes(
         r = p.resize
         if p.phase != PodPhase.RUNNING or r is None or not r.state.in_flight:
             continue
-        if not resizable(snapshot, p, ippr_only=ippr_only):
+        if not resizable(snapshot, p):
             continue
         if r.raylet_only:
             age = drift_s.get(p.name, 0.0)
@@ -143,7 +127,7 @@ def stuck_resizes(
 
 
 def next_decision_in(
-    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None, *, ippr_only: bool = True
+    snapshot: ClusterSnapshot, drift_s: Mapping[str, float] | None = None
 ) -> float | None:
     """Seconds until a decision falls due on `snapshot` with nothing changing, or None
     when none will (the snapshot's ages are as of its reading)."""
@@ -159,7 +143,7 @@ def next_decision_in(
             due.append(start_timeout - p.running_s)
         if p.phase != PodPhase.RUNNING:
             continue  # a pending pod's next step is a pod change, which wakes the loop
-        if p.resize is not None and not resizable(snapshot, p, ippr_only=ippr_only):
+        if p.resize is not None and not resizable(snapshot, p):
             pass  # not raysize's to settle, nor a grow of raysize's that lands
         elif p.resize is not None and p.resize.raylet_only:
             due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
@@ -181,10 +165,10 @@ def next_decision_in(
 
 @dataclass
 class GrowWatch:
-    """The grows this reconcile run started, until they land, and for JUST_GROWN_S after
+    """The grows the reconcile started, until they land, and for JUST_GROWN_S after
     (`plan(just_grown=...)`): a grow's saga ends in between two reads of the cluster, so
     the snapshot alone cannot say it landed moments ago. Times are the workflow's clock.
-    Not carried over continue-as-new: a new run holds after the grows it starts."""
+    The reconcile keeps it in its `Memory` (over continue-as-new too)."""
 
     # pod → its size when the grow started, and when
     growing: dict[str, tuple[int, int, float]] = field(default_factory=dict)

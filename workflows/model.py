@@ -11,7 +11,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from raysize.workflows.resources import GIB, Resources
-from raysize.workflows.values import StrictValue
+from raysize.workflows.values import StrictValue, Value
 
 HEAD_GROUP = "headgroup"
 
@@ -142,7 +142,7 @@ class ResizePolicy(StrEnum):
     MAX = "max"  # Ray's behaviour: one step to the group maximum
 
 
-class PlannerSettings(StrictValue):
+class PlannerSettings(Value):
     idle_timeout_s: float = 60.0
     max_workers: int | None = Field(default=None, description="cluster-wide cap on workers")
     upscaling_mode: UpscalingMode = UpscalingMode.DEFAULT
@@ -217,7 +217,7 @@ def bounded(snapshot: ClusterSnapshot, limit: int = MAX_PLAN_UNITS) -> tuple[Clu
     return cut, total - plan_units(cut)
 
 
-class ResizeAction(StrictValue):
+class ResizeAction(Value):
     pod: str
     group: str
     cpu: int = Field(description="absolute target millicores")
@@ -235,25 +235,25 @@ class ResizeAction(StrictValue):
         return self.cpu < self.from_cpu or self.memory < self.from_memory
 
 
-class TerminateAction(StrictValue):
+class TerminateAction(Value):
     pod: str
     group: str
     reason: str
 
 
-class LaunchAction(StrictValue):
+class LaunchAction(Value):
     group: str
     count: int
     reason: str
 
 
-class Infeasible(StrictValue):
+class Infeasible(Value):
     demands: int = 0
     gangs: int = 0
     constraints: int = 0
 
 
-class Plan(StrictValue):
+class Plan(Value):
     launch: tuple[LaunchAction, ...] = ()
     resize: tuple[ResizeAction, ...] = ()
     terminate: tuple[TerminateAction, ...] = ()

@@ -148,11 +148,10 @@ class PodResizeWorkflow:
         """The planner wants another size for this pod: go there instead. The size it is
         already going to is no news, and a saga rolling back or done takes none."""
         wanted = (target.cpu, target.memory)
-        if _careful():
-            if self.rolling_back or self.phase == ResizePhase.DONE:
-                return
-            if wanted == (self.cpu, self.memory) and self.new_target is None:
-                return
+        if self.rolling_back or self.phase == ResizePhase.DONE:
+            return
+        if wanted == (self.cpu, self.memory) and self.new_target is None:
+            return
         self.new_target = wanted
 
     @workflow.query
@@ -205,7 +204,7 @@ class PodResizeWorkflow:
             self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
         except (asyncio.CancelledError, ActivityError) as exc:
             if not is_cancelled_exception(exc):
-                if isinstance(exc, ActivityError) and workflow.patched(ROLLBACK_ON_ERROR_PATCH):
+                if isinstance(exc, ActivityError):
                     # an activity that gave up (its retries spent) must not end the saga
                     # with the pod half-way: a patch may have landed. Put it back, as for
                     # any failure, and end with an outcome instead of a failed workflow.
@@ -235,7 +234,7 @@ class PodResizeWorkflow:
         while True:
             await self._gate()
             # only a real kubelet or API answer is an attempt, not a new target
-            tries = [a for a in self.attempts if a.result != "retargeted" or not _careful()]
+            tries = [a for a in self.attempts if a.result != "retargeted"]
             if len(tries) >= req.max_attempts:
                 raise _Failed(f"gave up after {len(tries)} attempts", FailureCause.MAX_ATTEMPTS)
             target = (self.cpu, self.memory)
@@ -338,9 +337,7 @@ class PodResizeWorkflow:
             retry_policy=K8S_RETRY,
             # a canceled patch must have landed (or not) before anything else is sent: a
             # rollback's patch can never be overtaken by the grow it undoes
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            if _careful()
-            else ActivityCancellationType.TRY_CANCEL,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         try:
             applied: ApplyResizeResult | None = await self._unless_retargeted(apply)
@@ -392,8 +389,6 @@ class PodResizeWorkflow:
         deadline) and the kubelet may have finished meanwhile: rolling back a resize that
         took would undo it and record it as failed, so the planner would never grow the
         pod again."""
-        if not workflow.patched(LAST_LOOK_PATCH):
-            return None
         progress = await self._look(req, generation, 0.0)  # a window of 0: one read
         if progress is not None and progress.state in (ProgressState.DONE, ProgressState.POD_GONE):
             return progress
@@ -435,10 +430,9 @@ class PodResizeWorkflow:
         at the starting size; False says the rollback is not confirmed (and why, in
         `detail`)."""
         self._set_phase(ResizePhase.ROLLING_BACK)
-        careful = _careful()
-        if careful:  # no new target from here on: the way back is the target
-            self.rolling_back = True
-            self.new_target = None
+        # no new target from here on: the way back is the target
+        self.rolling_back = True
+        self.new_target = None
         self.detail, self.cause = reason, cause
         now = int(workflow.now().timestamp())
         failed = self.status.model_copy(
@@ -450,7 +444,7 @@ class PodResizeWorkflow:
             cpu, memory = req.from_cpu, req.from_memory
             if progress is not None and progress.state == ProgressState.DONE:
                 cpu, memory = progress.cpu or cpu, progress.memory or memory
-            elif careful:
+            else:
                 seen = (
                     f"{progress.reason or progress.state.value}: {progress.message}"
                     if progress is not None
@@ -462,7 +456,7 @@ class PodResizeWorkflow:
                 await self._finish_resize(req, cpu, memory, done)
             else:
                 await self._set_status(req, done)
-            if careful and self.raylet is not None and self.raylet != (cpu, memory):
+            if self.raylet is not None and self.raylet != (cpu, memory):
                 raise _Failed(f"the Raylet reports {self.raylet}, not {(cpu, memory)}", cause)
             return True
         except _PodGone:
@@ -470,7 +464,7 @@ class PodResizeWorkflow:
             return True  # nothing left to put back
         except (_Failed, ActivityError) as failure:  # the way back failed too: say so, end
             if isinstance(failure, ActivityError):
-                if is_cancelled_exception(failure) or not workflow.patched(ROLLBACK_ON_ERROR_PATCH):
+                if is_cancelled_exception(failure):
                     raise
                 failure = _Failed(f"activity failed: {_error_message(failure) or failure}", cause)
             self.detail = f"{reason}; rolling back failed: {failure}"
@@ -480,7 +474,7 @@ class PodResizeWorkflow:
                     # still record the failure, so the planner never picks this pod again
                     await self._set_status(req, failed.model_copy(update={"resizing_at": None}))
             except ActivityError as exc:
-                if is_cancelled_exception(exc) or not workflow.patched(ROLLBACK_ON_ERROR_PATCH):
+                if is_cancelled_exception(exc):
                     raise
             return False
 
@@ -513,18 +507,16 @@ class PodResizeWorkflow:
         try:
             await until_done_or(activity, lambda: self.new_target is not None)
         except asyncio.CancelledError:
-            if _careful():  # the operator canceled: let the activity end before the rollback
-                activity.cancel()
-                with contextlib.suppress(ActivityError, asyncio.CancelledError):
-                    await activity
+            # the operator canceled: let the activity end before the rollback
+            activity.cancel()
+            with contextlib.suppress(ActivityError, asyncio.CancelledError):
+                await activity
             raise
-        if _careful() and (not activity.done() or self.new_target is not None):
+        if not activity.done() or self.new_target is not None:
             # canceled (or done as the target changed): wait for it to end, so whatever it
             # sent has landed before the next patch, and take its end as read
             with contextlib.suppress(ActivityError, asyncio.CancelledError):
                 await activity
-            return None
-        if not activity.done() or self.new_target is not None:
             return None
         return activity.result()
 
@@ -616,7 +608,7 @@ class PodResizeWorkflow:
             )
         except ActivityError as exc:
             kind = _error_type(exc)
-            if kind == Err.RAYLET_GONE and saying_why and _careful():
+            if kind == Err.RAYLET_GONE and saying_why:
                 raise _RayletGone() from exc
             if kind in (Err.RAYLET_GONE, Err.POD_GONE):
                 return None
@@ -689,23 +681,6 @@ def _kubelet_says(progress: ResizeProgress, now: datetime) -> str:
     what = progress.reason or "resize in progress"
     text = f"{what} ({progress.message})" if progress.message else what
     return f"{text}, seen {now:%H:%M:%S} UTC"
-
-
-# workflow.patched() id: sagas that start after this change verify their rollback, wait for a
-# canceled patch to end, ignore a retarget to the size they are already going to (and any
-# while rolling back), and count only real failures as attempts; sagas recorded before it
-# replay as they ran
-CAREFUL_PATCH = "resize-rollback-verified"
-# sagas that start after this change roll back when an activity gives up, instead of
-# failing the workflow with the pod half-way
-ROLLBACK_ON_ERROR_PATCH = "resize-rollback-on-activity-error"
-# sagas that reach their resize timeout after this change look at the pod once more and
-# finish a resize the kubelet completed unseen, instead of rolling it back
-LAST_LOOK_PATCH = "resize-last-look-at-deadline"
-
-
-def _careful() -> bool:
-    return workflow.patched(CAREFUL_PATCH)
 
 
 def _error_type(exc: ActivityError) -> str | None:

@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
 
-from raysize.workflows.contracts import FailureCause, ResizeOutcome, ResizeRequest
-from raysize.workflows.model import ClusterSnapshot, Plan
+from raysize.workflows.contracts import PLAN_DURATION, FailureCause, ResizeOutcome, ResizeRequest
+from raysize.workflows.model import Plan
 
 # --- metric names ---------------------------------------------------------------------
 RESIZES_STARTED = "raysize_resizes_started"
@@ -32,9 +31,9 @@ RESIZES_ROLLED_BACK = "raysize_resizes_rolled_back"
 RESIZES_FAILED = "raysize_resizes_failed"
 RESIZE_DURATION = "raysize_resize_duration_seconds"
 RAYLET_SYNC_RETRIES = "raysize_raylet_sync_retries"
-PLAN_DURATION = "raysize_plan_duration_seconds"
 DEMAND_TO_RESIZE = "raysize_demand_to_resize_seconds"
-# (raysize_ray_state_reads is recorded by the activities: workflows/contracts.py)
+# (raysize_ray_state_reads and raysize_plan_duration_seconds are recorded by the
+# activities: workflows/contracts.py)
 
 # histogram buckets (seconds), applied by the worker's Runtime
 HISTOGRAM_BUCKETS: Mapping[str, tuple[float, ...]] = {
@@ -170,33 +169,6 @@ def raylet_synced(req: ResizeRequest) -> None:
 
 
 # --- the reconcile loop -----------------------------------------------------------------------
-def timed_plan(
-    planner: Callable[[ClusterSnapshot], Plan], snapshot: ClusterSnapshot, cluster: str, ns: str
-) -> Plan:
-    """Run the planner, recording its wall time. The clock only feeds the metric (never
-    the workflow's decisions), and nothing is measured while replaying."""
-    if workflow.unsafe.is_replaying():
-        return planner(snapshot)
-    with workflow.unsafe.sandbox_unrestricted():
-        start = time.perf_counter()
-    p = planner(snapshot)
-    with workflow.unsafe.sandbox_unrestricted():
-        elapsed = time.perf_counter() - start
-    workflow.metric_meter().create_histogram_float(
-        PLAN_DURATION, "wall time of one plan() call", "s"
-    ).record(elapsed, {"cluster": cluster, "k8s_namespace": ns})
-    return p
-
-
-def demand_seen_at(previous: float | None, snapshot: ClusterSnapshot) -> float | None:
-    """Since when (epoch seconds, workflow time) Ray has reported pending demand: kept
-    while any is pending, None once none is. Per cluster, not per demand: while demands
-    overlap, a later one is dated from the first (the latency metric then errs long)."""
-    if not (snapshot.demands or snapshot.gangs or snapshot.constraints):
-        return None
-    return previous if previous is not None else workflow.now().timestamp()
-
-
 def log_decisions(
     namespace: str, cluster: str, tick: int, p: Plan, *, scaled: bool, kept: Sequence[str] = ()
 ) -> None:

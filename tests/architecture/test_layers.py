@@ -40,8 +40,8 @@ def test_the_repository_keeps_every_contract() -> None:
         (
             "activities",
             "probe.py",
-            "from raysize.workflows.planner import plan",
-            "activities/ take only the pure contracts",
+            "from raysize.workflows.reconcile_workflow import ReconcileWorkflow",
+            "activities/ take the pure code of workflows/",
         ),
         ("worker", "run_probe.py", "import raysize.sandbox.cluster", "the product never imports"),
         ("activities", "probe.py", "from workflows.model import Plan", "one name for each module"),

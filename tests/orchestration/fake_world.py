@@ -14,11 +14,14 @@ from raysize.workflows.contracts import (
     DrainInput,
     DrainResult,
     EventInput,
+    Memory,
     Observation,
     ObserveInput,
     ScaleInput,
+    Tick,
     WaitInput,
 )
+from raysize.workflows.decide import decide
 from raysize.workflows.model import ClusterSnapshot, Demand, PodPhase, PodView
 from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.resources import Resources
@@ -51,6 +54,7 @@ class FakeWorld:
         self.fail_scale: list[ApplicationError] = []  # raised by the next scales, in order
         self._uids = itertools.count(1)
         self.uids: dict[str, str] = {}  # pod → its UID, given at its first observe
+        self.memories: list[Memory] = []  # what the loop remembered, at each observe
 
     def set_demands(self, *demands: tuple[Resources, int]) -> None:
         self.snapshot = self.snapshot.model_copy(
@@ -80,7 +84,12 @@ class FakeWorld:
 
     def activities(self) -> list[object]:
         @activity.defn(name=Act.OBSERVE)
-        async def observe(inp: ObserveInput) -> Observation:
+        async def observe(inp: ObserveInput) -> Tick:
+            # the product's own decision on the scripted read (`workflows/decide.py`)
+            self.memories.append(inp.memory)
+            return decide(await read(inp), inp)
+
+        async def read(inp: ObserveInput) -> Observation:
             self.observed += 1
             if self.fail_observe:
                 self.fail_observe -= 1

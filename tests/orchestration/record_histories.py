@@ -9,13 +9,16 @@ look like, and must still replay); `--force` records every one anew.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from temporalio.worker import Worker
 
+from raysize.workflows import deadlines
 from raysize.workflows.contracts import ReconcileInput
 from raysize.workflows.model import KubeletResizeState, PlannerSettings, PodPhase, PodResize
 from raysize.workflows.pod_template import ConfigError
@@ -29,6 +32,23 @@ from tests.orchestration.test_resize_workflow import request
 from tests.workflows.kit import group, pod, res, snapshot
 
 HERE = Path(__file__).parent / "histories"
+# histories recorded with a module constant of workflows/deadlines.py shortened, and
+# replayed so (test_replay.py)
+RECORDED_WITH: dict[str, dict[str, float]] = {"reconcile_head_drift": {"RAYLET_DRIFT_S": 0.5}}
+
+
+@contextlib.contextmanager
+def _constants(values: dict[str, float]) -> Iterator[None]:
+    old = {name: getattr(deadlines, name) for name in values}
+    for name, value in values.items():
+        setattr(deadlines, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(deadlines, name, value)
+
+
 GIB = 1024**3
 
 
@@ -82,10 +102,8 @@ async def record_reconcile(
 
 
 def pending_gpu_world() -> FakeWorld:
-    """Three {CPU: 1} tasks; a CPU group and a pending GPU pod with 8 spare CPUs. Runs
-    from before `SPARE_PENDING_GPU_PATCH` launched a CPU pod for the tasks
-    (`reconcile_pending_gpu_before`, recorded on commit 99c7765); later ones use the GPU
-    pod's spare room."""
+    """Three {CPU: 1} tasks; a CPU group and a pending GPU pod with 8 spare CPUs: the
+    tasks go to the GPU pod's spare room, no CPU pod is launched."""
     gpu = group("gpu", cpu=8, mem_gib=32, GPU=1, max_cpu=None, max_workers=1)
     pending = pod("gpu1", g="gpu", cpu=8, mem_gib=32, phase=PodPhase.PENDING)
     pending = pending.model_copy(
@@ -96,8 +114,7 @@ def pending_gpu_world() -> FakeWorld:
 
 def landing_world() -> FakeWorld:
     """w1 is growing to 4 CPU (asked half a second ago: landing) while 5 CPUs of tasks
-    wait. Runs from before `HOLD_WHILE_LANDING_PATCH` launched a pod at once
-    (`reconcile_landing_before`, recorded on commit e60afe8^); later ones hold."""
+    wait: no pod is launched while it lands."""
     inflight = PodResize(
         cpu=4000, memory=8 * GIB, state=KubeletResizeState.IN_PROGRESS, asked_s=0.5
     )
@@ -107,18 +124,32 @@ def landing_world() -> FakeWorld:
 
 def just_grown_world() -> FakeWorld:
     """w1 (1 CPU, busy) grows to 3 for a {CPU: 2} task, which Ray still reports once the
-    grow has landed. Runs from before `HOLD_AFTER_GROW_PATCH` launched a pod at once
-    (`reconcile_just_grown_before`, recorded on commit 5acca94); later ones hold."""
+    grow has landed: no pod is grown or launched for it for a moment."""
     world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
     world.stale_demand = True
     return world
 
 
 def scale_in_world() -> FakeWorld:
-    """w1 idle past the timeout, w2 busy. Runs from before `DRAIN_FIRST_PATCH` named w1
-    in workersToDelete at once (`reconcile_scale_in_before`, recorded on commit
-    bc4329e); later ones drain it first."""
+    """w1 idle past the timeout, w2 busy: w1 is drained first, then named."""
     return FakeWorld(snapshot([group()], [pod("w1", idle_s=120), pod("w2", free_cpu=0)]))
+
+
+def head_drift_world() -> FakeWorld:
+    """The head (not in ray.io/ippr) and w1 each have a Raylet apart from their pod: w1
+    is settled after RAYLET_DRIFT_S (recorded and replayed at 0.5 s), the head never."""
+    drift = PodResize(
+        cpu=3000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS, raylet_only=True
+    )
+    snap = snapshot([group()], [pod("w1", resize=drift)])
+    head = snap.pods[0].model_copy(update={"resize": drift})
+    return FakeWorld(snap.model_copy(update={"pods": (head, *snap.pods[1:])}))
+
+
+def silent_pod_world() -> FakeWorld:
+    """w1 has run past the Raylet start timeout with no Raylet: it is replaced."""
+    silent = pod("w1", raylet_id=None, running_s=700)
+    return FakeWorld(snapshot([group()], [silent], [(res(1), 1)]))
 
 
 async def record(force: bool = False) -> None:
@@ -145,9 +176,7 @@ async def record(force: bool = False) -> None:
             "resize_happy": ("done", {}),
             "resize_deferred": ("done", {"node_room_cpu": 3000}),
             "resize_error_rollback": ("error", {}),
-            # the kubelet never finishes: a last look at the deadline, then the rollback.
-            # Runs from before `LAST_LOOK_PATCH` rolled back at once
-            # (`resize_timeout_before`, recorded on commit bc4329e)
+            # the kubelet never finishes: a last look at the deadline, then the rollback
             "resize_timeout": ("hang", {}),
         }
         for name, (mode, extra) in runs.items():
@@ -183,6 +212,14 @@ async def record(force: bool = False) -> None:
         if not _keep("reconcile_scale_in", force):
             # an idle pod goes: drained first, then named
             await record_reconcile(env, "reconcile_scale_in", scale_in_world(), 3)
+        if not _keep("reconcile_head_drift", force):
+            # (replayed with the same RAYLET_DRIFT_S: test_replay.RECORDED_WITH)
+            with _constants(RECORDED_WITH["reconcile_head_drift"]):
+                await record_reconcile(
+                    env, "reconcile_head_drift", head_drift_world(), 6, tick_s=0.3
+                )
+        if not _keep("reconcile_silent_pod", force):
+            await record_reconcile(env, "reconcile_silent_pod", silent_pod_world(), 3)
         if not _keep("reconcile_grow", force):
             world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
             # (recorded before as workflow id reconcile/ns/demo, 4 ticks a run)

@@ -7,6 +7,7 @@ meant to alter what the workflows do.
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
@@ -15,30 +16,38 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from raysize.worker.run import workflow_runner
-from raysize.workflows import deadlines
+from raysize.workflows import deadlines, discovery_workflow, reconcile_workflow, resize_workflow
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
+from tests.orchestration.record_histories import RECORDED_WITH
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
-# histories recorded with a module constant shortened (the fake world ticks every 0.3 s,
-# and a Raylet apart from its pod is settled only after RAYLET_DRIFT_S): replayed so too
-RECORDED_WITH = {
-    "reconcile_head_drift": {"RAYLET_DRIFT_S": 0.5},
-    "reconcile_head_drift_before": {"RAYLET_DRIFT_S": 0.5},
-}
+# The corpus was recorded anew for 0.2 (CHANGELOG.md): histories of 0.1 do not replay
+# on it, and no `*_before` history of a retired `workflow.patched` gate is kept. From 0.2
+# on, Worker Versioning carries changes: a new release never replays an older one's
+# pinned sagas, and the reconcile loops move to it at a continue-as-new.
 
 
 def test_there_are_histories_of_both_workflows() -> None:
     names = {p.stem for p in HISTORIES}
-    assert {"resize_happy", "resize_deferred", "resize_error_rollback", "reconcile_grow"} <= names
-    # planner rules behind patches: a run from before each, and one after
-    assert {"reconcile_pending_gpu_before", "reconcile_pending_gpu"} <= names
-    assert {"reconcile_landing_before", "reconcile_landing"} <= names
-    assert {"reconcile_just_grown_before", "reconcile_just_grown"} <= names
-    assert {"resize_timeout_before", "resize_timeout"} <= names
-    assert {"reconcile_head_drift_before", "reconcile_head_drift"} <= names
-    assert {"reconcile_silent_pod_before", "reconcile_silent_pod"} <= names
-    assert {"reconcile_scale_in_before", "reconcile_scale_in"} <= names
+    assert {"resize_happy", "resize_deferred", "resize_error_rollback", "resize_timeout"} <= names
+    assert {
+        "reconcile_grow",
+        "reconcile_pending_gpu",
+        "reconcile_landing",
+        "reconcile_just_grown",
+        "reconcile_head_drift",
+        "reconcile_silent_pod",
+        "reconcile_scale_in",
+    } <= names
+    assert not [n for n in names if n.endswith("_before")]
+
+
+def test_no_workflow_asks_for_a_patch() -> None:
+    """Changes are carried by Worker Versioning, not `workflow.patched` gates (0.2)."""
+    for module in (reconcile_workflow, resize_workflow, discovery_workflow):
+        source = inspect.getsource(module)
+        assert "workflow.patched(" not in source and "deprecate_patch(" not in source, module
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -24,7 +24,7 @@ from temporalio.worker import (
 )
 
 from raysize.worker.run import workflow_runner
-from raysize.workflows.contracts import DrainInput, ReconcileInput
+from raysize.workflows.contracts import DrainInput, GroupRef, PodRef, ReconcileInput, Tick
 from raysize.workflows.model import (
     KubeletResizeState,
     LaunchAction,
@@ -242,12 +242,12 @@ async def test_a_grow_in_flight_taken_further_is_never_started_anew(
 def test_a_launch_that_needed_a_refused_pods_place_is_dropped() -> None:
     """g1 is at its maximum (2): the plan removes idle w1 and launches one for what waits.
     Ray refuses w1's drain: w1 stays, so the launch would go over the maximum."""
-    snap = snapshot([group(max_workers=2)], [pod("w1", idle_s=120), pod("w2", free_cpu=0)])
+    at_max = Tick(refs={"w1": PodRef(group="g1")}, groups={"g1": GroupRef(pods=2, max_workers=2)})
     p = Plan(
         launch=(LaunchAction(group="g1", count=1, reason="for {CPU: 1} pending"),),
         terminate=(TerminateAction(pod="w1", group="g1", reason="idle 120s ≥ 60s"),),
     )
-    assert clamp_launches(snap, p, ["w1"]) == ()
-    assert clamp_launches(snap, p, []) == p.launch  # w1 went: its place is free
-    wider = snapshot([group(max_workers=3)], [pod("w1", idle_s=120), pod("w2", free_cpu=0)])
+    assert clamp_launches(at_max, p, ["w1"]) == ()
+    assert clamp_launches(at_max, p, []) == p.launch  # w1 went: its place is free
+    wider = at_max.model_copy(update={"groups": {"g1": GroupRef(pods=2, max_workers=3)}})
     assert clamp_launches(wider, p, ["w1"]) == p.launch  # room under the maximum anyway

@@ -12,7 +12,6 @@ from raysize.workflows.deadlines import (
     GrowWatch,
     drifting,
     next_decision_in,
-    outside_ippr,
     stuck_after_s,
     stuck_resizes,
 )
@@ -150,14 +149,6 @@ def test_a_group_outside_ray_io_ippr_is_never_resized_nor_settled():
     assert drifting(snap) == ()
     assert stuck_resizes(snap, long_ago) == ()
     assert next_decision_in(snap, long_ago) is None
-    # runs recorded before this rule settled them, and replay so (the reconcile asks its
-    # patch only when `outside_ippr` names a pod)
-    assert outside_ippr(snap) == ("f1", "f2", "head")
-    assert drifting(snap, ippr_only=False) == ("f1", "head")
-    old = stuck_resizes(snap, long_ago, ippr_only=False)
-    assert [r.pod for r in old] == ["f1", "f2", "head"]
-    soon = {"head": 5.0, "f1": 5.0}
-    assert next_decision_in(snap, soon, ippr_only=False) == RAYLET_DRIFT_S - 5 + MARGIN_S
     # named in ray.io/ippr, the head is raysize's to settle like any group
     in_ippr = snap.model_copy(
         update={

@@ -1,0 +1,154 @@
+"""One tick's decision, from what was read and what the reconcile loop remembers (pure).
+
+The observe activity reads the cluster and calls `decide`; the reconcile workflow records
+the `Tick` it returns and acts on it. So the planner runs once, in an activity, and never
+again on replay: a new release may plan differently without breaking a running loop's
+history, and the snapshot (every pod with its labels: megabytes at thousands of pods)
+never enters the history. What the loop remembers between ticks (`Memory`: drained pods,
+grows just landed, drift clocks, since when demand waits) goes in with the read and comes
+back updated; the workflow adds to it only what it did (a grow started, a settle tried).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from raysize.workflows.contracts import (
+    MAX_NAMED_PODS,
+    GroupRef,
+    Memory,
+    Observation,
+    ObserveInput,
+    PodRef,
+    Tick,
+)
+from raysize.workflows.deadlines import (
+    DEFAULT_RESIZE_TIMEOUT_S,
+    GrowWatch,
+    drifting,
+    next_decision_in,
+    stuck_resizes,
+)
+from raysize.workflows.model import ClusterSnapshot, PlannerSettings
+from raysize.workflows.planner import plan
+
+
+def decide(obs: Observation, inp: ObserveInput) -> Tick:
+    """The tick of `obs`: the plan, with the facts the workflow acts on. No plan while
+    Ray's own autoscaler owns the cluster, `ray.io/ippr` is wrong, or Ray was not read."""
+    tick = _facts(obs, inp.memory)
+    stand_by = obs.in_tree_autoscaling or bool(obs.ray_autoscaler_pod)
+    if not obs.found or stand_by or obs.config_errors or obs.snapshot is None:
+        return tick
+    now = inp.now
+    memory = inp.memory
+    snapshot = obs.snapshot.model_copy(
+        update={"settings": merge_settings(inp.settings, obs.snapshot.settings)}
+    )
+    # drained pods that are gone, or were replaced, are forgotten; the rest leave the
+    # snapshot: they are leaving, their Raylets take no work, and the next write names them
+    uids = {x.name: x.uid for x in snapshot.pods}
+    drained = tuple(d for d in memory.drained if d.pod in uids and uids[d.pod] == d.uid)
+    leaving = {d.pod for d in drained}
+    snapshot = snapshot.model_copy(
+        update={"pods": tuple(x for x in snapshot.pods if x.name not in leaving)}
+    )
+    # since when each pod's Raylet has differed from its pod
+    drift_since = {n: memory.drift_since.get(n, now) for n in drifting(snapshot)}
+    drift_s = {n: now - t for n, t in drift_since.items()}
+    due = next_decision_in(snapshot, drift_s)
+    grows = GrowWatch(growing=dict(memory.growing), landed=dict(memory.landed))
+    just_grown = grows.observe(snapshot, obs.resizing, now)
+    if just_grown:
+        hold = grows.due_in(now)
+        if hold is not None:
+            due = min(due or hold, hold)
+    p = plan(snapshot, just_grown=just_grown)
+    stuck = stuck_resizes(snapshot, drift_s)
+    memory = Memory(
+        drained=drained,
+        demand_seen_at=demand_seen_at(memory.demand_seen_at, snapshot, now),
+        drift_since=drift_since,
+        growing=grows.growing,
+        landed=grows.landed,
+    )
+    named = [*(r.pod for r in p.resize), *(t.pod for t in p.terminate)]
+    named += [r.pod for r in stuck]
+    return tick.model_copy(
+        update={
+            "plan": p,
+            "stuck": stuck,
+            "next_decision_in": due,
+            "memory": memory,
+            "refs": _refs(obs.snapshot, named),
+            "groups": _groups(snapshot),
+        }
+    )
+
+
+def _facts(obs: Observation, memory: Memory) -> Tick:
+    snap = obs.snapshot
+    pods = tuple(x.name for x in snap.pods) if snap is not None else None
+    return Tick(
+        found=obs.found,
+        config_errors=obs.config_errors,
+        in_tree_autoscaling=obs.in_tree_autoscaling,
+        ray_autoscaler_pod="" if obs.in_tree_autoscaling else obs.ray_autoscaler_pod,
+        read_ray=snap is not None,
+        pod_count=len(pods or ()),
+        pods=pods if pods is not None and len(pods) <= MAX_NAMED_PODS else None,
+        replicas=obs.replicas,
+        generation=obs.generation,
+        stale_to_delete=obs.stale_to_delete,
+        gcs_address=obs.gcs_address,
+        gcs_version=obs.gcs_version,
+        pods_version=obs.pods_version,
+        cluster_mark=obs.cluster_mark,
+        resizing=obs.resizing,
+        memory=memory,
+    )
+
+
+def _refs(snapshot: ClusterSnapshot, names: Iterable[str]) -> dict[str, PodRef]:
+    wanted = set(names)
+    return {
+        x.name: PodRef(group=x.group, uid=x.uid, raylet_id=x.raylet_id or "")
+        for x in snapshot.pods
+        if x.name in wanted
+    }
+
+
+def _groups(snapshot: ClusterSnapshot) -> dict[str, GroupRef]:
+    count: dict[str, int] = {}
+    for x in snapshot.pods:
+        count[x.group] = count.get(x.group, 0) + 1
+    return {
+        name: GroupRef(
+            pods=count.get(name, 0),
+            max_workers=g.max_workers,
+            resize_timeout_s=g.ippr.resize_timeout_s if g.ippr else DEFAULT_RESIZE_TIMEOUT_S,
+        )
+        for name, g in snapshot.groups.items()
+    }
+
+
+def merge_settings(base: PlannerSettings, cluster: PlannerSettings) -> PlannerSettings:
+    """The cluster's own autoscalerOptions win over the worker's defaults."""
+    return base.model_copy(
+        update={
+            "idle_timeout_s": cluster.idle_timeout_s,
+            "upscaling_mode": cluster.upscaling_mode,
+            "max_workers": cluster.max_workers
+            if cluster.max_workers is not None
+            else base.max_workers,
+        }
+    )
+
+
+def demand_seen_at(previous: float | None, snapshot: ClusterSnapshot, now: float) -> float | None:
+    """Since when (epoch seconds, workflow time) Ray has reported pending demand: kept
+    while any is pending, None once none is. Per cluster, not per demand: while demands
+    overlap, a later one is dated from the first (the latency metric then errs long)."""
+    if not (snapshot.demands or snapshot.gangs or snapshot.constraints):
+        return None
+    return previous if previous is not None else now
