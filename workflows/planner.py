@@ -245,13 +245,9 @@ class _Planner:
         snap: ClusterSnapshot,
         bound_note: str = "",
         *,
-        hold_while_landing: bool = True,
-        spare_pending_gpu: bool = True,
         just_grown: Sequence[str] = (),
-        replace_silent_pending: bool = True,
     ) -> None:
         self.snap = snap
-        self.replace_silent_pending = replace_silent_pending
         self.settings = snap.settings
         # tasks waiting inside a placement group: its bundle holds their room
         self.demands = [d for d in snap.demands if not _in_placement_group(d)]
@@ -292,13 +288,11 @@ class _Planner:
         self.notes: list[str] = [bound_note] if bound_note else []
         # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
         # demand until they have
-        self.landing = landing_grows(snap) if hold_while_landing else []
+        self.landing = landing_grows(snap)
         # and grows that landed moments ago (`JUST_GROWN_S`): Ray may still report the work
         # they took as pending, so no pod is grown either
         running = {p.name for p in snap.pods if p.phase == PodPhase.RUNNING}
         self.just_grown = sorted((set(just_grown) & running) - set(self.landing))
-        # CPU-only work may use a pending GPU pod's spare room at SPARE_GPU (see `may_use`)
-        self.spare_pending_gpu = spare_pending_gpu
         self.held_for_landing = False
         self.new_serial = 0
         # undo log of the gang being placed: bin id -> (bin, state before)
@@ -581,8 +575,6 @@ class _Planner:
         p = b.pod
         if p is None:
             return False
-        if p.phase != PodPhase.RUNNING and not self.spare_pending_gpu:
-            return False  # what reconcile runs recorded before this rule decided
         may_go = p.phase != PodPhase.RUNNING or (
             p.idle_s > 0 and self.settings.idle_timeout_s <= p.idle_s
         )
@@ -1027,7 +1019,7 @@ class _Planner:
             g = self.snap.groups.get(p.group)
             if g is None or g.is_head or p.name in self.terminate:
                 continue
-            if silent(p, timeout) and (self.replace_silent_pending or p.phase == PodPhase.RUNNING):
+            if silent(p, timeout):
                 self.terminate[p.name] = TerminateAction(
                     pod=p.name,
                     group=g.name,
@@ -1341,21 +1333,6 @@ def silent(p: PodView, timeout_s: float) -> bool:
     return p.raylet_id is None and p.running_s >= timeout_s
 
 
-def silent_pending_pods(snap: ClusterSnapshot) -> list[str]:
-    """Worker pods the snapshot has PENDING (no Raylet) that Kubernetes has run past the
-    Raylet start timeout: `plan()` removes them (`replace_silent_pending`); runs recorded
-    before it did kept them (the reconcile asks its patch only when there are some)."""
-    timeout = snap.settings.raylet_start_timeout_s
-    return sorted(
-        p.name
-        for p in snap.pods
-        if p.phase == PodPhase.PENDING
-        and silent(p, timeout)
-        and (g := snap.groups.get(p.group)) is not None
-        and not g.is_head
-    )
-
-
 def landing_grows(snap: ClusterSnapshot) -> list[str]:
     """Pods whose grow is landing: the pod has its new size and only its Raylet is
     catching up (`raylet_only`), or raysize asked the kubelet within LANDING_S and it is
@@ -1372,35 +1349,11 @@ def landing_grows(snap: ClusterSnapshot) -> list[str]:
     )
 
 
-def plan(
-    snapshot: ClusterSnapshot,
-    *,
-    hold_while_landing: bool = True,
-    spare_pending_gpu: bool = True,
-    just_grown: Sequence[str] = (),
-    replace_silent_pending: bool = True,
-) -> Plan:
+def plan(snapshot: ClusterSnapshot, *, just_grown: Sequence[str] = ()) -> Plan:
     """Decide one reconcile tick. Pure: the same inputs always give the same plan.
     `just_grown`: pods whose grow landed less than JUST_GROWN_S ago (the reconcile
-    workflow's memory, not in the snapshot): no pod is grown or launched for demand yet.
-    What reconcile runs recorded before a rule decided, replayed as they were:
-    `hold_while_landing=False` launches for demand even while a grow lands;
-    `spare_pending_gpu=False` keeps pending GPU pods from work without GPUs until the last
-    stage; `replace_silent_pending=False` keeps the pods `silent_pending_pods` names (the
-    Raylet start timeout never fired on them: only a RUNNING pod with no Raylet counted,
-    and the snapshot has none)."""
-    return _Planner(
-        *_bound(snapshot),
-        hold_while_landing=hold_while_landing,
-        spare_pending_gpu=spare_pending_gpu,
-        just_grown=just_grown if hold_while_landing else (),
-        replace_silent_pending=replace_silent_pending,
-    ).run()
-
-
-def pending_gpu_pods(snap: ClusterSnapshot) -> bool:
-    """Is a pod of a group with GPUs pending (where `spare_pending_gpu` may decide)?"""
-    return any(p.phase == PodPhase.PENDING and p.total.get_units(GPU) > 0 for p in snap.pods)
+    workflow's memory, not in the snapshot): no pod is grown or launched for demand yet."""
+    return _Planner(*_bound(snapshot), just_grown=just_grown).run()
 
 
 def _bound(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, str]:
