@@ -62,7 +62,7 @@ from typing import Any
 from bench.procs import stop_on_sigterm
 from raysize.worker.scenario import load_scenario
 from raysize.workflows.model import ClusterSnapshot, Plan, PodView
-from raysize.workflows.planner import NEW_POD, Trace, Work, plan, plan_with_trace
+from raysize.workflows.planner import NEW_POD, Trace, WorkKind, plan, plan_with_trace
 from raysize.workflows.resources import CPU, GIB, units_to_float
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,7 +204,7 @@ def new_pod_use(trace: Trace) -> list[tuple[str, float, int]]:
     """What our plan puts on each pod it launches (tasks, actors, bundles)."""
     use: dict[str, tuple[str, float, int]] = {}
     for p in trace.placements:
-        if p.where != NEW_POD or p.kind == Work.CONSTRAINT:
+        if p.where != NEW_POD or p.kind == WorkKind.CONSTRAINT:
             continue
         group, cpu, memory = use.get(p.pod, (p.group, 0.0, 0))
         use[p.pod] = (

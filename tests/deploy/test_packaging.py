@@ -93,7 +93,7 @@ def test_the_wheel_installs_only_the_raysize_package(tmp_path: Path) -> None:
     assert top_level(listed) == {"raysize", "raysize-0.1.0.dist-info"}
     for module in (
         "raysize/__init__.py",
-        "raysize/workflows/planner.py",
+        "raysize/workflows/planner/__init__.py",
         "raysize/activities/ray_proto/ray_rpc_pb2.py",
         "raysize/worker/cli.py",
         "raysize/sandbox/cluster.py",
@@ -114,7 +114,7 @@ def test_the_image_wheel_holds_the_worker_and_no_stand_in(image_wheel: Path) -> 
         "raysize/worker/run.py",
         "raysize/worker/health.py",
         "raysize/worker/cli_demo.py",
-        "raysize/workflows/planner.py",
+        "raysize/workflows/planner/__init__.py",
     ):
         assert module in listed, module
 

@@ -21,7 +21,7 @@ from raysize.workflows.model import (
     ResizePolicy,
     UpscalingMode,
 )
-from raysize.workflows.planner import LANDING_S, plan, silent_pending_pods
+from raysize.workflows.planner import LANDING_S, plan
 from raysize.workflows.resources import GIB, Resources
 
 from .kit import cores, group, pod, res, snapshot
@@ -179,9 +179,6 @@ def test_no_launch_just_after_a_grow_landed() -> None:
     other = grown.model_copy(update={"name": "w2"})
     p = plan(snapshot([group()], [other], more), just_grown=["w1"])
     assert p.launch_by_group == {"g1": 1}
-    # runs recorded before the rule replay without it
-    old = plan(snapshot([group()], [grown], more), just_grown=["w1"], hold_while_landing=False)
-    assert old.launch_by_group == {"g1": 1}
 
 
 def test_deferred_resize_counts_at_the_suggested_size() -> None:
@@ -469,9 +466,6 @@ def test_cpu_tasks_fill_a_pending_gpu_pods_spare_room_unless_gpu_work_waits() ->
     pending = gpu_pod(phase=PodPhase.PENDING)
     p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3)]))
     assert p.is_empty and p.infeasible.demands == 0
-    # reconcile runs recorded before this rule replay what they decided: a CPU pod
-    p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3)]), spare_pending_gpu=False)
-    assert p.launch_by_group == {"cpu": 1}
     p = plan(snapshot(CPU_AND_GPU, [pending], [(res(1), 3), (res(2, GPU=1), 1)]))
     assert p.is_empty and p.infeasible.demands == 0
     # a GPU task waits (it needs 2 GPUs on a pod: only gpu2 has them, and it is at its
@@ -663,11 +657,6 @@ def test_a_running_pod_the_snapshot_has_pending_for_want_of_a_raylet_is_replaced
     # not yet started by Kubernetes (running_s 0): waited on, as the room that is coming
     launched = pod("w1", phase=PodPhase.PENDING)
     assert plan(snapshot([keep], [launched], [(res(1), 1)])).is_empty
-    # runs recorded before kept it, and replay so (their patch is asked only then)
-    assert silent_pending_pods(snapshot([keep], [silent])) == ["w1"]
-    assert silent_pending_pods(snapshot([keep], [launched])) == []
-    kept = plan(snapshot([keep], [silent], [(res(1), 1)]), replace_silent_pending=False)
-    assert kept.is_empty
 
 
 def test_idle_pod_with_work_to_take_is_kept() -> None:

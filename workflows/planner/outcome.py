@@ -1,0 +1,73 @@
+"""Last passes: notes on what waits, and the `Plan` itself."""
+
+from __future__ import annotations
+
+from raysize.workflows.model import LaunchAction, Plan, ResizeAction
+from raysize.workflows.planner.context import PlanContext
+from raysize.workflows.planner.landing import JUST_GROWN_S
+from raysize.workflows.planner.selectors import is_placement_group_resource
+from raysize.workflows.planner.work import Ledger
+
+
+def leave_grouped_tasks_to_their_groups(ctx: PlanContext) -> None:
+    """Tasks waiting inside a placement group: its bundles hold their room."""
+    if not ctx.in_groups:
+        return
+    units = sum(d.count for d in ctx.in_groups)
+    names = sorted({n for d in ctx.in_groups for n in d.shape if is_placement_group_resource(n)})
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    ctx.notes.append(
+        f"{units} task/actor unit(s) wait inside their placement group ({shown}): "
+        "the group's bundles hold their room, so they are left to it, as Ray's "
+        "autoscaler does"
+    )
+
+
+def note_what_waits(ctx: PlanContext, ledger: Ledger) -> None:
+    left = ledger.left()
+    left_c, gangs_left, left_d = left.constraints, left.gangs, left.demands
+    if left_c:
+        ctx.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
+    hold = ctx.hold
+    if hold.held_back and (gangs_left or left_d or left_c):
+        if hold.landing:
+            ctx.notes.append(
+                f"no pod launched while the grow of {', '.join(hold.landing)} lands: Ray "
+                "reports the work a grow is for as pending until it has landed"
+            )
+        if hold.just_grown:
+            ctx.notes.append(
+                f"no pod grown or launched for {JUST_GROWN_S:.0f}s after the grow of "
+                f"{', '.join(hold.just_grown)} landed: Ray may still report the work it "
+                "took as pending"
+            )
+    if gangs_left:
+        ctx.notes.append(f"{gangs_left} placement group(s) cannot be placed")
+    if left_d:
+        shapes = ", ".join(
+            f"{it.remaining} × {ctx.index.res(it.shape).describe()}"
+            for it in ledger.demands
+            if it.remaining
+        )
+        ctx.notes.append(f"cannot place: {shapes}")
+
+
+def to_plan(ctx: PlanContext, ledger: Ledger, resizes: dict[str, ResizeAction]) -> Plan:
+    launches = ctx.launches
+    return Plan(
+        launch=tuple(
+            LaunchAction(
+                group=g,
+                count=n,
+                reason="; ".join(
+                    f"{c} for {r}" for r, c in sorted(launches.reasons.get(g, {}).items())
+                ),
+            )
+            for g, n in sorted(launches.count.items())
+            if n > 0
+        ),
+        resize=tuple(sorted(resizes.values(), key=lambda r: r.pod)),
+        terminate=tuple(sorted(ctx.terminate.values(), key=lambda t: t.pod)),
+        infeasible=ledger.left(),
+        notes=tuple(ctx.notes),
+    )
