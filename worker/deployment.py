@@ -35,6 +35,11 @@ log = logging.getLogger("raysize.worker")
 REGISTERED_WITHIN_S = 30.0
 
 
+# answers worth asking again: the server rate-limits each deployment's changes (a second
+# worker starting just after the first one set its version current got RESOURCE_EXHAUSTED)
+BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+
+
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     """Versioned (every workflow type PINNED: `workflows/versioning.py`) when a deployment
     name is set, else None: unversioned, as before."""
@@ -95,6 +100,8 @@ async def _describe(client: Client, version: WorkerDeploymentVersion) -> Routing
         )
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:  # no worker of it has polled yet
+            return None
+        if exc.status in BUSY:  # "too many requests issued to Worker Deployment …"
             return None
         raise
     return _routing(resp, version.build_id)
@@ -164,8 +171,9 @@ async def settle_current_version(client: Client, settings: Settings) -> str:
                 )
             )
         except RPCError as exc:
-            if exc.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED):
-                continue  # the routing changed under us: look again
+            if exc.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED, *BUSY):
+                await asyncio.sleep(1.0)
+                continue  # the routing changed under us, or the server is busy: look again
             raise
         if first:
             return _say(
