@@ -22,6 +22,11 @@ from raysize.activities.discovery import DiscoveryActivities
 from raysize.activities.k8s import Kube, KubeconfigError
 from raysize.activities.ray_errors import RayError
 from raysize.activities.ray_gcs import TlsConfig, resolve_token
+from raysize.worker.deployment import (
+    deployment_config,
+    describe_versioning,
+    settle_current_version,
+)
 from raysize.worker.health import heartbeat
 from raysize.worker.settings import Settings
 from raysize.worker.telemetry import Telemetry, setup_telemetry
@@ -179,6 +184,8 @@ def build_worker(
         # end: reaction 1.3 s instead of 0.2 s)
         max_concurrent_activities=settings.max_concurrent_activities,
         graceful_shutdown_timeout=timedelta(seconds=10),
+        # a version of RAYSIZE_DEPLOYMENT_NAME, or unversioned (worker/deployment.py)
+        deployment_config=deployment_config(settings),
     )
     return worker, cluster
 
@@ -202,6 +209,25 @@ async def _run_worker(settings: Settings, *, stop: asyncio.Event | None = None) 
         await _serve(settings, telemetry, stop=stop)
     finally:
         telemetry.shutdown()
+
+
+async def _settle(client: Client, settings: Settings) -> None:
+    """Make this version current on a first install (`RAYSIZE_MAKE_CURRENT`); a failure is
+    logged with the command to run by hand, and the worker keeps serving."""
+    try:
+        await settle_current_version(client, settings)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        version = settings.deployment_version()
+        assert version is not None  # settle fails only when versioned
+        log.error(
+            "could not check or set the current version of deployment %s: %s. Check with: "
+            "temporal worker deployment describe --name %s",
+            version.deployment_name,
+            exc,
+            version.deployment_name,
+        )
 
 
 async def _serve(
@@ -245,9 +271,12 @@ async def _serve(
         settings.temporal_address,
         settings.temporal_namespace,
     )
+    log.info("%s", describe_versioning(settings))
     try:
         async with worker:
+            settle = asyncio.create_task(_settle(client, settings))
             await stop.wait()
+            settle.cancel()
             log.info("shutting down: finishing running activities (up to 10 s)")
     finally:
         cluster.close()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from temporalio.common import WorkerDeploymentVersion
 
+import raysize
 from raysize.workflows.contracts import POLL_INTERVAL_S
 from raysize.workflows.model import PlannerSettings, ResizePolicy
 from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
@@ -36,6 +40,35 @@ def check_host_port(value: str, example_port: str) -> None:
         raise ValueError(f"{value!r}: the port {port!r} is not a number from 1 to 65535")
 
 
+# what the Temporal Worker Controller sets on the pods of each version it runs; raysize reads
+# them when its own RAYSIZE_DEPLOYMENT_NAME / RAYSIZE_BUILD_ID are not set
+CONTROLLER_DEPLOYMENT_NAME = "TEMPORAL_DEPLOYMENT_NAME"
+CONTROLLER_BUILD_ID = "TEMPORAL_WORKER_BUILD_ID"
+MAX_VERSION_PART = 255  # the server's limit for a deployment name and a build ID
+
+
+def package_build_id() -> str:
+    """The installed package's version (what `pip` sees), else `raysize.__version__`."""
+    try:
+        return importlib.metadata.version("raysize")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return raysize.__version__
+
+
+def check_version_part(value: str, what: str, example: str) -> str:
+    """A deployment name or build ID the server and the SDK take, or ValueError saying
+    how to fix it."""
+    if not value.strip():
+        raise ValueError(f"{what} is empty: give one (e.g. {example}), or unset it")
+    if value != value.strip() or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r}: {what} may not contain spaces (e.g. {example})")
+    if len(value) > MAX_VERSION_PART:
+        raise ValueError(f"{what} is {len(value)} characters long: at most {MAX_VERSION_PART}")
+    if value.startswith("__"):
+        raise ValueError(f"{value!r}: {what} may not start with '__' (reserved by Temporal)")
+    return value
+
+
 class Settings(BaseSettings):
     """The worker's configuration. Each field is `RAYSIZE_<NAME>` in the environment."""
 
@@ -51,6 +84,21 @@ class Settings(BaseSettings):
     temporal_api_key: str | None = Field(None, description="API key (Temporal Cloud)")
     register_search_attributes: bool = Field(
         True, description="register raysize's search attributes at start when allowed"
+    )
+    deployment_name: str | None = Field(
+        None,
+        description="Temporal Worker Deployment this worker is a version of (Worker "
+        "Versioning); default: $TEMPORAL_DEPLOYMENT_NAME, else unversioned",
+    )
+    build_id: str | None = Field(
+        None,
+        description="build ID of this worker's version; default: $TEMPORAL_WORKER_BUILD_ID, "
+        "else the package version",
+    )
+    make_current: Literal["if-none", "always", "never"] = Field(
+        "if-none",
+        description="when a versioned worker makes its version current: if-none (only when "
+        "the deployment has no current version: a first install), always, never",
     )
 
     # --- Kubernetes ---
@@ -154,6 +202,48 @@ class Settings(BaseSettings):
         if value is not None and not value.is_file():
             raise ValueError(f"{str(value)!r} is not a file (give the path of an existing file)")
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _controller_env(cls, data: Any) -> Any:
+        # the Temporal Worker Controller names the version in its own variables
+        if isinstance(data, dict):
+            for field, variable in (
+                ("deployment_name", CONTROLLER_DEPLOYMENT_NAME),
+                ("build_id", CONTROLLER_BUILD_ID),
+            ):
+                if data.get(field) is None and os.environ.get(variable):
+                    data = {**data, field: os.environ[variable]}
+        return data
+
+    @field_validator("deployment_name")
+    @classmethod
+    def _deployment_name(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        check_version_part(value, "the deployment name", "raysize")
+        if "." in value:  # the SDK splits "<deployment>.<build ID>" at the first dot
+            raise ValueError(
+                f"{value!r}: a deployment name may not contain '.' (e.g. raysize or "
+                "raysize-prod; the build ID may)"
+            )
+        return value
+
+    @field_validator("build_id")
+    @classmethod
+    def _build_id(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return check_version_part(value, "the build ID", "0.2.0 or the image tag")
+
+    def deployment_version(self) -> WorkerDeploymentVersion | None:
+        """The Worker Deployment Version this worker runs as, or None: unversioned
+        (no deployment name)."""
+        if self.deployment_name is None:
+            return None
+        return WorkerDeploymentVersion(
+            deployment_name=self.deployment_name, build_id=self.build_id or package_build_id()
+        )
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

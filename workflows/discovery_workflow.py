@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.contracts import Act
     from raysize.workflows.naming import DISCOVERY_WORKFLOW
     from raysize.workflows.values import Value
+    from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due, watch_for_upgrade
     from raysize.workflows.waiting import raise_if_cancelled
 
 
@@ -41,6 +42,7 @@ class DiscoveryWorkflow:
 
     @workflow.run
     async def run(self, inp: DiscoveryInput) -> None:
+        watch_for_upgrade(self.wake)  # a new current version ends the wait (versioning.py)
         for _ in range(inp.max_rounds_per_run):
             self.woken = False
             try:
@@ -65,4 +67,6 @@ class DiscoveryWorkflow:
                 workflow.logger.warning("discovery round failed: %s", self.last_error)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self.woken, timeout=inp.interval_s)
-        workflow.continue_as_new(inp)
+            if upgrade_due():  # to the new current version (workflows/versioning.py)
+                break
+        workflow.continue_as_new(inp, initial_versioning_behavior=ON_CONTINUE_AS_NEW)

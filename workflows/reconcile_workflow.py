@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.resize_workflow import PodResizeWorkflow
     from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
     from raysize.workflows.summaries import resize_details, resize_summary
+    from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due, watch_for_upgrade
     from raysize.workflows.waiting import raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
@@ -180,6 +181,7 @@ class ReconcileWorkflow:
     @workflow.run
     async def run(self, inp: ReconcileInput) -> str:
         ticks_this_run = 0
+        watch_for_upgrade(self.wake)  # a new current version ends the wait (versioning.py)
         while True:
             if self.paused:
                 await workflow.wait_condition(lambda: not self.paused)
@@ -197,11 +199,15 @@ class ReconcileWorkflow:
             if (
                 workflow.info().is_continue_as_new_suggested()
                 or ticks_this_run >= inp.max_ticks_per_run
+                or upgrade_due()  # to the new current version (workflows/versioning.py)
             ):
                 carry = self.carry.model_copy(
                     update={"paused": self.paused, "decisions": tuple(self.decisions)}
                 )
-                workflow.continue_as_new(inp.model_copy(update={"carry": carry}))
+                workflow.continue_as_new(
+                    inp.model_copy(update={"carry": carry}),
+                    initial_versioning_behavior=ON_CONTINUE_AS_NEW,
+                )
             await self._wait(inp, tick)
 
     @property

@@ -214,6 +214,10 @@ def test_mtls_and_image_values(tmp_path: Path):
     (container,) = ours["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "registry.example.com/ml/raysize:0.2.0"
     container["image"] = theirs["spec"]["template"]["spec"]["containers"][0]["image"]
+    # the build ID follows the image tag (kustomize's is written beside its newTag)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["RAYSIZE_BUILD_ID"]["value"] == "0.2.0"
+    env["RAYSIZE_BUILD_ID"]["value"] = "0.1.0"
     same_pod(ours, theirs)
     assert config_data(chart)["RAYSIZE_TEMPORAL_ADDRESS"] == "temporal.example.com:7233"
 
@@ -249,3 +253,22 @@ def test_the_real_api_server_accepts_the_chart(dry_run_api, values):
         assert "podmonitor.monitoring.coreos.com/raysize-worker created (server dry run)" in lines
     role = "clusterrole" if "clusterWide=true" in values else "role"
     assert f"{role}.rbac.authorization.k8s.io/raysize created (server dry run)" in lines
+
+
+def test_the_version_of_the_worker_deployment():
+    """Both installs run the worker as a version of deployment "raysize" whose build ID is
+    the image's tag; an explicit build ID wins, an empty deployment name is unversioned."""
+    kustomized = render(DEPLOY)
+    for docs in (docs_of(), kustomized):
+        assert config_data(docs)["RAYSIZE_DEPLOYMENT_NAME"] == "raysize"
+        (deploy,) = find(docs, "Deployment")
+        (container,) = deploy["spec"]["template"]["spec"]["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["RAYSIZE_BUILD_ID"] == container["image"].rsplit(":", 1)[1] == "0.1.0"
+    chart = docs_of("--set", "versioning.buildId=0.1.0-hotfix1,versioning.deploymentName=")
+    assert "RAYSIZE_DEPLOYMENT_NAME" not in config_data(chart)
+    (deploy,) = find(chart, "Deployment")
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e.get("value") for e in container["env"]}["RAYSIZE_BUILD_ID"] == (
+        "0.1.0-hotfix1"
+    )

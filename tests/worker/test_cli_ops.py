@@ -88,6 +88,27 @@ def test_bad_setting_names_the_variable() -> None:
             "RAYSIZE_GCS_ADDRESS: 'ray-head:637900': the port '637900' is not a number from 1 "
             "to 65535",
         ),
+        (
+            {"RAYSIZE_DEPLOYMENT_NAME": "raysize.prod"},
+            "RAYSIZE_DEPLOYMENT_NAME: 'raysize.prod': a deployment name may not contain '.'",
+        ),
+        (
+            {"RAYSIZE_DEPLOYMENT_NAME": "raysize", "RAYSIZE_BUILD_ID": " "},
+            "RAYSIZE_BUILD_ID: the build ID is empty: give one (e.g. 0.2.0 or the image tag), "
+            "or unset it",
+        ),
+        (
+            {"RAYSIZE_BUILD_ID": "0.2.0 rc1"},
+            "RAYSIZE_BUILD_ID: '0.2.0 rc1': the build ID may not contain spaces",
+        ),
+        (
+            {"RAYSIZE_BUILD_ID": "__unversioned__"},
+            "RAYSIZE_BUILD_ID: '__unversioned__': the build ID may not start with '__'",
+        ),
+        (
+            {"RAYSIZE_MAKE_CURRENT": "yes"},
+            "RAYSIZE_MAKE_CURRENT: Input should be 'if-none', 'always' or 'never'",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_by_name(env: dict[str, str], message: str) -> None:

@@ -26,3 +26,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "raysize.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
+
+{{/* the build ID of Worker Versioning: versioning.buildId, else the image tag */}}
+{{- define "raysize.buildId" -}}
+{{ .Values.versioning.buildId | default .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}

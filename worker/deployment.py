@@ -1,0 +1,200 @@
+"""Worker Versioning at the worker: the deployment config, and whether this worker makes
+its own version the deployment's current one (`RAYSIZE_MAKE_CURRENT`).
+
+With versioning on and no current version, the server sends new workflows to unversioned
+workers only: a first install would start nothing. So a versioned worker makes its version
+current when the deployment has none yet (`if-none`, the default). An upgrade is never
+promoted by the worker unless `always` is set: the operator (or the Temporal Worker
+Controller) does it with `temporal worker deployment set-current-version`, once the new
+version runs (README *Upgrading raysize*)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    DescribeWorkerDeploymentResponse,
+    SetWorkerDeploymentCurrentVersionRequest,
+)
+from temporalio.client import Client
+from temporalio.common import WorkerDeploymentVersion
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import WorkerDeploymentConfig
+
+from raysize.worker.settings import Settings
+from raysize.workflows.versioning import WORKER_DEFAULT
+
+log = logging.getLogger("raysize.worker")
+
+# how long a new worker waits for the server to list its version (it appears with the
+# worker's first poll, within a second on the dev server)
+REGISTERED_WITHIN_S = 30.0
+
+
+# answers worth asking again: the server rate-limits each deployment's changes (a second
+# worker starting just after the first one set its version current got RESOURCE_EXHAUSTED)
+BUSY = (RPCStatusCode.RESOURCE_EXHAUSTED, RPCStatusCode.UNAVAILABLE)
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """Versioned (every workflow type PINNED: `workflows/versioning.py`) when a deployment
+    name is set, else None: unversioned, as before."""
+    version = settings.deployment_version()
+    if version is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=version, use_worker_versioning=True, default_versioning_behavior=WORKER_DEFAULT
+    )
+
+
+def describe_versioning(settings: Settings) -> str:
+    """One line for the start-up log: what this worker runs as, and from which settings."""
+    version = settings.deployment_version()
+    if version is None:
+        return (
+            "unversioned worker (RAYSIZE_DEPLOYMENT_NAME unset): every worker on the task "
+            "queue runs every workflow; set it to upgrade with Worker Versioning"
+        )
+    source = (
+        "RAYSIZE_BUILD_ID / TEMPORAL_WORKER_BUILD_ID"
+        if settings.build_id
+        else "the package version"
+    )
+    return (
+        f"worker deployment version {version.to_canonical_string()} (build ID from {source}; "
+        f"RAYSIZE_MAKE_CURRENT={settings.make_current})"
+    )
+
+
+@dataclass(frozen=True)
+class Routing:
+    current: str  # build ID of the current version; "" when there is none (unversioned)
+    ramping: str
+    manager: str  # the deployment's manager identity; "" when anyone may change it
+    listed: bool  # this worker's version is one of the deployment's versions
+    conflict_token: bytes
+
+
+def _routing(resp: DescribeWorkerDeploymentResponse, build_id: str) -> Routing:
+    info = resp.worker_deployment_info
+    rc = info.routing_config
+    return Routing(
+        current=rc.current_deployment_version.build_id,
+        ramping=rc.ramping_deployment_version.build_id,
+        manager=info.manager_identity,
+        listed=any(v.deployment_version.build_id == build_id for v in info.version_summaries),
+        conflict_token=resp.conflict_token,
+    )
+
+
+async def _describe(client: Client, version: WorkerDeploymentVersion) -> Routing | None:
+    try:
+        resp = await client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(
+                namespace=client.namespace, deployment_name=version.deployment_name
+            )
+        )
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:  # no worker of it has polled yet
+            return None
+        if exc.status in BUSY:  # "too many requests issued to Worker Deployment …"
+            return None
+        raise
+    return _routing(resp, version.build_id)
+
+
+async def _registered(client: Client, version: WorkerDeploymentVersion) -> Routing:
+    deadline = time.monotonic() + REGISTERED_WITHIN_S
+    while True:
+        routing = await _describe(client, version)
+        if routing is not None and routing.listed:
+            return routing
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the server does not list version {version.to_canonical_string()} "
+                f"{REGISTERED_WITHIN_S:g}s after this worker started polling"
+            )
+        await asyncio.sleep(0.5)
+
+
+def set_current_command(version: WorkerDeploymentVersion) -> str:
+    return (
+        "temporal worker deployment set-current-version --deployment-name "
+        f"{version.deployment_name} --build-id {version.build_id}"
+    )
+
+
+async def settle_current_version(client: Client, settings: Settings) -> str:
+    """Make this worker's version current if `RAYSIZE_MAKE_CURRENT` says so, and log what
+    was done and why; returns that line. Call once the worker polls (the server lists a
+    version from its first poll)."""
+    version = settings.deployment_version()
+    if version is None:
+        return ""
+    name = version.to_canonical_string()
+    for _ in range(3):  # another replica of this version may set it at the same moment
+        routing = await _registered(client, version)
+        if routing.current == version.build_id:
+            return _say(logging.INFO, f"{name} is the current version of its deployment")
+        if routing.manager and routing.manager != client.identity:
+            return _say(
+                logging.INFO,
+                f"{name} is not current (current: {routing.current or 'none'}); the "
+                f"deployment is managed by {routing.manager!r} (the Temporal Worker "
+                "Controller?), which promotes versions: left to it",
+            )
+        first = not routing.current
+        if settings.make_current == "never" or (not first and settings.make_current == "if-none"):
+            why = (
+                "the deployment has no current version: new workflows wait for one"
+                if first
+                else f"new workflows go to the current version {routing.current}; this "
+                "worker serves the workflows pinned to it"
+            )
+            return _say(
+                logging.WARNING if first else logging.INFO,
+                f"{name} is not current ({why}; RAYSIZE_MAKE_CURRENT="
+                f"{settings.make_current}). To promote it: {set_current_command(version)}",
+            )
+        try:
+            await client.workflow_service.set_worker_deployment_current_version(
+                SetWorkerDeploymentCurrentVersionRequest(
+                    namespace=client.namespace,
+                    deployment_name=version.deployment_name,
+                    build_id=version.build_id,
+                    conflict_token=routing.conflict_token,
+                    identity=client.identity,
+                )
+            )
+        except RPCError as exc:
+            if exc.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED, *BUSY):
+                await asyncio.sleep(1.0)
+                continue  # the routing changed under us, or the server is busy: look again
+            raise
+        if first:
+            return _say(
+                logging.INFO,
+                f"made {name} current: the deployment had no current version (a first "
+                "install; RAYSIZE_MAKE_CURRENT=if-none); later versions are promoted by "
+                "hand (README: Upgrading raysize)",
+            )
+        return _say(
+            logging.WARNING,
+            f"made {name} current in place of {routing.current} (RAYSIZE_MAKE_CURRENT="
+            "always): new workflows and the loops' next runs go to it; runs pinned to "
+            f"{routing.current} stay there",
+        )
+    return _say(
+        logging.WARNING,
+        f"{name}: the deployment's routing kept changing; not promoted. To promote it: "
+        f"{set_current_command(version)}",
+    )
+
+
+def _say(level: int, line: str) -> str:
+    log.log(level, "%s", line)
+    return line
