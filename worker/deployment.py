@@ -26,6 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import WorkerDeploymentConfig
 
 from raysize.worker.settings import Settings
+from raysize.workflows.naming import DISCOVERY_WORKFLOW, RECONCILE_WORKFLOW
 from raysize.workflows.versioning import WORKER_DEFAULT
 
 log = logging.getLogger("raysize.worker")
@@ -198,3 +199,57 @@ async def settle_current_version(client: Client, settings: Settings) -> str:
 def _say(level: int, line: str) -> str:
     log.log(level, "%s", line)
     return line
+
+
+def loops_elsewhere_query(settings: Settings, version: WorkerDeploymentVersion) -> str:
+    """The running reconcile and discovery loops of this task queue that are not on
+    `version` (the server writes a version as `<deployment>:<build>`)."""
+    here = f"{version.deployment_name}:{version.build_id}"
+    return (
+        f"TaskQueue = '{settings.task_queue}' AND ExecutionStatus = 'Running' AND "
+        f"WorkflowType IN ('{RECONCILE_WORKFLOW}', '{DISCOVERY_WORKFLOW}') AND "
+        f"(TemporalWorkerDeploymentVersion != '{here}' OR "
+        "TemporalWorkerDeploymentVersion IS NULL)"
+    )
+
+
+async def wake_moved_loops(client: Client, settings: Settings) -> int:
+    """When this worker's version is the deployment's current one, signal `wake` to every
+    loop still on another version: its wait ends, its tick ends with `upgrade_due()`, and
+    it continues-as-new onto this version (`workflows/versioning.py`). The server does not
+    wake a waiting workflow when the current version changes, and a reconcile waits up to
+    `tick_s`. Returns how many loops were woken (0 when this version is not current)."""
+    version = settings.deployment_version()
+    if version is None:
+        return 0
+    routing = await _describe(client, version)
+    if routing is None or routing.current != version.build_id:
+        return 0
+    woken = 0
+    async for wf in client.list_workflows(loops_elsewhere_query(settings, version)):
+        try:
+            await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal("wake")
+            woken += 1
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:  # NOT_FOUND: it moved meanwhile
+                raise
+    if woken:
+        log.info(
+            "%s is current: woke %d loop(s) on other versions so they continue on it",
+            version.to_canonical_string(),
+            woken,
+        )
+    return woken
+
+
+async def keep_loops_on_current(client: Client, settings: Settings) -> None:
+    """`wake_moved_loops` every `RAYSIZE_UPGRADE_CHECK_S`, for the worker's life; a failed
+    look is logged and tried again."""
+    while True:
+        try:
+            await wake_moved_loops(client, settings)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("could not look for loops on other versions: %s", exc)
+        await asyncio.sleep(settings.upgrade_check_s)

@@ -25,6 +25,7 @@ from raysize.activities.ray_gcs import TlsConfig, resolve_token
 from raysize.worker.deployment import (
     deployment_config,
     describe_versioning,
+    keep_loops_on_current,
     settle_current_version,
 )
 from raysize.worker.health import heartbeat
@@ -275,8 +276,15 @@ async def _serve(
     try:
         async with worker:
             settle = asyncio.create_task(_settle(client, settings))
+            moving = (
+                asyncio.create_task(keep_loops_on_current(client, settings))
+                if settings.deployment_version() is not None
+                else None
+            )
             await stop.wait()
             settle.cancel()
+            if moving is not None:
+                moving.cancel()
             log.info("shutting down: finishing running activities (up to 10 s)")
     finally:
         cluster.close()

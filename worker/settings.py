@@ -100,6 +100,13 @@ class Settings(BaseSettings):
         description="when a versioned worker makes its version current: if-none (only when "
         "the deployment has no current version: a first install), always, never",
     )
+    upgrade_check_s: float = Field(
+        15.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds between a versioned worker's looks at whether its version is "
+        "current, to move the reconcile loops still on another version to it",
+    )
 
     # --- Kubernetes ---
     kubeconfig: Path | None = Field(

@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.contracts import Act
     from raysize.workflows.naming import DISCOVERY_WORKFLOW
     from raysize.workflows.values import Value
-    from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due, watch_for_upgrade
+    from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due
     from raysize.workflows.waiting import raise_if_cancelled
 
 
@@ -42,7 +42,6 @@ class DiscoveryWorkflow:
 
     @workflow.run
     async def run(self, inp: DiscoveryInput) -> None:
-        watch_for_upgrade(self.wake)  # a new current version ends the wait (versioning.py)
         for _ in range(inp.max_rounds_per_run):
             self.woken = False
             try:

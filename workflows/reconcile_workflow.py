@@ -67,7 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.resize_workflow import PodResizeWorkflow
     from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
     from raysize.workflows.summaries import resize_details, resize_summary
-    from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due, watch_for_upgrade
+    from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due
     from raysize.workflows.waiting import raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
@@ -181,7 +181,6 @@ class ReconcileWorkflow:
     @workflow.run
     async def run(self, inp: ReconcileInput) -> str:
         ticks_this_run = 0
-        watch_for_upgrade(self.wake)  # a new current version ends the wait (versioning.py)
         while True:
             if self.paused:
                 await workflow.wait_condition(lambda: not self.paused)

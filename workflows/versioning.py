@@ -7,8 +7,10 @@ The two loops, reconcile and discovery, move to the deployment's current version
 next continue-as-new (`ON_CONTINUE_AS_NEW`), and continue-as-new as soon as the server says
 the current version changed (`upgrade_due`). The server does not wake a workflow for that:
 it says so in the next workflow task, and a reconcile may sit in its wait activity for
-`tick_s` (minutes); `watch_for_upgrade` makes a workflow task every `UPGRADE_CHECK_S` on a
-versioned worker, so a loop moves within that long.
+`tick_s` (minutes). So the worker of the current version signals `wake` to every loop
+still on another version (`worker/deployment.py` `wake_moved_loops`, every
+`RAYSIZE_UPGRADE_CHECK_S`): a loop moves within that long, and an idle loop costs no
+history for it (a timer in each loop would add a workflow task per loop and minute).
 
 Why the behaviour is not in `@workflow.defn(versioning_behavior=…)`: Temporal Server 1.32
 refuses a workflow task that carries a versioning behaviour from an unversioned worker
@@ -18,9 +20,6 @@ would stall. The worker sets it instead (`default_versioning_behavior=WORKER_DEF
 when versioned), and `BEHAVIOR` records each type's, checked equal to it by the tests."""
 
 from __future__ import annotations
-
-import asyncio
-from collections.abc import Callable
 
 from temporalio import workflow
 from temporalio.common import VersioningBehavior
@@ -43,35 +42,9 @@ WORKER_DEFAULT = VersioningBehavior.PINNED
 # version this run is pinned to; an unversioned worker's run ignores it
 ON_CONTINUE_AS_NEW = workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
 
-# how often a loop on a versioned worker looks for a new current version while it waits
-UPGRADE_CHECK_S = 60.0
-
 
 def upgrade_due() -> bool:
     """The deployment's current (or ramping) version is no longer the one this run is
     pinned to: continue-as-new now (with `ON_CONTINUE_AS_NEW`) to move there. Always False
     on an unversioned worker. Up to date as of the last workflow task."""
     return workflow.info().is_target_worker_deployment_version_changed()
-
-
-def watch_for_upgrade(wake: Callable[[], None]) -> asyncio.Task[None] | None:
-    """On a versioned worker, call `wake` once `upgrade_due()`, looking every
-    `UPGRADE_CHECK_S` (a durable timer: the server sends no workflow task when the current
-    version changes). None, and no timer, on an unversioned worker. Deterministic: the
-    version is the one recorded with the run's workflow task."""
-    version = workflow.info().get_current_deployment_version()
-    if version is None or not version.deployment_name:
-        return None
-
-    async def watch() -> None:
-        while not upgrade_due():
-            await workflow.sleep(
-                UPGRADE_CHECK_S, summary="look for a new current version of the worker"
-            )
-        workflow.logger.info(
-            "the worker deployment's current version changed: moving off %s",
-            version.to_canonical_string(),
-        )
-        wake()
-
-    return asyncio.create_task(watch())

@@ -83,9 +83,10 @@ def worker_env(
         "RAYSIZE_KUBECONFIG": str(kubeconfig),
         "RAYSIZE_NAMESPACES": "default",
         "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
-        # the reconcile's wait ends within this: it looks for a new current version then
-        # (the 60 s watch of workflows/versioning.py bounds it when the tick is longer)
-        "RAYSIZE_TICK_S": "2",
+        # the reconcile's wait is long: only the current version's workers waking it
+        # (worker/deployment.py wake_moved_loops, every second here) can move it in time
+        "RAYSIZE_TICK_S": "300",
+        "RAYSIZE_UPGRADE_CHECK_S": "1",
         "RAYSIZE_DEPLOYMENT_NAME": deployment,
     }
 
