@@ -8,4 +8,4 @@ demo and the tests; never imported by the worker) is ``sandbox/``. Import them b
 names only: the bare top-level names are not installed.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -283,6 +283,11 @@ class ObserveInput(Value):
     )
     memory: Memory = Field(default_factory=Memory)
     now: float = Field(default=0.0, description="the workflow's clock, epoch s")
+    max_resizes: int | None = Field(
+        default=None,
+        description="resizes that may run at once (ReconcileInput.max_concurrent_resizes): "
+        "the tick records no more new ones than that leaves room for (None: all)",
+    )
 
 
 class PodRef(Value):
@@ -336,6 +341,9 @@ class Tick(Value):
         default_factory=dict, description="the pods the plan, the settles and drains name"
     )
     groups: dict[str, GroupRef] = Field(default_factory=dict)
+    held_resizes: int = Field(
+        default=0, description="resizes planned but left out: no room under max_resizes"
+    )
     plan_s: float = Field(default=0.0, description="wall time of the plan, s")
 
 

@@ -29,7 +29,7 @@ from raysize.workflows.deadlines import (
     next_decision_in,
     stuck_resizes,
 )
-from raysize.workflows.model import ClusterSnapshot, PlannerSettings
+from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings
 from raysize.workflows.planner import plan
 
 
@@ -63,7 +63,7 @@ def decide(obs: Observation, inp: ObserveInput) -> Tick:
         hold = grows.due_in(now)
         if hold is not None:
             due = min(due or hold, hold)
-    p = plan(snapshot, just_grown=just_grown)
+    p, held = within_budget(plan(snapshot, just_grown=just_grown), obs.resizing, inp.max_resizes)
     stuck = stuck_resizes(snapshot, drift_s)
     memory = Memory(
         drained=drained,
@@ -82,8 +82,34 @@ def decide(obs: Observation, inp: ObserveInput) -> Tick:
             "memory": memory,
             "refs": _refs(obs.snapshot, named),
             "groups": _groups(snapshot),
+            "held_resizes": held,
         }
     )
+
+
+def within_budget(p: Plan, in_flight: Iterable[str], max_resizes: int | None) -> tuple[Plan, int]:
+    """The plan with no more new resizes than may start now (the rest are planned again
+    next tick, on what these left), and how many were left out. The reconcile starts no
+    more than that anyway; at thousands of pods the rest would cost the history hundreds
+    of KB per tick. A grow in flight taken further (`retarget`) goes to its saga and is
+    always kept."""
+    if max_resizes is None:
+        return p, 0
+    busy = set(in_flight)
+    room = max(0, max_resizes - len(busy))
+    kept = []
+    new = 0
+    for r in p.resize:
+        if r.pod in busy:
+            kept.append(r)
+        elif new < room:
+            kept.append(r)
+            new += 1
+    held = len(p.resize) - len(kept)
+    if not held:
+        return p, 0
+    note = f"{held} more resize(s) wait for room: {len(busy)} running, at most {max_resizes}"
+    return p.model_copy(update={"resize": tuple(kept), "notes": (*p.notes, note)}), held
 
 
 def _facts(obs: Observation, memory: Memory) -> Tick:

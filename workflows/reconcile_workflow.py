@@ -71,6 +71,16 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.waiting import raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
+# a decision keeps its first lines (status, the carry over continue-as-new); the log line of
+# each decision (`telemetry.log_decisions`) has every one. 50 decisions of 100 grows each
+# would carry over a megabyte into each new run
+KEEP_REASONS = 20
+
+
+def _first(lines: list[str], n: int) -> list[str]:
+    if len(lines) <= n:
+        return lines
+    return [*lines[:n], f"… and {len(lines) - n} more (every one is in the decision log)"]
 
 
 def scale_request(
@@ -230,6 +240,7 @@ class ReconcileWorkflow:
                     settings=inp.settings,
                     memory=self.memory,
                     now=workflow.now().timestamp(),
+                    max_resizes=inp.max_concurrent_resizes,
                 ),
                 result_type=Tick,
                 summary=f"read RayCluster {inp.namespace}/{inp.cluster}, its pods and Ray; plan",
@@ -314,9 +325,10 @@ class ReconcileWorkflow:
         lines = describe_plan(acted, scaling=scaled or not (acted.launch or acted.terminate))
         lines += kept
         if lines:
-            summary = f"tick {self.carry.ticks}: " + "; ".join(lines)
+            shown = _first(lines, KEEP_REASONS)
+            summary = f"tick {self.carry.ticks}: " + "; ".join(shown)
             self.decisions.append(
-                Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(lines))
+                Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(shown))
             )
             del self.decisions[:-KEEP_DECISIONS]
             telemetry.log_decisions(
@@ -440,19 +452,21 @@ class ReconcileWorkflow:
         # a grow in flight taken further goes to its saga: no new resize, outside the budget
         retargets = [r for r in p.resize if r.pod in in_flight and r.retarget]
         todo: list[ResizeAction] = []
+        held = tick.held_resizes  # left out of the tick already (`decide.within_budget`)
         for r in p.resize:
             if r.pod in in_flight:
                 continue
             if len(todo) >= budget:
-                self.decisions.append(
-                    Decision(
-                        tick=self.carry.ticks,
-                        summary=f"held {len(p.resize) - len(todo)} resize(s): "
-                        f"{inp.max_concurrent_resizes} already running",
-                    )
-                )
-                break
+                held += 1
+                continue
             todo.append(r)
+        if held:
+            self.decisions.append(
+                Decision(
+                    tick=self.carry.ticks,
+                    summary=f"held {held} resize(s): {inp.max_concurrent_resizes} already running",
+                )
+            )
         # a grow in flight taken further is for its saga alone: if that saga ended since the
         # observe, the next tick plans on what it left (a new saga would act on a stale
         # decision)

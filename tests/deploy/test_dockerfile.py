@@ -118,5 +118,5 @@ def test_probes_run_in_the_image(stages):
         assert c[probe]["exec"]["command"][:3] == ["python", "-m", "raysize.worker.health"]
     assert (ROOT / "worker" / "health.py").exists()
     assert yaml.safe_load((DEPLOY / "worker" / "kustomization.yaml").read_text())["images"] == [
-        {"name": "raysize", "newName": "raysize", "newTag": "0.1.0"}
+        {"name": "raysize", "newName": "raysize", "newTag": "0.2.0"}
     ]

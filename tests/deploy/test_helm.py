@@ -217,7 +217,7 @@ def test_mtls_and_image_values(tmp_path: Path):
     # the build ID follows the image tag (kustomize's is written beside its newTag)
     env = {e["name"]: e for e in container["env"]}
     assert env["RAYSIZE_BUILD_ID"]["value"] == "0.2.0"
-    env["RAYSIZE_BUILD_ID"]["value"] = "0.1.0"
+    env["RAYSIZE_BUILD_ID"]["value"] = "0.2.0"
     same_pod(ours, theirs)
     assert config_data(chart)["RAYSIZE_TEMPORAL_ADDRESS"] == "temporal.example.com:7233"
 
@@ -264,11 +264,11 @@ def test_the_version_of_the_worker_deployment():
         (deploy,) = find(docs, "Deployment")
         (container,) = deploy["spec"]["template"]["spec"]["containers"]
         env = {e["name"]: e.get("value") for e in container["env"]}
-        assert env["RAYSIZE_BUILD_ID"] == container["image"].rsplit(":", 1)[1] == "0.1.0"
-    chart = docs_of("--set", "versioning.buildId=0.1.0-hotfix1,versioning.deploymentName=")
+        assert env["RAYSIZE_BUILD_ID"] == container["image"].rsplit(":", 1)[1] == "0.2.0"
+    chart = docs_of("--set", "versioning.buildId=0.2.0-hotfix1,versioning.deploymentName=")
     assert "RAYSIZE_DEPLOYMENT_NAME" not in config_data(chart)
     (deploy,) = find(chart, "Deployment")
     (container,) = deploy["spec"]["template"]["spec"]["containers"]
     assert {e["name"]: e.get("value") for e in container["env"]}["RAYSIZE_BUILD_ID"] == (
-        "0.1.0-hotfix1"
+        "0.2.0-hotfix1"
     )

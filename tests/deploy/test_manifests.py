@@ -214,7 +214,7 @@ def test_worker_deployment(base):
     labels = deploy["spec"]["template"]["metadata"]["labels"]
     assert deploy["spec"]["selector"]["matchLabels"].items() <= labels.items()
     c = worker_container(base)
-    assert c["image"] == "raysize:0.1.0"
+    assert c["image"] == "raysize:0.2.0"
     for kind in ("requests", "limits"):
         assert set(c["resources"][kind]) == {"cpu", "memory"}
     assert c["livenessProbe"]["exec"]["command"][:4] == [
@@ -334,7 +334,7 @@ def test_trial_overlay_adds_a_temporal_dev_server_and_points_the_worker_at_it(ba
     assert host == "temporal-dev.raysize.svc" and int(port) == ports["grpc"]
     worker = one(trial, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
     (init,) = worker["initContainers"]
-    assert init["image"] == worker["containers"][0]["image"] == "raysize:0.1.0"
+    assert init["image"] == worker["containers"][0]["image"] == "raysize:0.2.0"
     assert init["command"][:4] == ["python", "-m", "raysize.worker.health", "ready"]
     assert init["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
     # the overlay grants nothing more

@@ -90,7 +90,7 @@ def test_the_wheel_installs_only_the_raysize_package(tmp_path: Path) -> None:
     another package's; the console script names the namespaced module."""
     wheel = build_wheel(copy_tracked(tmp_path / "src"), tmp_path / "wheel")
     listed = names(wheel)
-    assert top_level(listed) == {"raysize", "raysize-0.1.0.dist-info"}
+    assert top_level(listed) == {"raysize", "raysize-0.2.0.dist-info"}
     for module in (
         "raysize/__init__.py",
         "raysize/workflows/planner/__init__.py",
@@ -102,13 +102,13 @@ def test_the_wheel_installs_only_the_raysize_package(tmp_path: Path) -> None:
         assert module in listed, module
     assert not [n for n in listed if n.startswith("raysize/sandbox/go/")]  # Go sources
     with zipfile.ZipFile(wheel) as zf:
-        entry = zf.read("raysize-0.1.0.dist-info/entry_points.txt").decode()
+        entry = zf.read("raysize-0.2.0.dist-info/entry_points.txt").decode()
     assert "raysize = raysize.worker.cli:main" in entry
 
 
 def test_the_image_wheel_holds_the_worker_and_no_stand_in(image_wheel: Path) -> None:
     listed = names(image_wheel)
-    assert top_level(listed) == {"raysize", "raysize-0.1.0.dist-info"}
+    assert top_level(listed) == {"raysize", "raysize-0.2.0.dist-info"}
     assert [n for n in listed if n.startswith(STAND_INS)] == []
     for module in (
         "raysize/worker/run.py",

@@ -13,10 +13,18 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
 
 from raysize.worker.run import workflow_runner
-from raysize.workflows import deadlines, discovery_workflow, reconcile_workflow, resize_workflow
+from raysize.workflows import (
+    deadlines,
+    decide,
+    discovery_workflow,
+    planner,
+    reconcile_workflow,
+    resize_workflow,
+)
+from raysize.workflows.model import Plan
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 from tests.orchestration.record_histories import RECORDED_WITH
@@ -61,6 +69,37 @@ async def test_history_replays_without_nondeterminism(
         workflows=[PodResizeWorkflow, ReconcileWorkflow],
         data_converter=pydantic_data_converter,
         workflow_runner=workflow_runner(),  # the worker's own sandbox configuration
+    )
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, result.replay_failure
+
+
+RECONCILES = [p for p in HISTORIES if p.stem.startswith("reconcile_")]
+
+
+@pytest.mark.parametrize("path", RECONCILES, ids=[p.stem for p in RECONCILES])
+async def test_a_loop_replays_on_a_planner_that_decides_otherwise(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan is made in the observe activity and recorded in its result: a release
+    whose planner decides otherwise (here: nothing at all) still replays every running
+    loop's history, with no patch. (0.1 planned inside the workflow: each planner change
+    needed a `workflow.patched` gate, or replays failed with a nondeterminism error.)"""
+    for name, value in RECORDED_WITH.get(path.stem, {}).items():
+        monkeypatch.setattr(deadlines, name, value)
+
+    def nothing(*args: object, **kwargs: object) -> Plan:
+        return Plan()
+
+    monkeypatch.setattr(decide, "plan", nothing)
+    monkeypatch.setattr(planner, "plan", nothing)
+    # where 0.1's workflow held the planner: patched too, so this test fails on it
+    monkeypatch.setattr(reconcile_workflow, "plan", nothing, raising=False)
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(
+        workflows=[PodResizeWorkflow, ReconcileWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=UnsandboxedWorkflowRunner(),  # so the patched modules are the ones run
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure

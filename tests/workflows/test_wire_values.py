@@ -14,7 +14,6 @@ import json
 import typing
 from collections.abc import Iterator
 
-import pytest
 from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
@@ -27,8 +26,6 @@ from raysize.workflows.contracts import ReconcileInput, Tick
 from raysize.workflows.discovery_workflow import DiscoveryWorkflow
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
-
-pytestmark = pytest.mark.unit
 
 WORKFLOWS = (ReconcileWorkflow, PodResizeWorkflow, DiscoveryWorkflow)
 ACTIVITY_CLASSES = (ClusterActivities, K8sActivities, DiscoveryActivities)
