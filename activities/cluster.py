@@ -65,6 +65,21 @@ def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
         ).add(n, {"cluster": cluster, "k8s_namespace": namespace})
 
 
+async def plan_tick(obs: Observation, inp: ObserveInput) -> Tick:
+    """The tick of what was read (`workflows/decide.py`), with the plan's wall time in
+    `raysize_plan_duration_seconds`. In an activity only (its metric meter)."""
+    start = time.perf_counter()
+    # the planner is pure Python: in a thread, so this worker's other activities (and
+    # their heartbeats) go on meanwhile
+    tick = await asyncio.to_thread(decide, obs, inp)
+    elapsed = time.perf_counter() - start
+    if tick.plan is not None:
+        activity.metric_meter().create_histogram_float(
+            PLAN_DURATION, "wall time of one tick's plan", "s"
+        ).record(elapsed, {"cluster": inp.cluster, "k8s_namespace": inp.namespace})
+    return tick.model_copy(update={"plan_s": round(elapsed, 6)})
+
+
 def _pod_gone(inp: RayletResizeInput, why: str) -> ApplicationError:
     return ApplicationError(
         f"{inp.namespace}/{inp.pod}: {why}", type=Err.POD_GONE, non_retryable=True
@@ -157,17 +172,7 @@ class ClusterActivities:
     async def observe_cluster(self, inp: ObserveInput) -> Tick:
         """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
         records the decision (`workflows/decide.py`), never the snapshot."""
-        obs = await self.observe(inp)
-        start = time.perf_counter()
-        # the planner is pure Python: in a thread, so this worker's other activities (and
-        # their heartbeats) go on meanwhile
-        tick = await asyncio.to_thread(decide, obs, inp)
-        elapsed = time.perf_counter() - start
-        if tick.plan is not None:
-            activity.metric_meter().create_histogram_float(
-                PLAN_DURATION, "wall time of one tick's plan", "s"
-            ).record(elapsed, {"cluster": inp.cluster, "k8s_namespace": inp.namespace})
-        return tick.model_copy(update={"plan_s": round(elapsed, 6)})
+        return await plan_tick(await self.observe(inp), inp)
 
     async def observe(self, inp: ObserveInput) -> Observation:
         """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`)."""

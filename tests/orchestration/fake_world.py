@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from raysize.activities.cluster import plan_tick
 from raysize.workflows.contracts import (
     Act,
     DrainInput,
@@ -21,7 +22,6 @@ from raysize.workflows.contracts import (
     Tick,
     WaitInput,
 )
-from raysize.workflows.decide import decide
 from raysize.workflows.model import ClusterSnapshot, Demand, PodPhase, PodView
 from raysize.workflows.pod_template import ConfigError
 from raysize.workflows.resources import Resources
@@ -85,9 +85,10 @@ class FakeWorld:
     def activities(self) -> list[object]:
         @activity.defn(name=Act.OBSERVE)
         async def observe(inp: ObserveInput) -> Tick:
-            # the product's own decision on the scripted read (`workflows/decide.py`)
+            # the product's own decision on the scripted read (`workflows/decide.py`), as
+            # the real observe makes it (its plan-duration metric included)
             self.memories.append(inp.memory)
-            return decide(await read(inp), inp)
+            return await plan_tick(await read(inp), inp)
 
         async def read(inp: ObserveInput) -> Observation:
             self.observed += 1
