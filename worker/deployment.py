@@ -201,14 +201,18 @@ def _say(level: int, line: str) -> str:
     return line
 
 
-def loops_elsewhere_query(settings: Settings, version: WorkerDeploymentVersion) -> str:
-    """The running reconcile and discovery loops of this task queue that are not on
-    `version` (the server writes a version as `<deployment>:<build>`)."""
-    here = f"{version.deployment_name}:{version.build_id}"
+def loops_elsewhere_query(
+    settings: Settings, version: WorkerDeploymentVersion, ramping: str = ""
+) -> str:
+    """The running reconcile and discovery loops of this task queue that are neither on
+    `version` nor on the ramping build (loops a ramp moved there stay), as the server
+    writes a version: `<deployment>:<build>`."""
+    builds = [version.build_id, *([ramping] if ramping else [])]
+    here = ", ".join(f"'{version.deployment_name}:{b}'" for b in builds)
     return (
         f"TaskQueue = '{settings.task_queue}' AND ExecutionStatus = 'Running' AND "
         f"WorkflowType IN ('{RECONCILE_WORKFLOW}', '{DISCOVERY_WORKFLOW}') AND "
-        f"(TemporalWorkerDeploymentVersion != '{here}' OR "
+        f"(TemporalWorkerDeploymentVersion NOT IN ({here}) OR "
         "TemporalWorkerDeploymentVersion IS NULL)"
     )
 
@@ -226,7 +230,8 @@ async def wake_moved_loops(client: Client, settings: Settings) -> int:
     if routing is None or routing.current != version.build_id:
         return 0
     woken = 0
-    async for wf in client.list_workflows(loops_elsewhere_query(settings, version)):
+    query = loops_elsewhere_query(settings, version, routing.ramping)
+    async for wf in client.list_workflows(query):
         try:
             await client.get_workflow_handle(wf.id, run_id=wf.run_id).signal("wake")
             woken += 1

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -193,7 +194,11 @@ class ReconcileWorkflow:
         ticks_this_run = 0
         while True:
             if self.paused:
-                await workflow.wait_condition(lambda: not self.paused)
+                # a paused loop moves to a new current version too (still paused): the
+                # workers of that version wake it until it does (worker/deployment.py)
+                await workflow.wait_condition(lambda: not self.paused or upgrade_due())
+                if self.paused:
+                    self._continue_as_new(inp)
             self.woken = False
             self.next_decision_in = None
             tick = await self._observe(inp)
@@ -210,14 +215,17 @@ class ReconcileWorkflow:
                 or ticks_this_run >= inp.max_ticks_per_run
                 or upgrade_due()  # to the new current version (workflows/versioning.py)
             ):
-                carry = self.carry.model_copy(
-                    update={"paused": self.paused, "decisions": tuple(self.decisions)}
-                )
-                workflow.continue_as_new(
-                    inp.model_copy(update={"carry": carry}),
-                    initial_versioning_behavior=ON_CONTINUE_AS_NEW,
-                )
+                self._continue_as_new(inp)
             await self._wait(inp, tick)
+
+    def _continue_as_new(self, inp: ReconcileInput) -> NoReturn:
+        carry = self.carry.model_copy(
+            update={"paused": self.paused, "decisions": tuple(self.decisions)}
+        )
+        workflow.continue_as_new(
+            inp.model_copy(update={"carry": carry}),
+            initial_versioning_behavior=ON_CONTINUE_AS_NEW,
+        )
 
     @property
     def memory(self) -> Memory:

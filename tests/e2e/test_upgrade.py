@@ -35,6 +35,7 @@ from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.workflows.naming import reconcile_workflow_id
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from tests.e2e.conftest import GIB, eventually, kill, start_worker
 from tests.orchestration.temporal_env import venv_binary
 
@@ -238,13 +239,19 @@ async def test_an_upgrade_and_a_rollback_lose_nothing(
             await asyncio.to_thread(stop, v1)
             clock.mark("v1 stopped")
 
-            # rollback: v1 again, made current; the same story backwards
+            # rollback: v1 again, made current; the same story backwards, with the
+            # reconcile paused by an operator meanwhile: it moves all the same, still paused
+            loop = temporal.get_workflow_handle(reconcile)
+            await loop.signal("pause")
             v1 = start(env, "v1", tmp_path / "v1-again.log")
             procs.append(v1)
             await asyncio.to_thread(set_current, dev_server, deployment, "v1")
-            clock.mark("v1 current again (rollback)")
+            clock.mark("v1 current again (rollback), the reconcile paused")
             await eventually_async(lambda: build_of(temporal, reconcile), "v1", 30)
-            clock.mark("reconcile back on v1")
+            status = await loop.query(ReconcileWorkflow.status)
+            assert status.paused, "the reconcile moved to v1 and forgot its pause"
+            clock.mark("paused reconcile back on v1, still paused")
+            await loop.signal("resume")
             assert await new_resize(temporal, queue, ray, placed=3) == {"v1"}
             clock.mark("rollback's resize finished on v1")
             await nothing_open_on(temporal, queue, "v2")
