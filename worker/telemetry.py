@@ -36,10 +36,13 @@ from temporalio import activity, client, worker, workflow
 from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflowInboundInterceptor
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
     OpenTelemetryConfig,
     PrometheusConfig,
     Runtime,
     TelemetryConfig,
+    TelemetryFilter,
 )
 
 from raysize.worker.settings import Settings
@@ -268,7 +271,12 @@ def setup_telemetry(
             histogram_bucket_overrides=buckets,
         )
         export = f"otlp {otlp_url}"
-    runtime = Runtime(telemetry=TelemetryConfig(metrics=metrics)) if metrics else None
+    core_logs = core_logging(settings.log_format)
+    runtime = (
+        Runtime(telemetry=TelemetryConfig(metrics=metrics, logging=core_logs))
+        if metrics or core_logs is not LoggingConfig.default
+        else None
+    )
 
     tracer = provider.get_tracer("raysize") if provider else None
     return Telemetry(
@@ -280,6 +288,27 @@ def setup_telemetry(
 
 
 # --- logs -------------------------------------------------------------------------------------
+# the Temporal core's own log lines (its gRPC retries, say) go through Python's logging under
+# this name, so the worker's handler formats them: with RAYSIZE_LOG_FORMAT=json, every line
+# of the worker is JSON (the core otherwise writes its own coloured text to stderr)
+CORE_LOGGER = "temporalio.core"
+
+
+def core_logging(fmt: str) -> LoggingConfig:
+    """The core's logging: forwarded to `CORE_LOGGER` for JSON, the SDK's default (the
+    core's compact lines on stderr) for text."""
+    if fmt != "json":
+        return LoggingConfig.default
+    return LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        # one logger name (the core's target, e.g. temporalio_client::retry, starts the
+        # message instead)
+        forwarding=LogForwardingConfig(
+            logger=logging.getLogger(CORE_LOGGER), append_target_to_name=False
+        ),
+    )
+
+
 _CONTEXT_KEYS = ("workflow_id", "run_id", "activity_type", "attempt")
 
 
