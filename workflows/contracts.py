@@ -238,6 +238,49 @@ class ResizeSagaState(Value):
 
 
 # --- reconcile ---------------------------------------------------------------------------
+class ClusterRead(Value):
+    """What one observe read that the reconcile acts on: in the activity's `Observation`
+    and, from there, in the `Tick` the workflow records."""
+
+    found: bool = True
+    config_errors: tuple[ConfigError, ...] = ()
+    in_tree_autoscaling: bool = Field(
+        default=False, description="spec.enableInTreeAutoscaling: Ray's autoscaler acts"
+    )
+    ray_autoscaler_pod: str = Field(
+        default="",
+        description="the head pod whose `autoscaler` container (Ray's autoscaler, KubeRay's "
+        "sidecar) is running; KubeRay does not restart the head when the flag changes",
+    )
+    replicas: dict[str, int] = Field(default_factory=dict)
+    generation: int = Field(
+        default=0, description="the RayCluster's metadata.generation: the spec decided from"
+    )
+    stale_to_delete: tuple[str, ...] = Field(
+        default=(), description="names in workersToDelete whose pod no longer exists"
+    )
+    gcs_address: str = ""
+    gcs_version: int = 0
+    # the cluster's pods' names and resourceVersions, hashed (`pod_watch.pods_mark`): only
+    # equality means anything
+    pods_version: str = ""
+    cluster_mark: str = Field(
+        default="", description="the RayCluster's spec generation and annotations, hashed"
+    )
+    resizing: tuple[str, ...] = Field(
+        default=(), description="pods with a resize in flight (conditions or resizing-at)"
+    )
+
+
+class Observation(ClusterRead):
+    """The whole read, snapshot included: it stays inside the observe activity."""
+
+    snapshot: ClusterSnapshot | None = None
+    ippr_enabled: bool = False
+    workers_to_delete: tuple[str, ...] = ()
+    resource_version: str = ""
+
+
 class DrainedPod(Value):
     """A pod whose drain Ray accepted: it must be removed, even after a worker crash."""
 
@@ -309,28 +352,16 @@ class GroupRef(Value):
 MAX_NAMED_PODS = 500
 
 
-class Tick(Value):
+class Tick(ClusterRead):
     """One observe and the plan made on it: what the reconcile workflow records and acts
     on. The snapshot the plan was made from stays in the activity (at 5,000 pods it
     would be megabytes of history per tick); only the pods the decision names are here."""
 
-    found: bool = True
-    config_errors: tuple[ConfigError, ...] = ()
-    in_tree_autoscaling: bool = False
-    ray_autoscaler_pod: str = ""
     read_ray: bool = Field(default=False, description="Ray was read: a plan could be made")
     pod_count: int = 0
     pods: tuple[str, ...] | None = Field(
         default=None, description=f"the pods' names (None: not read, or over {MAX_NAMED_PODS})"
     )
-    replicas: dict[str, int] = Field(default_factory=dict)
-    generation: int = 0
-    stale_to_delete: tuple[str, ...] = ()
-    gcs_address: str = ""
-    gcs_version: int = 0
-    pods_version: str = ""
-    cluster_mark: str = ""
-    resizing: tuple[str, ...] = ()
     plan: Plan | None = Field(default=None, description="None: no plan (standing by, errors)")
     stuck: tuple[ResizeAction, ...] = Field(
         default=(), description="resizes nobody works on any more: settle each to its pod"
@@ -345,42 +376,6 @@ class Tick(Value):
         default=0, description="resizes planned but left out: no room under max_resizes"
     )
     plan_s: float = Field(default=0.0, description="wall time of the plan, s")
-
-
-class Observation(Value):
-    found: bool = True
-    snapshot: ClusterSnapshot | None = None
-    config_errors: tuple[ConfigError, ...] = ()
-    ippr_enabled: bool = False
-    in_tree_autoscaling: bool = Field(
-        default=False, description="spec.enableInTreeAutoscaling: Ray's autoscaler acts"
-    )
-    ray_autoscaler_pod: str = Field(
-        default="",
-        description="the head pod whose `autoscaler` container (Ray's autoscaler, KubeRay's "
-        "sidecar) is running; KubeRay does not restart the head when the flag changes",
-    )
-    replicas: dict[str, int] = Field(default_factory=dict)
-    workers_to_delete: tuple[str, ...] = ()
-    resource_version: str = ""
-    generation: int = Field(
-        default=0, description="the RayCluster's metadata.generation: the spec decided from"
-    )
-    stale_to_delete: tuple[str, ...] = Field(
-        default=(), description="names in workersToDelete whose pod no longer exists"
-    )
-    gcs_address: str = ""
-    gcs_version: int = 0
-    # the cluster's pods' names and resourceVersions, hashed (`pod_watch.pods_mark`): only
-    # equality means anything (runs from before it carry a list's resourceVersion: the
-    # wait then lists once and wakes)
-    pods_version: str = ""
-    cluster_mark: str = Field(
-        default="", description="the RayCluster's spec generation and annotations, hashed"
-    )
-    resizing: tuple[str, ...] = Field(
-        default=(), description="pods with a resize in flight (conditions or resizing-at)"
-    )
 
 
 class WaitInput(Value):

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from raysize.workflows.model import ClusterSnapshot, PodPhase, PodView, ResizeAction
+from raysize.workflows.model import ClusterSnapshot, GroupSpec, PodPhase, PodView, ResizeAction
 from raysize.workflows.planner import JUST_GROWN_S, LANDING_S
 from raysize.workflows.summaries import size_text
 
@@ -37,10 +37,14 @@ def stuck_after_s(timeout_s: int) -> float:
     return 4 * timeout_s + 120.0
 
 
-def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
-    group = snapshot.groups.get(p.group)
+def resize_timeout_s(group: GroupSpec | None) -> int:
+    """The group's `resize-timeout` (`ray.io/ippr`), else the default."""
     ippr = group.ippr if group is not None else None
     return ippr.resize_timeout_s if ippr is not None else DEFAULT_RESIZE_TIMEOUT_S
+
+
+def _timeout(snapshot: ClusterSnapshot, p: PodView) -> int:
+    return resize_timeout_s(snapshot.groups.get(p.group))
 
 
 def resizable(snapshot: ClusterSnapshot, p: PodView) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from raysize.workflows.contracts import (
     MAX_NAMED_PODS,
+    ClusterRead,
     GroupRef,
     Memory,
     Observation,
@@ -23,10 +24,10 @@ from raysize.workflows.contracts import (
     Tick,
 )
 from raysize.workflows.deadlines import (
-    DEFAULT_RESIZE_TIMEOUT_S,
     GrowWatch,
     drifting,
     next_decision_in,
+    resize_timeout_s,
     stuck_resizes,
 )
 from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings
@@ -113,24 +114,19 @@ def within_budget(p: Plan, in_flight: Iterable[str], max_resizes: int | None) ->
 
 
 def _facts(obs: Observation, memory: Memory) -> Tick:
+    """What the read says, as the tick carries it (`ClusterRead`), and the pods' names."""
+    read = {name: getattr(obs, name) for name in ClusterRead.model_fields}
     snap = obs.snapshot
     pods = tuple(x.name for x in snap.pods) if snap is not None else None
     return Tick(
-        found=obs.found,
-        config_errors=obs.config_errors,
-        in_tree_autoscaling=obs.in_tree_autoscaling,
-        ray_autoscaler_pod="" if obs.in_tree_autoscaling else obs.ray_autoscaler_pod,
+        **{
+            **read,
+            # the flag already says Ray's autoscaler owns the cluster: no sidecar to name
+            "ray_autoscaler_pod": "" if obs.in_tree_autoscaling else obs.ray_autoscaler_pod,
+        },
         read_ray=snap is not None,
         pod_count=len(pods or ()),
         pods=pods if pods is not None and len(pods) <= MAX_NAMED_PODS else None,
-        replicas=obs.replicas,
-        generation=obs.generation,
-        stale_to_delete=obs.stale_to_delete,
-        gcs_address=obs.gcs_address,
-        gcs_version=obs.gcs_version,
-        pods_version=obs.pods_version,
-        cluster_mark=obs.cluster_mark,
-        resizing=obs.resizing,
         memory=memory,
     )
 
@@ -152,7 +148,7 @@ def _groups(snapshot: ClusterSnapshot) -> dict[str, GroupRef]:
         name: GroupRef(
             pods=count.get(name, 0),
             max_workers=g.max_workers,
-            resize_timeout_s=g.ippr.resize_timeout_s if g.ippr else DEFAULT_RESIZE_TIMEOUT_S,
+            resize_timeout_s=resize_timeout_s(g),
         )
         for name, g in snapshot.groups.items()
     }

@@ -303,14 +303,14 @@ class ReconcileWorkflow:
         self.carry = self.carry.model_copy(update={"memory": tick.memory})
         self.next_decision_in = tick.next_decision_in
         self.last_plan = p
-        if tick.stuck and not self._halted():
+        if tick.stuck and not self.paused:
             await self._settle(inp, tick)
         prune = bool(tick.stale_to_delete)
         if p.is_empty and not (self.memory.drained or prune):
             return
         if not p.is_empty:
             telemetry.decision_span(inp.namespace, inp.cluster, self.carry.ticks, p)
-        started = 0 if self._halted() else await self._start_resizes(inp, tick, p)
+        started = 0 if self.paused else await self._start_resizes(inp, tick, p)
         self.carry = self.carry.model_copy(
             update={"resizes_started": self.carry.resizes_started + started}
         )
@@ -318,7 +318,7 @@ class ReconcileWorkflow:
         kept: list[str] = []
         if self.memory.drained or p.terminate:
             acted, kept = await self._drain_first(inp, tick, p)
-        if self._halted():
+        if self.paused:
             # paused while this tick acted: nothing more of it, except the removal of pods
             # whose drain Ray accepted (a drained Raylet takes no work: its pod must go)
             acted = Plan(terminate=self._drained_removals())
@@ -372,10 +372,6 @@ class ReconcileWorkflow:
                 "carrying on from the pods' ray.io/ippr-status",
             )
 
-    def _halted(self) -> bool:
-        """A pause arrived while this tick was acting: its remaining actions are dropped."""
-        return self.paused
-
     def _drained_removals(self) -> tuple[TerminateAction, ...]:
         return tuple(
             TerminateAction(pod=d.pod, group=d.group, reason=f"{d.reason}; Ray drained it")
@@ -400,7 +396,7 @@ class ReconcileWorkflow:
                 stays[t.pod] = "a resize of it is in flight or just landed"
             elif ref is None or not ref.raylet_id:
                 now.append(t)  # no Raylet to drain: nothing can run there
-            elif not self._halted():
+            elif not self.paused:
                 targets[t.pod] = t
         if targets:
             result = await self._drain(inp, tick, targets)
@@ -456,23 +452,16 @@ class ReconcileWorkflow:
 
     async def _start_resizes(self, inp: ReconcileInput, tick: Tick, p: Plan) -> int:
         in_flight = set(tick.resizing)
-        budget = max(0, inp.max_concurrent_resizes - len(in_flight))
         # a grow in flight taken further goes to its saga: no new resize, outside the budget
         retargets = [r for r in p.resize if r.pod in in_flight and r.retarget]
-        todo: list[ResizeAction] = []
-        held = tick.held_resizes  # left out of the tick already (`decide.within_budget`)
-        for r in p.resize:
-            if r.pod in in_flight:
-                continue
-            if len(todo) >= budget:
-                held += 1
-                continue
-            todo.append(r)
-        if held:
+        # the tick holds no more new resizes than may start (`decide.within_budget`)
+        todo = [r for r in p.resize if r.pod not in in_flight]
+        if tick.held_resizes:
             self.decisions.append(
                 Decision(
                     tick=self.carry.ticks,
-                    summary=f"held {held} resize(s): {inp.max_concurrent_resizes} already running",
+                    summary=f"held {tick.held_resizes} resize(s): "
+                    f"{inp.max_concurrent_resizes} already running",
                 )
             )
         # a grow in flight taken further is for its saga alone: if that saga ended since the
