@@ -106,6 +106,14 @@ def test_bad_setting_names_the_variable() -> None:
             "RAYSIZE_BUILD_ID: '__unversioned__': the build ID may not start with '__'",
         ),
         (
+            {"RAYSIZE_UPGRADE_CHECK_S": "0"},
+            "RAYSIZE_UPGRADE_CHECK_S: Input should be greater than 0",
+        ),
+        (
+            {"RAYSIZE_UPGRADE_CHECK_S": "inf"},
+            "RAYSIZE_UPGRADE_CHECK_S: Input should be a finite number",
+        ),
+        (
             {"RAYSIZE_MAKE_CURRENT": "yes"},
             "RAYSIZE_MAKE_CURRENT: Input should be 'if-none', 'always' or 'never'",
         ),
