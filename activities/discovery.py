@@ -46,10 +46,10 @@ async def start_reconciler(
         RECONCILE_WORKFLOW,
         inp,
         result_type=str,
-        id=reconcile_workflow_id(inp.namespace, inp.cluster),
+        id=reconcile_workflow_id(inp.namespace, inp.cluster, inp.kube_cluster),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=reconcile_search_attributes(inp.namespace, inp.cluster),
+        search_attributes=reconcile_search_attributes(inp.namespace, inp.cluster, inp.kube_cluster),
         static_summary=reconcile_summary(inp.namespace, inp.cluster),
         static_details=reconcile_details(inp.namespace, inp.cluster),
     )
@@ -67,6 +67,7 @@ class DiscoveryActivities:
     task_queue: str
     start_input: Callable[[str, str], ReconcileInput]
     opt_in_annotation: str = "raysize.io/enabled"
+    kube_cluster: str = ""  # RAYSIZE_CLUSTER_NAME: part of the reconcile ids when set
     # reconcile ids seen running (or canceled), and when: a hundred clusters need not be
     # described every round; one that ended is restarted within RECHECK_AFTER_S
     _seen: dict[str, float] = field(default_factory=dict)
@@ -101,7 +102,7 @@ class DiscoveryActivities:
         undoes it."""
         started = 0
         for ns, name in clusters:
-            wf_id = reconcile_workflow_id(ns, name)
+            wf_id = reconcile_workflow_id(ns, name, self.kube_cluster)
             if time.monotonic() - self._seen.get(wf_id, -RECHECK_AFTER_S) < RECHECK_AFTER_S:
                 continue
             try:

@@ -139,7 +139,8 @@ def register(app: typer.Typer) -> None:
         ns, name = _split(cluster, "raycluster")
 
         async def go(client: Client) -> None:
-            await client.get_workflow_handle(reconcile_workflow_id(ns, name)).cancel()
+            kube = _settings().cluster_name
+            await client.get_workflow_handle(reconcile_workflow_id(ns, name, kube)).cancel()
 
         _run(go)
         typer.echo(f"stopped managing {cluster}")
@@ -161,11 +162,14 @@ def register(app: typer.Typer) -> None:
         ns, name = _split(cluster, "raycluster")
 
         async def go(client: Client) -> tuple[ReconcileStatus, list[ResizeRow], int]:
+            kube = _settings().cluster_name
             status = await client.get_workflow_handle_for(
-                ReconcileWorkflow.run, reconcile_workflow_id(ns, name)
+                ReconcileWorkflow.run, reconcile_workflow_id(ns, name, kube)
             ).query(ReconcileWorkflow.status, rpc_timeout=QUERY_TIMEOUT)
             live = None if show_all or status.pods is None else set(status.pods)
-            rows, hidden = await resize_rows(client, ns, name, datetime.now(UTC), live)
+            rows, hidden = await resize_rows(
+                client, ns, name, datetime.now(UTC), live, kube_cluster=kube
+            )
             return status, rows, hidden
 
         status, rows, hidden = _run(go)
@@ -211,7 +215,12 @@ def register(app: typer.Typer) -> None:
         ns, cluster_name = _split(ref, "raycluster")
 
         async def go(client: Client) -> str:
-            wf_id = resize_workflow_id(ns, pod) if pod else reconcile_workflow_id(ns, cluster_name)
+            kube = _settings().cluster_name
+            wf_id = (
+                resize_workflow_id(ns, pod, kube)
+                if pod
+                else reconcile_workflow_id(ns, cluster_name, kube)
+            )
             await client.get_workflow_handle(wf_id).signal(name)
             return wf_id
 
@@ -251,7 +260,7 @@ def register(app: typer.Typer) -> None:
         name = pod
 
         async def go(client: Client) -> str:
-            wf_id = resize_workflow_id(ns, name)
+            wf_id = resize_workflow_id(ns, name, _settings().cluster_name)
             # a cancel of a resize that has ended is accepted and does nothing: look first
             try:
                 desc = await client.get_workflow_handle(wf_id).describe()

@@ -47,6 +47,7 @@ def reconcile_input(settings: Settings) -> Callable[[str, str], ReconcileInput]:
         return ReconcileInput(
             namespace=namespace,
             cluster=cluster,
+            kube_cluster=settings.cluster_name,
             tick_s=settings.tick_s,
             max_concurrent_resizes=settings.max_concurrent_resizes,
             resize_poll_interval_s=settings.resize_poll_interval_s,
@@ -166,6 +167,7 @@ def build_worker(
         temporal=client,
         task_queue=settings.task_queue,
         start_input=reconcile_input(settings),
+        kube_cluster=settings.cluster_name,
     )
     activities: list[Any] = [
         *cluster.activities(),

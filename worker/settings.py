@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,6 +70,20 @@ def check_version_part(value: str, what: str, example: str) -> str:
     return value
 
 
+CLUSTER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def check_cluster_name(value: str) -> str:
+    """ "" or a DNS label (what a Kubernetes cluster is called in kubeconfigs and fleet
+    tools, and safe in a workflow ID and a visibility query), else ValueError saying how."""
+    if value and (len(value) > 63 or not CLUSTER_NAME.fullmatch(value)):
+        raise ValueError(
+            f"{value!r} is not a DNS label: lower-case letters, digits and '-', starting and "
+            "ending with a letter or digit, at most 63 characters (e.g. prod-eu1)"
+        )
+    return value
+
+
 class Settings(BaseSettings):
     """The worker's configuration. Each field is `RAYSIZE_<NAME>` in the environment."""
 
@@ -77,7 +92,19 @@ class Settings(BaseSettings):
     # --- Temporal ---
     temporal_address: str = Field("localhost:7233", description="Temporal frontend host:port")
     temporal_namespace: str = Field("default", description="Temporal namespace")
-    task_queue: str = Field("raysize", min_length=1, description="task queue the worker polls")
+    cluster_name: str = Field(
+        "",
+        description="this Kubernetes cluster's name, when several share one Temporal "
+        "namespace: it becomes part of the workflow IDs (reconcile/<name>/<ns>/<raycluster>), "
+        "the KubeCluster search attribute and the default task queue (raysize-<name>); "
+        "a DNS label, e.g. prod-eu1; default: none (one Kubernetes cluster per namespace)",
+    )
+    task_queue: str = Field(
+        "raysize",
+        min_length=1,
+        description="task queue the worker polls; default: raysize, or raysize-<cluster "
+        "name> when RAYSIZE_CLUSTER_NAME is set",
+    )
     temporal_tls_cert: Path | None = Field(None, description="client certificate (mTLS)")
     temporal_tls_key: Path | None = Field(None, description="client private key (mTLS)")
     temporal_tls_ca: Path | None = Field(None, description="CA bundle of the server")
@@ -251,6 +278,19 @@ class Settings(BaseSettings):
         return WorkerDeploymentVersion(
             deployment_name=self.deployment_name, build_id=self.build_id or package_build_id()
         )
+
+    @field_validator("cluster_name")
+    @classmethod
+    def _cluster_name(cls, value: str) -> str:
+        return check_cluster_name(value)
+
+    @model_validator(mode="after")
+    def _cluster_task_queue(self) -> Settings:
+        # the activities of a loop must run on a worker of its own Kubernetes cluster: two
+        # clusters' workers on one queue would take each other's pod reads and resizes
+        if self.cluster_name and "task_queue" not in self.model_fields_set:
+            self.task_queue = f"raysize-{self.cluster_name}"
+        return self
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Settings:

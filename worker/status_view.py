@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from raysize.workflows.contracts import ResizePhase, ResizeSagaState
-from raysize.workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE
+from raysize.workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE, kube_cluster_query
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 QUERY_TIMEOUT = timedelta(seconds=10)
@@ -73,13 +73,20 @@ async def _row(client: Client, wf: WorkflowExecution, now: datetime) -> ResizeRo
 
 
 async def resize_rows(
-    client: Client, namespace: str, cluster: str, now: datetime, live: set[str] | None
+    client: Client,
+    namespace: str,
+    cluster: str,
+    now: datetime,
+    live: set[str] | None,
+    *,
+    kube_cluster: str = "",
 ) -> tuple[list[ResizeRow], int]:
     """This cluster's resizes, newest first; with `live`, only those pods' (and how many
-    rows were left out)."""
+    rows were left out). Only those of `kube_cluster` (RAYSIZE_CLUSTER_NAME): another
+    Kubernetes cluster may have a RayCluster of the same name in the same namespace."""
     query = (
         f"RayCluster='{cluster}' AND RayNamespace='{namespace}' "
-        "AND WorkflowType='PodResizeWorkflow'"
+        f"AND WorkflowType='PodResizeWorkflow' AND {kube_cluster_query(kube_cluster)}"
     )
     found = [wf async for wf in client.list_workflows(query, limit=LIMIT)]
     rows = await asyncio.gather(*(_row(client, wf, now) for wf in found))

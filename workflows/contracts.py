@@ -147,6 +147,12 @@ class FinishResizeResult(RayletResizeResult):
     status_error: str = Field("", description="why the final status was not written, if not")
 
 
+KUBE_CLUSTER_DOC = (
+    "the worker's RAYSIZE_CLUSTER_NAME: which Kubernetes cluster the RayCluster is in, part "
+    "of the workflow IDs when set (several Kubernetes clusters in one Temporal namespace)"
+)
+
+
 class ResizeRequest(Value):
     """Start (or retarget) the resize of one pod."""
 
@@ -170,6 +176,7 @@ class ResizeRequest(Value):
         description="epoch seconds when raysize first saw the pending demand behind this "
         "resize (None: not demand-driven); feeds raysize_demand_to_resize_seconds",
     )
+    kube_cluster: str = Field(default="", description=KUBE_CLUSTER_DOC)
 
 
 class ResizePhase(StrEnum):
@@ -493,6 +500,7 @@ class ReconcileCarry(Value):
 class ReconcileInput(Value):
     namespace: str
     cluster: str
+    kube_cluster: str = Field(default="", description=KUBE_CLUSTER_DOC)
     gcs_address: str | None = None
     # the longest wait: a safety net; changes and the plan's own deadlines wake sooner
     tick_s: float = 300.0

@@ -26,6 +26,9 @@ POD_NAME = SearchAttributeKey.for_keyword("PodName")
 RESIZE_PHASE = SearchAttributeKey.for_keyword("ResizePhase")
 RESIZE_OUTCOME = SearchAttributeKey.for_keyword("ResizeOutcome")
 RESIZE_CHANGE = SearchAttributeKey.for_keyword("ResizeChange")
+# which Kubernetes cluster (RAYSIZE_CLUSTER_NAME), set only when the worker names one: two
+# Kubernetes clusters may share one Temporal namespace, and both may have `default/demo`
+KUBE_CLUSTER = SearchAttributeKey.for_keyword("KubeCluster")
 SEARCH_ATTRIBUTES = (
     RAY_CLUSTER,
     RAY_NAMESPACE,
@@ -33,15 +36,28 @@ SEARCH_ATTRIBUTES = (
     RESIZE_PHASE,
     RESIZE_OUTCOME,
     RESIZE_CHANGE,
+    KUBE_CLUSTER,
 )
 
 
-def reconcile_workflow_id(namespace: str, cluster: str) -> str:
-    return f"reconcile/{namespace}/{cluster}"
+def _scope(kube_cluster: str) -> str:
+    return f"{kube_cluster}/" if kube_cluster else ""
 
 
-def resize_workflow_id(namespace: str, pod: str) -> str:
-    return f"resize/{namespace}/{pod}"
+def reconcile_workflow_id(namespace: str, cluster: str, kube_cluster: str = "") -> str:
+    """`reconcile/<namespace>/<cluster>`, or `reconcile/<kube cluster>/<namespace>/<cluster>`
+    when the worker names its Kubernetes cluster (RAYSIZE_CLUSTER_NAME)."""
+    return f"reconcile/{_scope(kube_cluster)}{namespace}/{cluster}"
+
+
+def resize_workflow_id(namespace: str, pod: str, kube_cluster: str = "") -> str:
+    return f"resize/{_scope(kube_cluster)}{namespace}/{pod}"
+
+
+def kube_cluster_query(kube_cluster: str) -> str:
+    """The visibility filter for one Kubernetes cluster's workflows ("" : those of a
+    worker that names none)."""
+    return f"KubeCluster = '{kube_cluster}'" if kube_cluster else "KubeCluster IS NULL"
 
 
 def shrinks(req: ResizeRequest, cpu: int, memory: int) -> bool:
@@ -49,10 +65,20 @@ def shrinks(req: ResizeRequest, cpu: int, memory: int) -> bool:
     return cpu < req.from_cpu or memory < req.from_memory
 
 
-def reconcile_search_attributes(namespace: str, cluster: str) -> TypedSearchAttributes:
+def _kube_pair(kube_cluster: str) -> list[SearchAttributePair[str]]:
+    return [SearchAttributePair(KUBE_CLUSTER, kube_cluster)] if kube_cluster else []
+
+
+def reconcile_search_attributes(
+    namespace: str, cluster: str, kube_cluster: str = ""
+) -> TypedSearchAttributes:
     """What a reconcile workflow is about, set when it starts (`RayCluster='x'` finds it)."""
     return TypedSearchAttributes(
-        [SearchAttributePair(RAY_CLUSTER, cluster), SearchAttributePair(RAY_NAMESPACE, namespace)]
+        [
+            SearchAttributePair(RAY_CLUSTER, cluster),
+            SearchAttributePair(RAY_NAMESPACE, namespace),
+            *_kube_pair(kube_cluster),
+        ]
     )
 
 
@@ -70,5 +96,6 @@ def resize_search_attributes(req: ResizeRequest) -> TypedSearchAttributes:
             SearchAttributePair(RESIZE_PHASE, first.value),
             SearchAttributePair(RESIZE_OUTCOME, ResizeOutcome.PENDING.value),
             SearchAttributePair(RESIZE_CHANGE, resize_change(req)),
+            *_kube_pair(req.kube_cluster),
         ]
     )

@@ -526,8 +526,9 @@ class ReconcileWorkflow:
             demand_seen_at=self.memory.demand_seen_at
             if r.cpu > r.from_cpu or r.memory > r.from_memory
             else None,
+            kube_cluster=inp.kube_cluster,
         )
-        wf_id = resize_workflow_id(inp.namespace, r.pod)
+        wf_id = resize_workflow_id(inp.namespace, r.pod, inp.kube_cluster)
         if start:
             return await self._start_child(inp, r, req, wf_id, retarget=retarget)
         await self._send_retarget(inp, r, req, wf_id)
