@@ -133,6 +133,8 @@ _TRANSPORT_CLOSED = (
     "certificaterequired",
     "certificate required",
     "handshake",
+    "connection closed",
+    "operation was canceled",
 )
 
 
@@ -412,7 +414,12 @@ class TemporalWatch:
         self.applied, self.failed = now, None
 
     async def _connection(self) -> None:
-        trouble: Trouble | None = None
+        trouble = await self._probe()
+        if trouble is not None:  # once more, on a fresh connection: a server going away
+            trouble = await self._probe()  # can close a call in a way that looks like TLS
+        self.observe(trouble)
+
+    async def _probe(self) -> Trouble | None:
         try:
             await self.client.workflow_service.describe_namespace(
                 DescribeNamespaceRequest(namespace=self.settings.temporal_namespace),
@@ -425,11 +432,12 @@ class TemporalWatch:
                 RPCStatusCode.UNAVAILABLE,
                 RPCStatusCode.DEADLINE_EXCEEDED,
                 RPCStatusCode.UNKNOWN,
+                RPCStatusCode.CANCELLED,
                 RPCStatusCode.UNIMPLEMENTED,
             ):
-                trouble = diagnose(self.settings, exc.message, exc.status)
+                return diagnose(self.settings, exc.message, exc.status)
             # any other answer (a namespace deleted, say) is an answer: Temporal is there
-        self.observe(trouble)
+        return None
 
     def observe(self, trouble: Trouble | None) -> None:
         """Log and record a change of the connection's state; nothing when it stays."""
