@@ -396,10 +396,16 @@ class TemporalWatch:
                 if self.on_client is not None:
                     self.on_client(client)
                 self.client = client
-                log.info("%s changed: reconnected to Temporal at %s with it", changed, address)
+                log.info(
+                    "%s changed: reconnected to Temporal at %s with the new files", changed, address
+                )
             else:
                 self.client.api_key = api_key(self.settings)
-                log.info("%s changed: Temporal at %s is called with the new key", changed, address)
+                log.info(
+                    "%s changed: the connection to Temporal at %s uses the new key",
+                    changed,
+                    address,
+                )
         except SetupError as exc:
             if now != self.failed:
                 log.warning(
@@ -449,7 +455,7 @@ class TemporalWatch:
         if trouble is not None and state == STATE_UNREACHABLE:
             log.warning("Temporal at %s is unreachable: %s", address, trouble.why)
         elif trouble is not None:
-            log.warning("Temporal at %s refuses this worker: %s", address, trouble.reason)
+            log.warning("Temporal refuses this worker: %s", trouble.reason)
         elif self.state == STATE_UNREACHABLE:
             log.info("Temporal at %s is back after %.0fs", address, now - self.since)
         else:

@@ -18,12 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -34,16 +28,14 @@ import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
-from raysize.sandbox.kubeconfig import write_kubeconfig
 from raysize.worker.run import reconcile_input
 from raysize.worker.settings import Settings
 from raysize.worker.temporal import SetupError, connect
 from raysize.workflows.naming import RECONCILE_WORKFLOW
 from tests.orchestration.temporal_env import start_dev_server
 from tests.orchestration.temporal_proxy import ProxyTls, TemporalProxy, issue, make_ca
+from tests.orchestration.worker_process import Worker, probe, probe_until, worker_env
 
-ROOT = Path(__file__).resolve().parents[2]
-RAYSIZE = str(Path(sys.executable).with_name("raysize"))
 NAME = "temporal.internal"  # the only name on the proxy's server certificates
 
 
@@ -136,7 +128,9 @@ async def test_each_mismatch_is_named_with_the_variable_to_fix(proxies, certs, t
         "unreachable": (settings("127.0.0.1:9"), "cannot reach Temporal at 127.0.0.1:9"),
     }  # fmt: skip
     said = {name: await refused(s) for name, (s, _) in cases.items()}
-    wrong = {name: said[name] for name, (_, start) in cases.items() if not said[name].startswith(start)}
+    wrong = {
+        name: said[name] for name, (_, start) in cases.items() if not said[name].startswith(start)
+    }
     assert wrong == {}, json.dumps(said, indent=1)
     assert "not for 127.0.0.1" in said["server-name"] and NAME in said["server-name"]
     assert "UnknownIssuer" in said["wrong-ca"] and "stranger-ca.crt" in said["wrong-ca"]
@@ -155,94 +149,13 @@ async def test_each_mismatch_is_named_with_the_variable_to_fix(proxies, certs, t
 def test_one_api_key_at_a_time(tmp_path):
     key = tmp_path / "key"
     key.write_text("k")
-    with pytest.raises(ValueError, match="RAYSIZE_TEMPORAL_API_KEY and RAYSIZE_TEMPORAL_API_KEY_FILE are both set"):
+    with pytest.raises(
+        ValueError, match="RAYSIZE_TEMPORAL_API_KEY and RAYSIZE_TEMPORAL_API_KEY_FILE are both set"
+    ):
         Settings(temporal_api_key="k", temporal_api_key_file=key)  # fmt: skip
 
 
 # --- the running worker ------------------------------------------------------------------------
-class Worker:
-    """`raysize worker` in a process of its own, its log lines read as they come."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            [RAYSIZE, "worker"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            text=True, start_new_session=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self._queue.put(line.rstrip("\n"))
-        self._queue.put(None)
-
-    def wait_for(self, text: str, timeout_s: float = 60) -> str:
-        end = time.monotonic() + timeout_s
-        for line in self.lines:
-            if text in line:
-                return line
-        while time.monotonic() < end:
-            try:
-                line = self._queue.get(timeout=max(0.1, end - time.monotonic()))
-            except queue.Empty:
-                break
-            if line is None:
-                break
-            self.lines.append(line)
-            if text in line:
-                return line
-        raise AssertionError(f"the worker never said {text!r}:\n" + "\n".join(self.lines[-20:]))
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=60)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def worker_env(tmp_path: Path, address: str, queue_name: str, **settings: str) -> dict[str, str]:
-    kubeconfig = tmp_path / "kubeconfig"
-    write_kubeconfig(kubeconfig, "http://127.0.0.1:9")  # never called: discovery is off
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYSIZE_", "RAY_"))}
-    env.update(
-        {
-            "HOME": str(tmp_path),
-            "RAYSIZE_KUBECONFIG": str(kubeconfig),
-            "RAYSIZE_TEMPORAL_ADDRESS": address,
-            "RAYSIZE_TASK_QUEUE": queue_name,
-            "RAYSIZE_DISCOVER": "false",
-            "RAYSIZE_HEALTH_FILE": str(tmp_path / "health" / "heartbeat"),
-            "RAYSIZE_TEMPORAL_CHECK_S": "1",
-            **settings,
-        }
-    )
-    return env
-
-
-def probe(env: dict[str, str], check: str) -> subprocess.CompletedProcess[str]:
-    """The Deployment's exec probe, in a fresh interpreter with the pod's env."""
-    return subprocess.run(
-        [sys.executable, "-m", "raysize.worker.health", check, "--timeout", "2"],
-        env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
-
-
-def probe_until(env: dict[str, str], check: str, code: int, timeout_s: float = 30) -> str:
-    end = time.monotonic() + timeout_s
-    while True:
-        done = probe(env, check)
-        if done.returncode == code or time.monotonic() > end:
-            assert done.returncode == code, done.stderr
-            return done.stderr
-        time.sleep(0.5)
-
-
 def replace(path: Path, content: bytes) -> None:
     """As the kubelet updates a mounted Secret: the new file appears at once, whole."""
     tmp = path.with_name(path.name + ".new")
@@ -264,7 +177,9 @@ async def a_workflow_task_completes(env: WorkflowEnvironment, task_queue: str) -
     try:
         for _ in range(120):
             history = await handle.fetch_history()
-            if any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events):
+            if any(
+                e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events
+            ):
                 return
             await asyncio.sleep(0.5)
         raise AssertionError("no workflow task completed in 60 s")
@@ -272,7 +187,9 @@ async def a_workflow_task_completes(env: WorkflowEnvironment, task_queue: str) -
         await handle.terminate()
 
 
-async def test_a_rotated_api_key_file_is_used_and_a_refused_key_fails_readiness(dev, certs, tmp_path):
+async def test_a_rotated_api_key_file_is_used_and_a_refused_key_fails_readiness(
+    dev, certs, tmp_path
+):
     """The key was read once: after a rotation every call failed while both probes stayed
     green. Now the server refusing the key makes `ready` fail (not `live`: a restart does
     not fix a key), naming RAYSIZE_TEMPORAL_API_KEY_FILE; the new key in the file is used
@@ -299,7 +216,7 @@ async def test_a_rotated_api_key_file_is_used_and_a_refused_key_fails_readiness(
         assert "RAYSIZE_TEMPORAL_API_KEY_FILE: Temporal at" in reason, reason
         assert "refused the API key" in reason, reason
         assert probe(env, "live").returncode == 0
-        worker.wait_for("refuses this worker")
+        worker.wait_for("Temporal refuses this worker")
 
         replace(key, b"k2\n")  # the Secret is updated
         said = json.loads(worker.wait_for("RAYSIZE_TEMPORAL_API_KEY_FILE changed"))
@@ -312,7 +229,7 @@ async def test_a_rotated_api_key_file_is_used_and_a_refused_key_fails_readiness(
         proxy.close()
     assert code == 0, worker.lines[-10:]
     assert "Traceback" not in "\n".join(worker.lines)
-    assert len([ln for ln in worker.lines if "refuses this worker" in ln]) == 1
+    assert len([ln for ln in worker.lines if "Temporal refuses this worker" in ln]) == 1
 
 
 async def test_rotated_tls_files_reconnect_the_running_worker(dev, certs, tmp_path):
@@ -325,7 +242,11 @@ async def test_rotated_tls_files_reconnect_the_running_worker(dev, certs, tmp_pa
     )
     mounted = tmp_path / "tls"
     mounted.mkdir()
-    for name, source in (("ca.crt", "ca.crt"), ("tls.crt", "client.crt"), ("tls.key", "client.key")):
+    for name, source in (
+        ("ca.crt", "ca.crt"),
+        ("tls.crt", "client.crt"),
+        ("tls.key", "client.key"),
+    ):
         (mounted / name).write_bytes((certs / source).read_bytes())
     queue_name = f"creds-{uuid.uuid4().hex[:6]}"
     env = worker_env(
