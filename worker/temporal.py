@@ -421,9 +421,9 @@ class TemporalWatch:
 
     async def _connection(self) -> None:
         trouble = await self._probe()
-        if trouble is not None:  # once more, on a fresh connection: a server going away
-            trouble = await self._probe()  # can close a call in a way that looks like TLS
-        self.observe(trouble)
+        if trouble is not None and trouble.kind == REFUSED:  # once more, on a fresh
+            trouble = await self._probe()  # connection: a server going away can close a
+        self.observe(trouble)  # call in a way that looks like a TLS mismatch
 
     async def _probe(self) -> Trouble | None:
         try:
