@@ -95,8 +95,7 @@ def settings(address: str, **fields: object) -> Settings:
 
 async def refused(s: Settings) -> str:
     with pytest.raises(SetupError) as caught:
-        client = await connect(s)
-        del client
+        await connect(s)
     return str(caught.value)
 
 
