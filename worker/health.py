@@ -9,9 +9,13 @@ starts in a fraction of a second):
 
 `live` fails when the heartbeat file exists and is older than `--max-age` seconds (the
 worker's event loop has stopped turning). `ready` fails when the Temporal frontend
-($RAYSIZE_TEMPORAL_ADDRESS, default localhost:7233) refuses a TCP connection, or when the
-heartbeat is stale. A missing heartbeat file passes both checks: until the worker writes
-one, `live` only proves the container runs.
+($RAYSIZE_TEMPORAL_ADDRESS, default localhost:7233) refuses a TCP connection, when the
+heartbeat is stale, or when the worker's own view of its Temporal connection (the file
+`<heartbeat>.temporal`, written by worker/temporal.py `TemporalWatch` when the state
+changes) says Temporal refuses its credentials or TLS, or has been unreachable for more
+than `--max-unreachable` seconds. `live` ignores that file: a restart does not fix a bad
+key. A missing heartbeat file passes both checks: until the worker writes one, `live`
+only proves the container runs.
 
 How the worker must call it (worker/run.py, `run_worker`, first statement, before
 connecting to Temporal, so a restarted container overwrites a stale beat at once):
@@ -35,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import sys
@@ -47,6 +52,8 @@ TEMPORAL_ADDRESS_ENV = "RAYSIZE_TEMPORAL_ADDRESS"
 DEFAULT_TEMPORAL_ADDRESS = "localhost:7233"
 DEFAULT_INTERVAL_S = 10.0
 DEFAULT_MAX_AGE_S = 60.0
+DEFAULT_MAX_UNREACHABLE_S = 60.0
+STATE_OK, STATE_UNREACHABLE, STATE_REFUSED = "ok", "unreachable", "refused"
 
 
 def heartbeat_path(env: Mapping[str, str] | None = None) -> Path | None:
@@ -113,6 +120,39 @@ def temporal_reachable(address: str, timeout_s: float) -> str | None:
         return f"Temporal at {address} is not reachable: {exc}"
 
 
+def temporal_state_path(heartbeat: Path) -> Path:
+    """Where the worker records its Temporal connection: beside the heartbeat."""
+    return heartbeat.with_name(heartbeat.name + ".temporal")
+
+
+def write_temporal_state(path: Path, state: str, since: float, reason: str = "") -> None:
+    """Record the connection's state (atomically), since when, and why."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"state": state, "since": since, "reason": reason}) + "\n")
+    os.replace(tmp, path)
+
+
+def check_temporal_state(
+    path: Path | None, max_unreachable_s: float, now: float | None = None
+) -> str | None:
+    """None unless the worker recorded that Temporal refuses it, or has not answered for
+    more than `max_unreachable_s`; else the reason."""
+    if path is None:
+        return None
+    try:
+        state = json.loads(path.read_text())
+        kind, since, reason = str(state["state"]), float(state["since"]), str(state["reason"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record (yet): the other checks decide
+    if kind == STATE_REFUSED:
+        return reason
+    now = time.time() if now is None else now
+    if kind == STATE_UNREACHABLE and now - since > max_unreachable_s:
+        return f"{reason} (for {now - since:.0f}s, more than {max_unreachable_s:.0f}s)"
+    return None
+
+
 def check_live(path: Path | None, max_age_s: float) -> str | None:
     """None when live, else the reason."""
     if path is None:
@@ -123,9 +163,19 @@ def check_live(path: Path | None, max_age_s: float) -> str | None:
     return None
 
 
-def check_ready(path: Path | None, max_age_s: float, address: str, timeout_s: float) -> str | None:
+def check_ready(
+    path: Path | None,
+    max_age_s: float,
+    address: str,
+    timeout_s: float,
+    max_unreachable_s: float = DEFAULT_MAX_UNREACHABLE_S,
+) -> str | None:
     """None when ready, else the reason."""
-    return check_live(path, max_age_s) or temporal_reachable(address, timeout_s)
+    return (
+        check_live(path, max_age_s)
+        or check_temporal_state(temporal_state_path(path) if path else None, max_unreachable_s)
+        or temporal_reachable(address, timeout_s)
+    )
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -137,6 +187,12 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
     parser.add_argument(
         "--wait", type=float, default=0.0, help="retry for up to this many seconds (ready)"
     )
+    parser.add_argument(
+        "--max-unreachable",
+        type=float,
+        default=DEFAULT_MAX_UNREACHABLE_S,
+        help="seconds the worker may have found Temporal unreachable before `ready` fails",
+    )
     args = parser.parse_args(argv)
     path = heartbeat_path(env)
     address = env.get(TEMPORAL_ADDRESS_ENV, "") or DEFAULT_TEMPORAL_ADDRESS
@@ -145,7 +201,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         if args.check == "live":
             problem = check_live(path, args.max_age)
         else:
-            problem = check_ready(path, args.max_age, address, args.timeout)
+            problem = check_ready(path, args.max_age, address, args.timeout, args.max_unreachable)
         if problem is None:
             return 0
         if time.monotonic() >= deadline:

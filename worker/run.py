@@ -28,10 +28,15 @@ from raysize.worker.deployment import (
     keep_loops_on_current,
     settle_current_version,
 )
-from raysize.worker.health import heartbeat
+from raysize.worker.health import heartbeat, heartbeat_path, temporal_state_path
 from raysize.worker.settings import Settings
 from raysize.worker.telemetry import Telemetry, setup_telemetry
-from raysize.worker.temporal import SetupError, connect, ensure_search_attributes
+from raysize.worker.temporal import (
+    SetupError,
+    TemporalWatch,
+    connect,
+    ensure_search_attributes,
+)
 from raysize.workflows.contracts import ReconcileInput
 from raysize.workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
@@ -193,6 +198,17 @@ def build_worker(
     return worker, cluster
 
 
+def use_client(worker: Worker, client: Client) -> None:
+    """Hand a new client (new TLS files) to a running worker: its polls and completions
+    go through it from now on (calls in flight end on the old one), and so do the
+    discovery activities' workflow starts."""
+    worker.client = client
+    for fn in worker.config().get("activities") or ():
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, DiscoveryActivities):
+            owner.temporal = client
+
+
 async def run_worker(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     beat = asyncio.create_task(heartbeat())  # liveness: deploy/ probes read this file
     try:
@@ -275,16 +291,35 @@ async def _serve(
         settings.temporal_namespace,
     )
     log.info("%s", describe_versioning(settings))
+    moving: asyncio.Task[None] | None = None
+
+    def keep_moving(client: Client) -> None:
+        nonlocal moving
+        if moving is not None:
+            moving.cancel()
+        if settings.deployment_version() is not None:
+            moving = asyncio.create_task(keep_loops_on_current(client, settings))
+
+    def reconnected(new: Client) -> None:
+        use_client(worker, new)
+        keep_moving(new)
+
+    beat = heartbeat_path()
+    watch = TemporalWatch(
+        settings,
+        client,
+        telemetry=telemetry,
+        state_file=temporal_state_path(beat) if beat else None,
+        on_client=reconnected,
+    )
     try:
         async with worker:
             settle = asyncio.create_task(_settle(client, settings))
-            moving = (
-                asyncio.create_task(keep_loops_on_current(client, settings))
-                if settings.deployment_version() is not None
-                else None
-            )
+            keep_moving(client)
+            watching = asyncio.create_task(watch.run())
             await stop.wait()
             settle.cancel()
+            watching.cancel()
             if moving is not None:
                 moving.cancel()
             log.info("shutting down: finishing running activities (up to 10 s)")

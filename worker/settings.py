@@ -109,6 +109,28 @@ class Settings(BaseSettings):
     temporal_tls_key: Path | None = Field(None, description="client private key (mTLS)")
     temporal_tls_ca: Path | None = Field(None, description="CA bundle of the server")
     temporal_api_key: str | None = Field(None, description="API key (Temporal Cloud)")
+    temporal_api_key_file: Path | None = Field(
+        None,
+        description="file holding the API key (a mounted Secret): read again when it "
+        "changes, so a rotated key is used without a restart",
+    )
+    temporal_tls: bool = Field(
+        False,
+        description="TLS to Temporal with the system's CAs, no files needed (the TLS files, "
+        "an API key and a server name turn it on too)",
+    )
+    temporal_tls_server_name: str | None = Field(
+        None,
+        description="the name the Temporal server's certificate is checked against (and the "
+        "TLS SNI), when it is not the host of RAYSIZE_TEMPORAL_ADDRESS",
+    )
+    temporal_check_s: float = Field(
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds between the worker's looks at its Temporal connection and at "
+        "its credential files (RAYSIZE_TEMPORAL_TLS_*, RAYSIZE_TEMPORAL_API_KEY_FILE)",
+    )
     register_search_attributes: bool = Field(
         True, description="register raysize's search attributes at start when allowed"
     )
@@ -230,7 +252,13 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("temporal_tls_cert", "temporal_tls_key", "temporal_tls_ca", "kubeconfig")
+    @field_validator(
+        "temporal_tls_cert",
+        "temporal_tls_key",
+        "temporal_tls_ca",
+        "temporal_api_key_file",
+        "kubeconfig",
+    )
     @classmethod
     def _readable_file(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():
@@ -305,6 +333,11 @@ class Settings(BaseSettings):
                 f"RAYSIZE_{given} is set without RAYSIZE_{missing}: mTLS needs both "
                 "(set both, or neither; RAYSIZE_TEMPORAL_TLS_CA alone turns on TLS "
                 "without a client certificate)"
+            )
+        if self.temporal_api_key is not None and self.temporal_api_key_file is not None:
+            raise ValueError(
+                "RAYSIZE_TEMPORAL_API_KEY and RAYSIZE_TEMPORAL_API_KEY_FILE are both set: set "
+                "one (the file is read again when it changes; the variable cannot change)"
             )
         return self
 

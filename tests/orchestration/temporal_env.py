@@ -52,14 +52,19 @@ async def start_time_skipping() -> WorkflowEnvironment:
     return env
 
 
-async def start_dev_server(*extra_args: str, ui_port: int | None = None) -> WorkflowEnvironment:
+async def start_dev_server(
+    *extra_args: str, ui_port: int | None = None, port: int | None = None
+) -> WorkflowEnvironment:
     """The CLI dev server (in memory), with raysize's search attributes, and its web UI
-    when given a port; the caller shuts it down (`await env.shutdown()`)."""
+    when given a port; on `port` when given (a free one otherwise: a restarted server
+    can take the port of the one it replaces); the caller shuts it down
+    (`await env.shutdown()`)."""
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     return await WorkflowEnvironment.start_local(
         ui=ui_port is not None,
         ui_port=ui_port,
+        port=port,
         dev_server_existing_path=venv_binary("temporal"),
         dev_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,

@@ -5,9 +5,17 @@ a module it does not share is re-imported and warned about on the worker's log."
 from __future__ import annotations
 
 import pkgutil
+from types import SimpleNamespace
+from typing import Any, cast
+
+from temporalio.client import Client
+from temporalio.worker import Worker
 
 import raysize.workflows
-from raysize.worker.run import workflow_runner
+from raysize.activities.discovery import DiscoveryActivities
+from raysize.activities.k8s import Kube
+from raysize.worker.run import reconcile_input, use_client, workflow_runner
+from raysize.worker.settings import Settings
 
 
 def passed_through(name: str, passthrough: set[str]) -> bool:
@@ -25,3 +33,18 @@ def test_every_workflow_module_is_passed_through_by_its_installed_name() -> None
     # and nothing else of raysize: activities and the worker do I/O
     for other in ("raysize.activities.k8s", "raysize.worker.run", "raysize"):
         assert not passed_through(other, passthrough), other
+
+
+def test_a_new_client_reaches_the_discovery_activities() -> None:
+    """New TLS files make a new client (worker/temporal.py TemporalWatch): the worker takes
+    it (`Worker.client`), and so must discovery, which starts reconcile workflows with its
+    own reference."""
+    old, new = cast(Client, object()), cast(Client, object())
+    discovery = DiscoveryActivities(
+        kube=cast(Kube, None), temporal=old, task_queue="q", start_input=reconcile_input(Settings())
+    )
+    worker: Any = SimpleNamespace(
+        client=old, config=lambda: {"activities": [discovery.list_rayclusters, len]}
+    )
+    use_client(cast(Worker, worker), new)
+    assert worker.client is new and discovery.temporal is new
