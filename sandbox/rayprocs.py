@@ -339,4 +339,3 @@ def stop_process_groups(
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             log.error("process %d did not exit", proc.pid)
-

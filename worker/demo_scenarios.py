@@ -98,9 +98,9 @@ def _grow_twice_check(p: Progress) -> list[str]:
     comes before launching one), and no pod is launched."""
     out = []
     grown = [(r.pod, r.from_cpu, r.cpu) for r in sorted(_succeeded(p), key=lambda r: r.started)]
-    for step in ((TEMPLATE_CPU, 2000), (2000, 4000)):
-        if not any(pod in p.initial_workers and (a, b) == step for pod, a, b in grown):
-            out.append(f"the first worker has not grown {step[0] // 1000} → {step[1] // 1000} CPU yet")
+    for a, b in ((TEMPLATE_CPU, 2000), (2000, 4000)):
+        if not any(pod in p.initial_workers and step == (a, b) for pod, *step in grown):
+            out.append(f"the first worker has not grown {a // 1000} → {b // 1000} CPU yet")
     if launched := sorted(p.workers_seen - p.initial_workers):
         out.append(f"a pod was launched ({', '.join(launched)}): the story grows the first one")
     return out
