@@ -97,9 +97,9 @@ def _grow_twice_check(p: Progress) -> list[str]:
     has finished by then, so the pod's room and its growth hold the group: growing a pod
     comes before launching one), and no pod is launched."""
     out = []
-    grown = [(r.pod, r.from_cpu, r.cpu) for r in sorted(_succeeded(p), key=lambda r: r.started)]
+    grown = {(r.from_cpu, r.cpu) for r in _succeeded(p) if r.pod in p.initial_workers}
     for a, b in ((TEMPLATE_CPU, 2000), (2000, 4000)):
-        if not any(pod in p.initial_workers and step == (a, b) for pod, *step in grown):
+        if (a, b) not in grown:
             out.append(f"the first worker has not grown {a // 1000} → {b // 1000} CPU yet")
     if launched := sorted(p.workers_seen - p.initial_workers):
         out.append(f"a pod was launched ({', '.join(launched)}): the story grows the first one")
