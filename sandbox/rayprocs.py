@@ -328,7 +328,7 @@ def stop_process_groups(
             alive.append(proc)
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if p.poll() is None or _group_alive(p.pid)]
+        alive = [p for p in alive if p.poll() is None or reaper.group_alive(p.pid)]
         if alive:
             time.sleep(0.05)
     for proc in procs:
@@ -339,13 +339,3 @@ def stop_process_groups(
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             log.error("process %d did not exit", proc.pid)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover
-        return True
-    return True

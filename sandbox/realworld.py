@@ -17,11 +17,13 @@ starting fails halfway.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -88,13 +90,10 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
             )
         if not BUILD_SCRIPT.exists():
             raise ControlPlaneError(f"{BUILD_SCRIPT} is missing: the real world needs the repo")
-        done = subprocess.run(
-            ["bash", str(BUILD_SCRIPT), version], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
+        returncode, said = _run_build(version)
+        if returncode != 0:
             raise ControlPlaneError(
-                f"building the control plane failed (exit {done.returncode}): "
-                f"{done.stderr.strip()[-2000:]}"
+                f"building the control plane failed (exit {returncode}): {said.strip()[-2000:]}"
             )
         found = _read_env(env_file)
         if found is None:
@@ -110,6 +109,25 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
         prometheus_operator_version=found["prometheus_operator_version"],
         prometheus_operator_crds=Path(found["prometheus_operator_crds"]),
     )
+
+
+def _run_build(version: str) -> tuple[int, str]:
+    """Run the build script, passing on its progress lines (a line per part as it starts
+    and ends, with its time: a cold build takes minutes) to stderr as they come; its exit
+    code and the tail of what it said, for the error."""
+    proc = subprocess.Popen(
+        ["bash", str(BUILD_SCRIPT), version],
+        stdout=subprocess.DEVNULL,  # the `name=path` lines: read from the env file
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+    for line in proc.stderr:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        tail.append(line)
+    return proc.wait(), "".join(tail)
 
 
 def _read_env(path: Path) -> dict[str, str] | None:

@@ -164,6 +164,24 @@ def keep_removed(path: Path) -> None:
 # --- the reaper -----------------------------------------------------------------------------
 
 
+def group_alive(pgid: int) -> bool:
+    """Does a process of group pgid still run? Zombies do not count: a process that has
+    ended but that its parent has not yet waited for (PID 1 in a container may take a
+    second or two) has nothing left to stop, though `killpg(pgid, 0)` still finds it."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # state ppid pgrp …
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
 def _ours(pgid: int, started: str) -> bool:
     """Does group pgid still run, and is it the one we were told of?"""
     now = start_time(pgid)
@@ -173,7 +191,7 @@ def _ours(pgid: int, started: str) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):  # gone, or not ours to signal
         return False
-    return True
+    return group_alive(pgid)
 
 
 def reap(groups: dict[int, str], cleanups: dict[str, list[str]]) -> list[str]:

@@ -10,7 +10,12 @@
 #   scripts/build_control_plane.sh [KUBERNETES_VERSION]   (default: v1.36.3)
 #
 # Prints one line per part, `name=path`, and writes the same lines to
-# <cache>/control-plane/env-<KUBERNETES_VERSION> for sandbox.realworld to read.
+# <cache>/control-plane/env-<KUBERNETES_VERSION> for sandbox.realworld to read. On stderr,
+# one line per part as it starts and as it ends, with the time it took
+# (`building kube-apiserver v1.36.3 ...` then `building kube-apiserver v1.36.3 ... done in
+# 142 s`), or `kube-apiserver v1.36.3: cached` when it was built before.
+# RAYSIZE_CONTROL_PLANE_DRY_RUN=1: build and download nothing, write no env file; a part
+# not in the cache is `<part>: not built (dry run)`.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 kube=${1:-v1.36.3}
@@ -23,21 +28,45 @@ command -v go >/dev/null || { echo "error: go is not on PATH (Go 1.26+ builds th
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/raysize/control-plane"
 mkdir -p "$cache"
 gover=$(go env GOVERSION)
+dry_run=${RAYSIZE_CONTROL_PLANE_DRY_RUN:-}
 
-# build PART MODULE_DIR PACKAGE OUTPUT_NAME LDFLAGS [extra env...]: echoes the binary's path
+# part LABEL CACHED DIR: says whether LABEL (a part and its version) is cached; returns 0
+# when it must be made now, after saying `building LABEL ...` (part_done ends the line)
+part() {
+  local label=$1 cached=$2 dir=$3
+  if [ "$cached" = yes ]; then
+    echo "$label: cached" >&2
+    return 1
+  fi
+  if [ -n "$dry_run" ]; then
+    echo "$label: not built (dry run)" >&2
+    return 1
+  fi
+  echo "building $label ... (first run on this machine; cached in $dir)" >&2
+  part_t0=$SECONDS
+}
+part_done() {
+  echo "building $1 ... done in $((SECONDS - part_t0)) s" >&2
+}
+# the version a module requires of PATH, read from its go.mod (no network)
+required() {
+  sed -n "s|^[[:space:]]*\(require \)\{0,1\}$2 \(v[^ ]*\).*|\2|p" "$1/go.mod" | head -1
+}
+
+# build PART VERSION MODULE_DIR PACKAGE OUTPUT_NAME LDFLAGS [extra env...]: echoes the
+# binary's path
 build() {
-  local part=$1 dir=$2 pkg=$3 out=$4 ldflags=$5
-  shift 5
+  local part=$1 version=$2 dir=$3 pkg=$4 out=$5 ldflags=$6
+  shift 6
   local key
   key=$( (cd "$dir" && cat go.mod go.sum ./*.go; echo "$gover${ldflags:+ $ldflags} $*") | sha256sum | cut -c1-16)
-  local dest="$cache/$part-$key"
-  if [ ! -x "$dest/$out" ]; then
-    echo "building $part (first run on this machine; cached in $dest)" >&2
-    local t0=$SECONDS
+  local dest="$cache/$part-$key" label="${part%-"$version"} $version" cached=no
+  [ -x "$dest/$out" ] && cached=yes
+  if part "$label" $cached "$dest"; then
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
     (cd "$dir" && env "$@" CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $ldflags" -o "$dest.tmp/$out" "$pkg")
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
-    echo "built $part in $((SECONDS - t0)) s" >&2
+    part_done "$label"
   fi
   echo "$dest/$out"
 }
@@ -50,31 +79,37 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   vflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 # GOEXPERIMENT=nojsonv2: with Go >= 1.27's json v2, /openapi/v2 breaks (docs/kubernetes-resize.md §5b)
-apiserver=$(build "kube-apiserver-$kube" "$src/kube-apiserver-$kube" . kube-apiserver "$vflags" GOEXPERIMENT=nojsonv2)
-etcd=$(build etcd "$src/etcd" . etcd "")
-operator=$(build kuberay "$src/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator "")
+apiserver=$(build "kube-apiserver-$kube" "$kube" "$src/kube-apiserver-$kube" . kube-apiserver "$vflags" GOEXPERIMENT=nojsonv2)
+etcd=$(build etcd "$(required "$src/etcd" go.etcd.io/etcd/server/v3)" "$src/etcd" . etcd "")
+kuberay_required=$(required "$src/kuberay" github.com/ray-project/kuberay/ray-operator)
+operator=$(build kuberay "$kuberay_required" "$src/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator "")
 crd_dir="$(dirname "$operator")/crd"
-if [ ! -f "$crd_dir/ray.io_rayclusters.yaml" ]; then
+cached=no
+[ -f "$crd_dir/ray.io_rayclusters.yaml" ] && cached=yes
+if part "KubeRay CRDs $kuberay_required" $cached "$crd_dir"; then
   mod=$(cd "$src/kuberay" && go list -m -f '{{.Dir}}' github.com/ray-project/kuberay/ray-operator)
   mkdir -p "$crd_dir"
   cp "$mod"/config/crd/bases/ray.io_*.yaml "$crd_dir/"
   chmod u+w "$crd_dir"/*.yaml
+  part_done "KubeRay CRDs $kuberay_required"
 fi
-helm_version=$(cd "$src/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v3)
+helm_version=$(required "$src/helm" helm.sh/helm/v3)
 # the ldflags helm's own Makefile sets: its version, and the Kubernetes version `helm
 # template` and `helm lint` assume (client-go's minor, as 1.<minor>) instead of 1.20
-client_go=$(cd "$src/helm" && go list -m -f '{{.Version}}' k8s.io/client-go)
+client_go=$(required "$src/helm" k8s.io/client-go)
 k8s_minor=$(echo "$client_go" | cut -d. -f2)
 hflags="-X helm.sh/helm/v3/internal/version.version=$helm_version"
 for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
   hflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8s_minor"
 done
-helm=$(build helm "$src/helm" helm.sh/helm/v3/cmd/helm helm "$hflags")
+helm=$(build helm "$helm_version" "$src/helm" helm.sh/helm/v3/cmd/helm helm "$hflags")
 # the Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), from its Go
 # module's example/prometheus-operator-crd: nothing is built, the module is only downloaded
 prom_op_version=v0.85.0
 prom_crds="$cache/prometheus-operator-crds-$prom_op_version"
-if [ ! -f "$prom_crds/monitoring.coreos.com_prometheusrules.yaml" ]; then
+cached=no
+[ -f "$prom_crds/monitoring.coreos.com_prometheusrules.yaml" ] && cached=yes
+if part "Prometheus Operator CRDs $prom_op_version" $cached "$prom_crds"; then
   mod=$(cd "$src/helm" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$prom_op_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
   [ -d "$mod/example/prometheus-operator-crd" ] || { echo "error: no example/prometheus-operator-crd in $mod" >&2; exit 2; }
   rm -rf "$prom_crds.tmp" && mkdir -p "$prom_crds.tmp"
@@ -83,8 +118,11 @@ if [ ! -f "$prom_crds/monitoring.coreos.com_prometheusrules.yaml" ]; then
   done
   chmod u+w "$prom_crds.tmp"/*.yaml
   rm -rf "$prom_crds" && mv "$prom_crds.tmp" "$prom_crds"
+  part_done "Prometheus Operator CRDs $prom_op_version"
 fi
-kuberay_version=$(cd "$src/kuberay" && go list -m -f '{{.Version}}' github.com/ray-project/kuberay/ray-operator)
+kuberay_version=$kuberay_required
+out="$cache/env-$kube"
+[ -z "$dry_run" ] || out=/dev/null
 {
   echo "kube_apiserver=$apiserver"
   echo "kubernetes_version=$kube"
@@ -95,4 +133,4 @@ kuberay_version=$(cd "$src/kuberay" && go list -m -f '{{.Version}}' github.com/r
   echo "helm=$helm"
   echo "prometheus_operator_version=$prom_op_version"
   echo "prometheus_operator_crds=$prom_crds"
-} | tee "$cache/env-$kube"
+} | tee "$out"

@@ -48,6 +48,7 @@ BY_FILE = {
     "deploy/test_readme_deploy.py": "real",
     "sandbox/test_podnet.py": "real",
     "sandbox/test_pod_watch_real.py": "real",
+    "sandbox/test_control_plane_build.py": "real",  # reads the built control plane
     "ray/test_client_offline.py": "ray",  # offline, but it sits through a 20 s outage
     "ray/test_protos.py": "unit",
     "ray/test_rpc_errors.py": "unit",

@@ -11,8 +11,8 @@ from raysize.worker.cli_common import DEV_PANEL, before_exit, stand_ins, usage_e
 # the stories by name, for --help without loading the demo (and the sandbox it builds on):
 # tests/demo checks these against worker/demo_scenarios.py's SCENARIOS
 STORIES = {
-    "grow": "a 1-CPU worker grows in place for a 2-CPU task; a placement group gets a "
-    "second pod, grown in place",
+    "grow": "a 1-CPU worker grows in place to 2 CPU for a 2-CPU task, then to 4 CPU for a "
+    "placement group of two 2-CPU bundles: no pod is launched",
     "timeout": "the first worker's node never actuates a resize: timeout, rollback; a "
     "second pod grows instead",
     "deferred": "the node is too full for the right size: the kubelet defers, raysize asks "

@@ -107,16 +107,6 @@ def preflight(cfg: DemoConfig) -> tuple[str, str]:
 
 
 # --- processes -------------------------------------------------------------------------------
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover - not ours any more
-        return False
-    return True
-
-
 def stop_group(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the process group `proc` leads (start_new_session=True), wait up to
     grace_s for it to go, then SIGKILL whatever is left of it."""
@@ -125,7 +115,7 @@ def stop_group(proc: subprocess.Popen[Any], grace_s: float = STOP_GRACE_S) -> No
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
+        if proc.poll() is not None and not reaper.group_alive(pgid):
             break
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
@@ -146,7 +136,7 @@ def stop_ray_processes(sandbox: Sandbox, grace_s: float = STOP_GRACE_S) -> None:
             os.killpg(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and any(
-        p.poll() is None or _group_alive(p.pid) for p in procs
+        p.poll() is None or reaper.group_alive(p.pid) for p in procs
     ):
         time.sleep(0.05)
     for proc in procs:

@@ -91,6 +91,21 @@ def _grow_check(p: Progress) -> list[str]:
     return [] if _succeeded(p) else ["no resize has grown a pod yet"]
 
 
+def _grow_twice_check(p: Progress) -> list[str]:
+    """The `grow` story as its title tells it: the first worker grows 1 → 2 CPU for the
+    task, then the same pod 2 → 4 CPU for both bundles of the placement group (the task
+    has finished by then, so the pod's room and its growth hold the group: growing a pod
+    comes before launching one), and no pod is launched."""
+    out = []
+    grown = {(r.from_cpu, r.cpu) for r in _succeeded(p) if r.pod in p.initial_workers}
+    for a, b in ((TEMPLATE_CPU, 2000), (2000, 4000)):
+        if (a, b) not in grown:
+            out.append(f"the first worker has not grown {a // 1000} → {b // 1000} CPU yet")
+    if launched := sorted(p.workers_seen - p.initial_workers):
+        out.append(f"a pod was launched ({', '.join(launched)}): the story grows the first one")
+    return out
+
+
 def _timeout_check(p: Progress) -> list[str]:
     out = []
     if not any(r.outcome == ResizeOutcome.ROLLED_BACK.value for r in p.resizes):
@@ -122,9 +137,10 @@ SCENARIOS: dict[str, Scenario] = {
     for s in (
         Scenario(
             name="grow",
-            title="a 1-CPU worker grows in place for a 2-CPU task; a placement group gets a "
-            "second pod, grown in place",
-            expect="the workload finished and a resize grew a pod (Succeeded)",
+            title="a 1-CPU worker grows in place to 2 CPU for a 2-CPU task, then to 4 CPU for "
+            "a placement group of two 2-CPU bundles: no pod is launched",
+            expect="the workload finished; the first worker grew 1 → 2 CPU, then 2 → 4 CPU "
+            "(Succeeded), no pod launched",
             nodes=(NodeSpec("node-a", 8000, 32 * GIB),),
             workload=(
                 _tasks(2),
@@ -135,7 +151,7 @@ SCENARIOS: dict[str, Scenario] = {
                     "hold_s": 2.0,
                 },
             ),
-            check=_grow_check,
+            check=_grow_twice_check,
         ),
         Scenario(
             name="timeout",

@@ -225,6 +225,9 @@ def test_grow_reaches_its_end_and_leaves_nothing_behind(ports: tuple[int, int]) 
     assert any(e["event"] == "demands" and e["pending"] == ["1× {CPU: 2}"] for e in evs)
     (summary,) = [e for e in evs if e["event"] == "summary"]
     assert summary["ok"] is True and summary["missing"] == []
+    # the story's words (SCENARIOS["grow"].title): one pod, grown twice, none launched
+    (pod,) = summary["worker_pods"]
+    assert summary["grew"] == [f"{pod}: 1 → 2 CPU", f"{pod}: 2 → 4 CPU"]
     assert summary["ui_links"] and all(
         link.startswith(
             f"http://localhost:{ui_port}/namespaces/default/workflows/resize%2Fdefault%2Fdemo-"
@@ -232,6 +235,9 @@ def test_grow_reaches_its_end_and_leaves_nothing_behind(ports: tuple[int, int]) 
         for link in summary["ui_links"]
     )
     assert evs[-1]["event"] == "stopped" and evs[-1]["problems"] == []
+    # a clean stop left nothing for the reaper: it says nothing (it said "process … is
+    # gone; stopped process group(s) …" of the Ray pods' ended, not yet reaped, groups)
+    assert " is gone" not in err, err[-3000:]
     assert_all_stopped(proc.pid, evs)
     assert not port_in_use(temporal_port) and not port_in_use(ui_port)
 

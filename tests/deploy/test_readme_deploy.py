@@ -1,4 +1,4 @@
-"""README, "Deploying to a cluster": every command in its shell blocks is run here, as a
+"""README, "Deploy": every command in its shell blocks is run here, as a
 user would on a checkout next to their own overlay (the README's `my-raysize/`), against
 the real API server: `kubectl kustomize` renders, `kubectl apply` is a server-side dry
 run, `helm install` is `helm template | kubectl apply --dry-run=server -f -`. Only the
@@ -24,7 +24,7 @@ README = ROOT / "README.md"
 
 def deploy_section() -> str:
     text = README.read_text()
-    start = text.index("## Deploying to a cluster\n")
+    start = text.index("## Deploy\n")
     return text[start : text.index("\n## ", start + 1)]
 
 

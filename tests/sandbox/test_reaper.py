@@ -12,13 +12,17 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from raysize.sandbox import reaper
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # an owner: starts `sleep` in its own session and guards it, registers two clean-ups and
 # drops one of them, makes a temporary folder with a file in it, prints the sleep's PID,
-# then waits for stdin (or stops and removes both itself and exits when told "tidy")
+# then waits for stdin (or stops and removes both itself and exits when told "tidy"; told
+# "tidy-unwaited", it kills the sleep without waiting for it: a zombie until the owner
+# exits, as a group's stragglers are until PID 1 waits for them)
 OWNER = textwrap.dedent(
     """
     import subprocess, sys
@@ -32,9 +36,13 @@ OWNER = textwrap.dedent(
     scratch = reaper.temp_dir("scratch ", parent)
     (scratch / "data").write_text("x")
     print(sleeper.pid, flush=True)
-    if mode == "tidy":
+    if mode.startswith("tidy"):
         sleeper.kill()
-        sleeper.wait()
+        if mode == "tidy":
+            sleeper.wait()
+        else:
+            while open(f"/proc/{sleeper.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+                pass
         reaper.drop("marker")
         reaper.remove_dir(scratch)
         sys.exit(0)
@@ -114,8 +122,12 @@ def test_a_sigkilled_owners_process_groups_are_stopped_and_its_clean_ups_run(tmp
         bystander.wait()
 
 
-def test_an_owner_that_exits_normally_leaves_no_reaper_and_it_does_nothing(tmp_path):
-    proc = owner(tmp_path, "tidy")
+@pytest.mark.parametrize("mode", ["tidy", "tidy-unwaited"])
+def test_an_owner_that_exits_normally_leaves_no_reaper_and_it_does_nothing(tmp_path, mode):
+    """A clean stop says nothing: a group whose processes have ended but are not yet
+    waited for (zombies) is not something left running (the demo's clean stop said
+    `process … is gone; stopped process group(s) …` of its Ray pods' ended groups)."""
+    proc = owner(tmp_path, mode)
     out, err = proc.communicate(timeout=30)  # stderr closes once the reaper is gone too
     assert proc.returncode == 0, err
     assert err == ""  # nothing was left to stop or clean up
@@ -141,3 +153,19 @@ def test_a_group_whose_pid_went_to_another_process_is_not_touched():
         with contextlib.suppress(ProcessLookupError):
             other.kill()
         other.wait()
+
+
+def test_a_group_of_zombies_is_not_alive_and_not_reported():
+    ended = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    start = reaper.start_time(ended.pid)
+    try:
+        assert reaper.group_alive(ended.pid) and reaper._ours(ended.pid, start)
+        ended.kill()
+        while not gone(ended.pid, start):  # a zombie: not waited for yet
+            time.sleep(0.01)
+        os.killpg(ended.pid, 0)  # the kernel still finds the group …
+        assert not reaper.group_alive(ended.pid)  # … but nothing in it runs
+        assert reaper.reap({ended.pid: start}, {}) == []
+    finally:
+        ended.kill()
+        ended.wait()
