@@ -377,7 +377,8 @@ class Doctor:
     async def gcs(self, ref: str, rc: Obj, address: str, ray: RaySettings) -> Check:
         def read() -> int:
             with RayGcsClient(address, ray.token, ray.tls, timeout=self.timeout_s) as gcs:
-                return len(gcs.nodes(alive_only=True))
+                # the read every observe makes (Ray 2.60's autoscaler state)
+                return len(gcs.cluster_state().alive_nodes)
 
         try:
             alive = await self.blocking(read, f"Ray GCS {address}")

@@ -22,12 +22,14 @@ import pytest
 import yaml
 from kubernetes import client, config
 from temporalio.testing import WorkflowEnvironment
+from typer.testing import CliRunner
 
 from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.kubelet import KubeletTiming
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.sandbox.rbac import Authorizer, service_account_user
 from raysize.sandbox.realworld import RealControlPlane
+from raysize.worker.cli import app
 from raysize.worker.cli_doctor import WORKER_PERMISSIONS, Permission, resize_policy_check
 from tests.deploy.conftest import DEPLOY, EXAMPLE
 from tests.sandbox.conftest import wait_for
@@ -208,7 +210,16 @@ def world(
         cp.close()
 
 
-def doctor(w: World, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def doctor(w: World, *args: str, process: bool = False, **settings: str) -> Ran:
+    """`raysize doctor --timeout 1 …` with these settings: in a process of its own as an
+    operator runs it, or in this one (the same command, without the interpreter's start)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAYSIZE_", "RAY_"))}
     env.update(
         {
@@ -218,13 +229,17 @@ def doctor(w: World, *args: str, **settings: str) -> subprocess.CompletedProcess
             **settings,
         }
     )
-    return subprocess.run(
-        [*RAYSIZE, "doctor", "--timeout", "1", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    argv = ["doctor", "--timeout", "1", *args]
+    if process:
+        done = subprocess.run(
+            [*RAYSIZE, *argv], capture_output=True, text=True, timeout=60, env=env
+        )
+        return Ran(done.returncode, done.stdout, done.stderr)
+    unset = {k: None for k in os.environ if k.startswith(("RAYSIZE_", "RAY_")) and k not in env}
+    result = CliRunner().invoke(app, argv, env={**unset, **env})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Ran(result.exit_code, result.stdout, result.stderr)
 
 
 def lines(out: str) -> dict[str, tuple[str, str]]:
@@ -238,7 +253,7 @@ def lines(out: str) -> dict[str, tuple[str, str]]:
 
 
 def test_all_green_exits_0(world: World) -> None:
-    done = doctor(world)
+    done = doctor(world, process=True)
     assert done.returncode == 0, done.stdout + done.stderr
     got = lines(done.stdout)
     assert got["kubernetes"][0] == "ok" and "pods/resize served" in got["kubernetes"][1]
