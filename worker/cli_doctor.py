@@ -215,7 +215,7 @@ class Doctor:
                 "(helm install kuberay-operator kuberay/kuberay-operator)",
             )
             return
-        served = f"rayclusters.ray.io served ({', '.join(versions)})"
+        served = "rayclusters.ray.io/v1 served"
         operator = await self.operator_versions(kube, namespaces)
         if operator:
             self.add(Status.OK, "kuberay", f"{served}, operator {', '.join(operator)}")

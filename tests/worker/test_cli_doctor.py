@@ -259,7 +259,7 @@ def test_all_green_exits_0(world: World) -> None:
     assert got["kubernetes"][0] == "ok" and "pods/resize served" in got["kubernetes"][1]
     assert "v1.36" in got["kubernetes"][1]
     # no head pod carries KubeRay's version here (stand-in operator, or none): a warning
-    assert got["kuberay"][0] == "warn" and "rayclusters.ray.io served (v1)" in got["kuberay"][1]
+    assert got["kuberay"][0] == "warn" and "rayclusters.ray.io/v1 served;" in got["kuberay"][1]
     assert got["rbac"] == ("ok", f"namespace {FULL}: all 10 permissions the worker needs")
     assert got["temporal"][0] == "ok" and world.temporal in got["temporal"][1]
     assert got["search attributes"][0] == "ok"
