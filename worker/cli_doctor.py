@@ -10,6 +10,7 @@ review asks the API server, and is not stored)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -40,7 +41,10 @@ T = TypeVar("T")
 
 MIN_KUBERNETES = (1, 33)  # the pods/resize subresource (InPlacePodVerticalScaling beta)
 MIN_RAY = (2, 60)  # the GCS calls raysize makes (docs/ray-protocol.md)
-KUBERAY_VERSION_ANNOTATION = "ray.io/kuberay-version"  # KubeRay writes it on the head pod
+# KubeRay writes it on a head pod it made with an upgrade strategy, and on the RayClusters
+# of a RayService
+KUBERAY_VERSION_ANNOTATION = "ray.io/kuberay-version"
+KUBERAY_TESTED = "v1.6.1"
 DEFAULT_TIMEOUT_S = 5.0
 
 
@@ -106,6 +110,8 @@ class Doctor:
         self.settings = settings
         self.timeout_s = timeout_s
         self.checks: list[Check] = []
+        self.managed: list[Obj] = []  # the RayClusters raysize manages (discovery's rule)
+        self.listing: list[Check] = []  # why some could not be listed
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="raysize-doctor")
 
     def add(self, status: Status, check: str, detail: str) -> None:
@@ -125,12 +131,13 @@ class Doctor:
             kube = await self.kubernetes()
             namespaces = self.settings.namespace_list()
             if kube is not None:
+                await self.list_clusters(kube, namespaces)
                 await self.kuberay(kube, namespaces)
                 await self.rbac(kube, namespaces)
             await self.temporal()
             ray = self.ray()
             if kube is not None and ray is not None:
-                await self.clusters(kube, namespaces, ray)
+                await self.clusters(namespaces, ray)
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)
         return self.checks
@@ -195,7 +202,8 @@ class Doctor:
                 Status.FAIL,
                 "kuberay",
                 f"the RayCluster CRD rayclusters.ray.io/v1 is not installed{has}: install "
-                "KubeRay 1.3 or newer (helm install kuberay-operator kuberay/kuberay-operator)",
+                f"KubeRay (raysize is tested with {KUBERAY_TESTED}; helm install "
+                "kuberay-operator kuberay/kuberay-operator)",
             )
             return
         try:
@@ -223,14 +231,21 @@ class Doctor:
             self.add(
                 Status.WARN,
                 "kuberay",
-                f"{served}; the operator's version is unknown (no head pod in "
-                f"{_where(namespaces)} carries {KUBERAY_VERSION_ANNOTATION}): raysize needs "
-                "KubeRay 1.3 or newer",
+                f"{served}; the operator's version is unknown (no managed RayCluster or head "
+                f"pod in {_where(namespaces)} carries {KUBERAY_VERSION_ANNOTATION}): raysize "
+                f"is tested with KubeRay {KUBERAY_TESTED}",
             )
 
     async def operator_versions(self, kube: Kube, namespaces: list[str]) -> list[str]:
-        """The KubeRay versions the head pods of the watched namespaces were made by."""
+        """The KubeRay versions the managed RayClusters and the head pods of the watched
+        namespaces say they were made by."""
         found: set[str] = set()
+        for rc in self.managed:
+            version = ((rc.get("metadata") or {}).get("annotations") or {}).get(
+                KUBERAY_VERSION_ANNOTATION
+            )
+            if version:
+                found.add(str(version))
         for ns in namespaces or [""]:
 
             def heads(ns: str = ns) -> Any:
@@ -274,12 +289,14 @@ class Doctor:
                 reply = kube.call(
                     "SelfSubjectAccessReview", authz.create_self_subject_access_review, body
                 )
-                return bool(reply.status.allowed)
+                return reply.status is not None and bool(reply.status.allowed)
 
             try:
                 allowed = await asyncio.gather(
                     *(
-                        self.blocking(lambda p=p: review(p), f"the Kubernetes API at {kube.host}")
+                        self.blocking(
+                            functools.partial(review, p), f"the Kubernetes API at {kube.host}"
+                        )
                         for p in WORKER_PERMISSIONS
                     )
                 )
@@ -343,18 +360,24 @@ class Doctor:
         ray.timeout_s = self.timeout_s
         return ray
 
-    async def clusters(self, kube: Kube, namespaces: list[str], ray: RaySettings) -> None:
-        managed: list[Obj] = []
+    async def list_clusters(self, kube: Kube, namespaces: list[str]) -> None:
         for ns in namespaces or [""]:
             try:
                 items = await self.blocking(
-                    lambda ns=ns: kube.list_rayclusters(ns), f"the Kubernetes API at {kube.host}"
+                    functools.partial(kube.list_rayclusters, ns),
+                    f"the Kubernetes API at {kube.host}",
                 )
             except KubeError as exc:
-                self.add(Status.FAIL, "clusters", f"listing RayClusters in {ns or 'all'}: {exc}")
+                where = ns or "every namespace"
+                self.listing.append(
+                    Check(Status.FAIL, "clusters", f"listing RayClusters in {where}: {exc}")
+                )
                 continue
-            managed += [rc for rc in items if is_managed(rc)]
-        if not managed:
+            self.managed += [rc for rc in items if is_managed(rc)]
+
+    async def clusters(self, namespaces: list[str], ray: RaySettings) -> None:
+        self.checks += self.listing
+        if not self.managed and not self.listing:
             self.add(
                 Status.WARN,
                 "clusters",
@@ -362,7 +385,7 @@ class Doctor:
                 "raysize.io/enabled=true: raysize manages none yet",
             )
             return
-        results = await asyncio.gather(*(self.cluster(rc, ray) for rc in managed))
+        results = await asyncio.gather(*(self.cluster(rc, ray) for rc in self.managed))
         for checks in results:
             self.checks += checks
 

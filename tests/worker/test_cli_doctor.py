@@ -83,10 +83,8 @@ def test_help_explains_the_checks() -> None:
     ).stdout
     for words in ("pods/resize", "SelfSubjectAccessReview", "search attributes", "GCS", "FAIL"):
         assert words in " ".join(out.split()), words
-    listed = subprocess.run(
-        [*RAYSIZE, "--help"], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
-    assert "doctor" in listed
+    listed = CliRunner().invoke(app, ["--help"])
+    assert listed.exit_code == 0 and "doctor" in listed.stdout
 
 
 # --- the worlds ---------------------------------------------------------------------------
@@ -133,9 +131,10 @@ def populate(api: client.ApiClient, gcs_port: int, silent_port: int, *, status: 
     grant(api, SILENT, full)
     grant(api, NO_RESIZE, [r for r in full if r["resources"] != ["pods/resize"]])
     for ns, name, port in ((FULL, "answers", gcs_port), (SILENT, "silent", silent_port)):
-        custom.create_namespaced_custom_object(
-            "ray.io", "v1", ns, "rayclusters", raycluster(ns, name)
-        )
+        rc = raycluster(ns, name)
+        if ns == FULL:  # as KubeRay marks a RayService's clusters
+            rc["metadata"]["annotations"]["ray.io/kuberay-version"] = "v1.6.1"
+        custom.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", rc)
         if status:
             custom.patch_namespaced_custom_object_status(
                 "ray.io", "v1", ns, "rayclusters", name,
@@ -192,7 +191,8 @@ def world(
             populate(api, gcs.port, silent_port, status=False)
             # KubeRay's stand-in reports the head's address once the head pod runs
             for ns, name, port in ((FULL, "answers", gcs.port), (SILENT, "silent", silent_port)):
-                wait_for(lambda: gcs_of(api, ns, name) == f"127.0.0.1:{port}", timeout=30)
+                wanted = (ns, name, f"127.0.0.1:{port}")
+                wait_for(lambda w=wanted: gcs_of(api, w[0], w[1]) == w[2], timeout=30)
             # from here on every client is raysize's ServiceAccount, as RBAC sees it
             sb.api.authorizer = Authorizer(sb.store, service_account_user("raysize", "raysize"))
             yield World("sandbox", kubeconfig, gcs, temporal)
@@ -258,8 +258,7 @@ def test_all_green_exits_0(world: World) -> None:
     got = lines(done.stdout)
     assert got["kubernetes"][0] == "ok" and "pods/resize served" in got["kubernetes"][1]
     assert "v1.36" in got["kubernetes"][1]
-    # no head pod carries KubeRay's version here (stand-in operator, or none): a warning
-    assert got["kuberay"][0] == "warn" and "rayclusters.ray.io/v1 served;" in got["kuberay"][1]
+    assert got["kuberay"] == ("ok", "rayclusters.ray.io/v1 served, operator v1.6.1")
     assert got["rbac"] == ("ok", f"namespace {FULL}: all 10 permissions the worker needs")
     assert got["temporal"][0] == "ok" and world.temporal in got["temporal"][1]
     assert got["search attributes"][0] == "ok"
@@ -306,6 +305,11 @@ def test_a_gcs_that_does_not_answer_fails_that_cluster_only(world: World) -> Non
     assert got[f"cluster {FULL}/answers"][0] == "ok"
     status, detail = got[f"cluster {SILENT}/silent"]
     assert status == "FAIL"
-    assert detail.startswith(f"GCS 127.0.0.1:") and "did not answer within 1 s" in detail, detail
+    assert detail.startswith("GCS 127.0.0.1:") and "did not answer within 1 s" in detail, detail
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
     assert len(failed) == 1, done.stdout
+    # nothing in team-s says which KubeRay made it: the version is unknown, a warning
+    assert got["kuberay"][0] == "ok"  # team-a's cluster says it
+    done = doctor(world, RAYSIZE_NAMESPACES=SILENT)
+    status, detail = lines(done.stdout)["kuberay"]
+    assert status == "warn" and "the operator's version is unknown" in detail, detail
