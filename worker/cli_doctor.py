@@ -34,7 +34,8 @@ from raysize.worker.cli_ops import _settings
 from raysize.worker.run import ray_settings
 from raysize.worker.settings import Settings
 from raysize.worker.temporal import SetupError, connect, ensure_search_attributes
-from raysize.workflows.ippr import NOT_REQUIRED
+from raysize.workflows.ippr import IPPR_ANNOTATION, NOT_REQUIRED
+from raysize.workflows.model import HEAD_GROUP
 from raysize.workflows.pod_template import template_container
 
 T = TypeVar("T")
@@ -430,20 +431,34 @@ class Doctor:
 def _groups(rc: Obj) -> Iterable[tuple[str, Any]]:
     spec = rc.get("spec") or {}
     if isinstance(spec.get("headGroupSpec"), dict):
-        yield "head", spec["headGroupSpec"]
+        yield HEAD_GROUP, spec["headGroupSpec"]
     for g in spec.get("workerGroupSpecs") or []:
         if isinstance(g, dict):
             yield str(g.get("groupName", "?")), g
 
 
+def _resized_groups(rc: Obj) -> set[str] | None:
+    """The groups the cluster's ray.io/ippr annotation lets raysize resize in place (None:
+    the annotation does not parse, so every group is looked at)."""
+    raw = ((rc.get("metadata") or {}).get("annotations") or {}).get(IPPR_ANNOTATION)
+    if raw is None:
+        return set()
+    try:
+        groups = json.loads(raw)["groups"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return set(groups) if isinstance(groups, dict) else None
+
+
 def resize_policy_check(ref: str, rc: Obj) -> Check:
-    """warn when a group's Ray container restarts on a cpu or memory resize (its
-    resizePolicy says RestartContainer): raysize's resizes would restart Ray there. A
-    resource left out resizes in place (NotRequired is Kubernetes' default)."""
+    """warn when the Ray container of a group raysize resizes in place restarts on a cpu or
+    memory resize (its resizePolicy says RestartContainer). A resource left out resizes in
+    place (NotRequired is Kubernetes' default)."""
+    resized = _resized_groups(rc)
     restarts: list[str] = []
     for group, spec in _groups(rc):
         container = template_container(spec)
-        if container is None:
+        if container is None or (resized is not None and group not in resized):
             continue
         for policy in container.get("resizePolicy") or []:
             if not isinstance(policy, dict) or policy.get("resourceName") not in ("cpu", "memory"):
@@ -457,10 +472,13 @@ def resize_policy_check(ref: str, rc: Obj) -> Check:
         return Check(
             Status.WARN,
             f"resize policy {ref}",
-            f"a resize restarts the Ray container: {'; '.join(restarts)}: set its "
+            f"a resize would restart the Ray container: {'; '.join(restarts)}: set its "
             f"resizePolicy restartPolicy to {NOT_REQUIRED}",
         )
-    return Check(Status.OK, f"resize policy {ref}", "cpu and memory resize in place")
+    if resized == set():
+        return Check(Status.OK, f"resize policy {ref}", "no group is resized in place")
+    shown = ", ".join(sorted(resized)) if resized else "every group"
+    return Check(Status.OK, f"resize policy {ref}", f"cpu and memory resize in place ({shown})")
 
 
 def doctor(settings: Settings, timeout_s: float = DEFAULT_TIMEOUT_S) -> list[Check]:

@@ -66,7 +66,7 @@ def test_the_permissions_checked_are_what_deploy_grants() -> None:
 
 def test_a_container_that_restarts_on_resize_is_a_warning() -> None:
     rc = yaml.safe_load(EXAMPLE.read_text())
-    assert resize_policy_check("default/x", rc).status == "ok"
+    assert resize_policy_check("default/x", rc).detail == "cpu and memory resize in place (cpu)"
     worker = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     worker["resizePolicy"][1]["restartPolicy"] = "RestartContainer"
     check = resize_policy_check("default/x", rc)
@@ -75,6 +75,12 @@ def test_a_container_that_restarts_on_resize_is_a_warning() -> None:
     assert "NotRequired" in check.detail
     del worker["resizePolicy"]  # left out: Kubernetes' default, NotRequired
     assert resize_policy_check("default/x", rc).status == "ok"
+    # a group the annotation does not name is never resized: its policy does not matter
+    head = rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head["resizePolicy"] = [{"resourceName": "cpu", "restartPolicy": "RestartContainer"}]
+    assert resize_policy_check("default/x", rc).status == "ok"
+    rc["metadata"]["annotations"]["ray.io/ippr"] = "not json"  # then every group is looked at
+    assert "group headgroup container ray-head cpu" in resize_policy_check("default/x", rc).detail
 
 
 def test_help_explains_the_checks() -> None:
