@@ -399,33 +399,41 @@ class Doctor:
         return checks
 
     async def gcs(self, ref: str, rc: Obj, address: str, ray: RaySettings) -> Check:
-        def read() -> int:
+        def read() -> tuple[int, str]:
             with RayGcsClient(address, ray.token, ray.tls, timeout=self.timeout_s) as gcs:
-                # the read every observe makes (Ray 2.60's autoscaler state)
-                return len(gcs.cluster_state().alive_nodes)
+                # the read every observe makes (Ray 2.60's autoscaler state), then the
+                # version the head recorded
+                alive = len(gcs.cluster_state().alive_nodes)
+                try:
+                    return alive, gcs.ray_version()
+                except RayError:  # answered, but no version: spec.rayVersion then
+                    return alive, ""
 
         try:
-            alive = await self.blocking(read, f"Ray GCS {address}")
+            alive, version = await self.blocking(read, f"Ray GCS {address}")
         except (RayError, KubeError) as exc:
             return Check(Status.FAIL, f"cluster {ref}", f"GCS {address}: {exc}")
-        ray_version = str((rc.get("spec") or {}).get("rayVersion") or "")
         detail = f"GCS {address} answers, {alive} Raylet{'s' if alive != 1 else ''} alive"
-        if not ray_version:
+        shown = version
+        if not version:
+            version = str((rc.get("spec") or {}).get("rayVersion") or "")
+            shown = f"{version} (spec.rayVersion; the GCS did not say)"
+        if not version:
             return Check(
                 Status.WARN,
                 f"cluster {ref}",
-                f"{detail}; Ray version unknown "
-                f"(no spec.rayVersion): raysize needs Ray {MIN_RAY[0]}.{MIN_RAY[1]}+",
+                f"{detail}; Ray version unknown (the GCS did not say, and no "
+                f"spec.rayVersion): raysize needs Ray {MIN_RAY[0]}.{MIN_RAY[1]} or newer",
             )
-        parsed = _version(ray_version)
+        parsed = _version(version)
         if parsed is not None and parsed < MIN_RAY:
             return Check(
                 Status.FAIL,
                 f"cluster {ref}",
-                f"{detail}, but Ray {ray_version} (spec.rayVersion) is older than "
-                f"{MIN_RAY[0]}.{MIN_RAY[1]}, which raysize needs: upgrade the cluster's Ray",
+                f"{detail}, but Ray {shown} is older than {MIN_RAY[0]}.{MIN_RAY[1]}, which "
+                "raysize needs: upgrade the cluster's Ray",
             )
-        return Check(Status.OK, f"cluster {ref}", f"{detail}, Ray {ray_version}")
+        return Check(Status.OK, f"cluster {ref}", f"{detail}, Ray {shown}")
 
 
 def _groups(rc: Obj) -> Iterable[tuple[str, Any]]:

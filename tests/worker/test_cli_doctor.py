@@ -24,13 +24,21 @@ from kubernetes import client, config
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
+from raysize.activities.cluster import RaySettings
 from raysize.sandbox.cluster import Sandbox, SandboxConfig
+from raysize.sandbox.gcs_standin import GcsStandIn
 from raysize.sandbox.kubelet import KubeletTiming
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.sandbox.rbac import Authorizer, service_account_user
 from raysize.sandbox.realworld import RealControlPlane
 from raysize.worker.cli import app
-from raysize.worker.cli_doctor import WORKER_PERMISSIONS, Permission, resize_policy_check
+from raysize.worker.cli_doctor import (
+    WORKER_PERMISSIONS,
+    Doctor,
+    Permission,
+    resize_policy_check,
+)
+from raysize.worker.settings import Settings
 from tests.deploy.conftest import DEPLOY, EXAMPLE
 from tests.sandbox.conftest import wait_for
 
@@ -81,6 +89,26 @@ def test_a_container_that_restarts_on_resize_is_a_warning() -> None:
     assert resize_policy_check("default/x", rc).status == "ok"
     rc["metadata"]["annotations"]["ray.io/ippr"] = "not json"  # then every group is looked at
     assert "group headgroup container ray-head cpu" in resize_policy_check("default/x", rc).detail
+
+
+async def test_a_ray_older_than_2_60_fails_and_an_unknown_one_warns() -> None:
+    """The version is the one the head recorded in the GCS; a GCS that does not say falls
+    back on spec.rayVersion, and with neither, doctor cannot tell (a warning)."""
+    rc = yaml.safe_load(EXAMPLE.read_text())
+    doctor = Doctor(Settings(), timeout_s=5.0)
+    with RayStandIn(ray_version="2.59.0") as old:
+        check = await doctor.gcs("default/x", rc, old.address, RaySettings())
+    assert check.status == "FAIL", check
+    assert check.detail.endswith(
+        "but Ray 2.59.0 is older than 2.60, which raysize needs: upgrade the cluster's Ray"
+    )
+    with GcsStandIn() as silent_on_version:  # answers the state, not the version
+        check = await doctor.gcs("default/x", rc, silent_on_version.address, RaySettings())
+        assert check.status == "ok"
+        assert check.detail.endswith("Ray 2.60.0 (spec.rayVersion; the GCS did not say)")
+        del rc["spec"]["rayVersion"]
+        check = await doctor.gcs("default/x", rc, silent_on_version.address, RaySettings())
+    assert check.status == "warn" and "Ray version unknown" in check.detail
 
 
 def test_help_explains_the_checks() -> None:
@@ -170,7 +198,8 @@ def silent_port() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def gcs() -> Iterator[RayStandIn]:
-    with RayStandIn() as ray:
+    # the head says 2.60.1, the RayCluster 2.60.0: doctor reports what the GCS says
+    with RayStandIn(ray_version="2.60.1") as ray:
         ray.add_node("answers-head", "headgroup", 1.0, 2 * 1024**3)
         yield ray
 
@@ -270,7 +299,7 @@ def test_all_green_exits_0(world: World) -> None:
     assert got["search attributes"][0] == "ok"
     status, detail = got[f"cluster {FULL}/answers"]
     assert status == "ok", detail
-    assert f"GCS 127.0.0.1:{world.gcs.port} answers, 1 Raylet alive, Ray 2.60.0" == detail
+    assert f"GCS 127.0.0.1:{world.gcs.port} answers, 1 Raylet alive, Ray 2.60.1" == detail
     assert got[f"resize policy {FULL}/answers"][0] == "ok"
     assert not [c for c in got if c.startswith(("cluster ", "resize policy ")) and "silent" in c]
     # and for machines
