@@ -38,11 +38,15 @@ from raysize.worker.cli_doctor import (
     Permission,
     resize_policy_check,
 )
+from raysize.worker.cli_doctor import (
+    doctor as run_doctor,
+)
 from raysize.worker.settings import Settings
 from tests.deploy.conftest import DEPLOY, EXAMPLE
 from tests.sandbox.conftest import wait_for
 
 RAYSIZE = [sys.executable, "-m", "raysize.worker.cli"]
+NOWHERE = "127.0.0.1:9"  # nothing listens
 WORLDS = tuple(os.environ.get("RAYSIZE_TEST_WORLDS", "sandbox,real").split(","))
 FULL, NO_RESIZE, SILENT = "team-a", "team-b", "team-s"  # namespaces, with their Role
 ROLE = DEPLOY / "watched-namespace" / "role.yaml"
@@ -333,6 +337,15 @@ def test_temporal_down_fails_naming_the_address(world: World) -> None:
     assert lines(done.stdout)["kubernetes"][0] == "ok"  # the other checks still ran
 
 
+def test_a_temporal_namespace_that_does_not_exist_fails_naming_the_fix(world: World) -> None:
+    done = doctor(world, RAYSIZE_TEMPORAL_NAMESPACE="nope")
+    assert done.returncode == 1, done.stdout + done.stderr
+    status, detail = lines(done.stdout)["temporal"]
+    assert status == "FAIL", detail
+    assert "namespace 'nope' does not exist" in detail
+    assert "temporal operator namespace create --namespace nope" in detail
+
+
 def test_a_gcs_that_does_not_answer_fails_that_cluster_only(world: World) -> None:
     done = doctor(world, RAYSIZE_NAMESPACES=f"{FULL},{SILENT}")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -348,3 +361,23 @@ def test_a_gcs_that_does_not_answer_fails_that_cluster_only(world: World) -> Non
     done = doctor(world, RAYSIZE_NAMESPACES=SILENT)
     status, detail = lines(done.stdout)["kuberay"]
     assert status == "warn" and "the operator's version is unknown" in detail, detail
+
+
+def test_an_api_server_older_than_1_33_fails_naming_the_upgrade(tmp_path: Path) -> None:
+    """The sandbox told to answer /version as 1.32 (the last without pods/resize)."""
+    sb = Sandbox(SandboxConfig(nodes=1)).start()
+    try:
+        sb.api.version = {**sb.api.version, "minor": "32", "gitVersion": "v1.32.9"}
+        kubeconfig = sb.write_kubeconfig(tmp_path / "kubeconfig")
+        checks = run_doctor(
+            Settings(kubeconfig=kubeconfig, temporal_address=NOWHERE, namespaces="default"),
+            timeout_s=1.0,
+        )
+    finally:
+        sb.close()
+    (kubernetes,) = [c for c in checks if c.check == "kubernetes"]
+    assert kubernetes.status == "FAIL"
+    assert kubernetes.detail == (
+        f"v1.32.9 at {sb.url} is older than 1.33: raysize resizes pods in place through "
+        "pods/resize, which needs Kubernetes 1.33 or newer (upgrade the cluster)"
+    )
