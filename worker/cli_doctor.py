@@ -359,6 +359,9 @@ class Doctor:
             self.add(Status.FAIL, "ray client", str(exc))
             return None
         ray.timeout_s = self.timeout_s
+        where = f"every cluster's GCS at {ray.gcs_override}" if ray.gcs_override else "each GCS"
+        token = "a token" if ray.token else "no token"
+        self.add(Status.OK, "ray client", f"{where}: {token}, TLS {'on' if ray.tls else 'off'}")
         return ray
 
     async def list_clusters(self, kube: Kube, namespaces: list[str]) -> None:

@@ -301,6 +301,7 @@ def test_all_green_exits_0(world: World) -> None:
     assert got["rbac"] == ("ok", f"namespace {FULL}: all 10 permissions the worker needs")
     assert got["temporal"][0] == "ok" and world.temporal in got["temporal"][1]
     assert got["search attributes"][0] == "ok"
+    assert got["ray client"] == ("ok", "each GCS: no token, TLS off")
     status, detail = got[f"cluster {FULL}/answers"]
     assert status == "ok", detail
     assert f"GCS 127.0.0.1:{world.gcs.port} answers, 1 Raylet alive, Ray 2.60.1" == detail
