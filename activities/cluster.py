@@ -25,7 +25,7 @@ from raysize.activities.gcs_cadence import (
 from raysize.activities.k8s import Kube
 from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
-from raysize.activities.k8s_objects import KubeCluster
+from raysize.activities.k8s_objects import KubeCluster, default_gcs_address
 from raysize.activities.pod_watch import PodWatch
 from raysize.activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
 from raysize.activities.ray_gcs import RayGcsClient, TlsConfig
@@ -154,7 +154,7 @@ class ClusterActivities:
     def _address(self, kube: KubeCluster, override: str | None) -> str:
         address = override or self.ray.gcs_override or kube.gcs_address
         if not address:
-            address = f"{kube.name}-head-svc.{kube.namespace}.svc:6379"
+            address = default_gcs_address(kube.namespace, kube.name)
         self._addresses[(kube.namespace, kube.name)] = address
         return address
 

@@ -31,6 +31,17 @@ from raysize.workflows.summaries import reconcile_details, reconcile_summary
 log = logging.getLogger("raysize.activities")
 
 
+OPT_IN_ANNOTATION = "raysize.io/enabled"
+IPPR_ANNOTATION = "ray.io/ippr"
+
+
+def is_managed(rc: dict[str, Any], opt_in_annotation: str = OPT_IN_ANNOTATION) -> bool:
+    """The RayCluster asks to be managed: it has ray.io/ippr, or the opt-in annotation
+    set to "true" (what discovery manages, and what `raysize doctor` checks)."""
+    ann = (rc.get("metadata") or {}).get("annotations") or {}
+    return IPPR_ANNOTATION in ann or ann.get(opt_in_annotation) == "true"
+
+
 def list_rayclusters(kube: Kube, namespace: str) -> list[dict[str, Any]]:
     """Every RayCluster in a namespace ("" for all namespaces)."""
     return kube.list_rayclusters(namespace)
@@ -66,7 +77,7 @@ class DiscoveryActivities:
     temporal: Client
     task_queue: str
     start_input: Callable[[str, str], ReconcileInput]
-    opt_in_annotation: str = "raysize.io/enabled"
+    opt_in_annotation: str = OPT_IN_ANNOTATION
     kube_cluster: str = ""  # RAYSIZE_CLUSTER_NAME: part of the reconcile ids when set
     # reconcile ids seen running (or canceled), and when: a hundred clusters need not be
     # described every round; one that ended is restarted within RECHECK_AFTER_S
@@ -87,9 +98,8 @@ class DiscoveryActivities:
             except KubeError as exc:  # one line, typed: "cannot reach … at …: refused"
                 raise exc.to_application_error() from None
             for rc in items:
-                meta = rc.get("metadata") or {}
-                ann = meta.get("annotations") or {}
-                if "ray.io/ippr" in ann or ann.get(self.opt_in_annotation) == "true":
+                if is_managed(rc, self.opt_in_annotation):
+                    meta = rc["metadata"]
                     out.append((meta.get("namespace", ns), meta["name"]))
         return sorted(out)
 

@@ -118,6 +118,11 @@ class Kube:
                 f"cannot reach the Kubernetes API at {self.host}: {short_cause(exc)}"
             ) from exc
 
+    def call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Any call of the `kubernetes` client beyond the methods here (`raysize doctor`'s
+        checks), with the same timeout and typed errors."""
+        return self._call(kind, fn, *args, **kwargs)
+
     @property
     def host(self) -> str:
         return str(getattr(self.api.configuration, "host", "") or "?")

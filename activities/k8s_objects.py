@@ -261,6 +261,11 @@ def gcs_address(rc: Obj) -> str:
     return f"{host}:{port}" if host and port else ""
 
 
+def default_gcs_address(namespace: str, name: str) -> str:
+    """Where a RayCluster's GCS is when its status does not say: KubeRay's head Service."""
+    return f"{name}-head-svc.{namespace}.svc:6379"
+
+
 def is_same_pod(pod: Obj, uid: str) -> bool:
     """The pod is the one with `uid` ("" : any pod of its name)."""
     return not uid or (pod.get("metadata") or {}).get("uid") == uid

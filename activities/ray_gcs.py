@@ -46,6 +46,7 @@ from raysize.activities.ray_state import (
     parse_cluster_state,
     parse_node_infos,
     ray_amounts,
+    ray_version_of,
     state_fingerprint,
 )
 from raysize.workflows.resources import CPU, MEMORY, Resources
@@ -66,6 +67,9 @@ __all__ = [
 ]
 
 DEFAULT_TIMEOUT_S: Final = 10.0
+# where Ray keeps the cluster's metadata (ray._common.usage.usage_lib.put_cluster_metadata)
+CLUSTER_METADATA_KEY: Final = b"CLUSTER_METADATA"
+CLUSTER_METADATA_NAMESPACE: Final = b"cluster"
 NODE_ID_BYTES: Final = 28
 TOKEN_ENV: Final = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV: Final = "RAY_AUTH_TOKEN_PATH"
@@ -435,6 +439,11 @@ class RayGcsClient:
             rpc_pb2.GetAllNodeInfoRequest,
             rpc_pb2.GetAllNodeInfoReply,
         )
+        self._internal_kv_get = self._method(
+            "/ray.rpc.InternalKVGcsService/InternalKVGet",
+            rpc_pb2.InternalKVGetRequest,
+            rpc_pb2.InternalKVGetReply,
+        )
 
     def _method(
         self, path: str, request_type: type[Message], reply_type: type[Message]
@@ -576,6 +585,15 @@ class RayGcsClient:
             request.state_filter = rpc_pb2.GcsNodeInfo.ALIVE
         reply = self._call(self._get_all_node_info, request, "list nodes", timeout)
         return parse_node_infos(reply)
+
+    def ray_version(self, *, timeout: float | None = None) -> str:
+        """The Ray version the cluster's head started with, as Ray records it in the GCS
+        (the cluster metadata `ray` itself checks a joining node against)."""
+        request = rpc_pb2.InternalKVGetRequest(
+            key=CLUSTER_METADATA_KEY, namespace=CLUSTER_METADATA_NAMESPACE
+        )
+        reply = self._call(self._internal_kv_get, request, "read the cluster metadata", timeout)
+        return ray_version_of(reply.value, what=f"Ray GCS {self.address}: cluster metadata")
 
     def resize_raylet(
         self,

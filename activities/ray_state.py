@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 
@@ -388,3 +389,15 @@ def parse_node_infos(reply: rpc_pb2.GetAllNodeInfoReply) -> tuple[NodeInfo, ...]
             )
         )
     return tuple(out)
+
+
+def ray_version_of(metadata: bytes, *, what: str) -> str:
+    """`ray_version` of the cluster metadata Ray keeps in the GCS (JSON)."""
+    try:
+        doc = json.loads(metadata)
+        version = doc["ray_version"]
+    except (ValueError, TypeError, KeyError):
+        raise RayReplyError(f"{what}: no ray_version in {metadata[:200]!r}") from None
+    if not isinstance(version, str) or not version:
+        raise RayReplyError(f"{what}: ray_version is {version!r}, not a version")
+    return version

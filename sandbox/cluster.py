@@ -112,7 +112,7 @@ class Sandbox:
         self.operator = RayOperator(
             self.api,
             gcs_port=self._gcs_port,
-            service_ip=(lambda ns, name: "127.0.0.1") if self.config.with_ray else None,
+            service_ip=self._service_ip,
         )
         self._started = False
 
@@ -124,6 +124,13 @@ class Sandbox:
         """A GCS stand-in on 127.0.0.1:`port` answers for this RayCluster: its status
         reports that address, as KubeRay reports the head's."""
         self._gcs_ports[(namespace, cluster)] = port
+
+    def _service_ip(self, namespace: str, cluster: str) -> str | None:
+        """The head Service's IP, where the GCS answers: this machine's for real Ray and
+        for a cluster `serve_gcs` answers for; else one the operator makes up."""
+        if self.config.with_ray or (namespace, cluster) in self._gcs_ports:
+            return "127.0.0.1"
+        return None
 
     def _gcs_port(self, namespace: str, cluster: str) -> int | None:
         port = self._gcs_ports.get((namespace, cluster))

@@ -44,7 +44,7 @@ class RayOperator:
         self,
         api: Api,
         gcs_port: Callable[[str, str], int | None] | None = None,
-        service_ip: Callable[[str, str], str] | None = None,
+        service_ip: Callable[[str, str], str | None] | None = None,
     ) -> None:
         self.api = api
         self.store = api.store
@@ -307,8 +307,9 @@ class RayOperator:
         self.api.internal("PUT", f"/apis/ray.io/v1/namespaces/{ns}/rayclusters/{name}/status", body)
 
     def _service(self, ns: str, name: str) -> str:
-        if self._service_ip is not None:
-            return self._service_ip(ns, name)
+        ip = self._service_ip(ns, name) if self._service_ip is not None else None
+        if ip:
+            return ip
         key = (ns, name)
         if key not in self._services:
             self._services[key] = f"10.96.0.{10 + len(self._services)}"

@@ -15,6 +15,7 @@ The state version grows with every change, so raysize's wait sees the change."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from concurrent import futures
@@ -154,16 +155,33 @@ class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):
         return rpc_pb2.GetAllNodeInfoReply()
 
 
+class _InternalKV(rpc_grpc.InternalKVGcsServiceServicer):
+    """The cluster metadata a Ray head records at start (the Ray and Python versions);
+    any other key is not there, as Ray answers it (GcsStatus NotFound, code 17)."""
+
+    def __init__(self, ray_version: str) -> None:
+        self.metadata = json.dumps({"ray_version": ray_version, "python_version": "3.11.0"})
+
+    def InternalKVGet(self, request: Any, context: Any) -> Any:
+        if (request.namespace, request.key) == (b"cluster", b"CLUSTER_METADATA"):
+            return rpc_pb2.InternalKVGetReply(value=self.metadata.encode())
+        missing = rpc_pb2.GcsStatus(code=17, message="Failed to find the key")
+        return rpc_pb2.InternalKVGetReply(status=missing)
+
+
 class RayStandIn:
     """`with RayStandIn() as ray: ray.add_node(...)`; its server stops on exit, always."""
 
-    def __init__(self, host: str = "127.0.0.1", threads: int = 2) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", threads: int = 2, ray_version: str = "2.60.0"
+    ) -> None:
         self.model = _Model()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads))
         autoscaler_grpc.add_AutoscalerStateServiceServicer_to_server(
             _Autoscaler(self.model), self._server
         )
         rpc_grpc.add_NodeInfoGcsServiceServicer_to_server(_NodeInfo(), self._server)
+        rpc_grpc.add_InternalKVGcsServiceServicer_to_server(_InternalKV(ray_version), self._server)
         self.port = self._server.add_insecure_port(f"{host}:0")
         self.address = f"{host}:{self.port}"
         self._next_id = 1

@@ -58,6 +58,8 @@ KUBE_VERSION = {
     "platform": "linux/amd64",
 }
 DEFAULT_USER = "system:admin"
+# served without a store: a review is answered, never kept
+SELF_SUBJECT_ACCESS_REVIEWS = ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"]
 QUANTITY_RULE = (
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 )
@@ -148,6 +150,10 @@ class Api:
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         parts = [p for p in url.path.split("/") if p]
         try:
+            if parts == SELF_SUBJECT_ACCESS_REVIEWS:
+                if method != "POST":
+                    raise errors.method_not_allowed(method, "selfsubjectaccessreviews")
+                return self._review(_decode(body))
             fixed = self._fixed(parts)
             if fixed is not None:
                 if method != "GET":
@@ -178,6 +184,36 @@ class Api:
         except Exception as exc:  # a bug here: answer 500, as the server's panic handler
             log.exception("%s %s failed", method, target)  # does, not a dropped connection
             return _error(errors.internal_error(f"{type(exc).__name__}: {exc}"))
+
+    def _review(self, review: Obj) -> Response:
+        """A SelfSubjectAccessReview, answered as the real server's RBAC answers it for the
+        client (`authorizer`'s user, else system:admin, who may do anything; `deny` too).
+        Every authenticated user may ask (system:basic-user), so it is never refused."""
+        attrs = (review.get("spec") or {}).get("resourceAttributes") or {}
+        resource = str(attrs.get("resource", ""))
+        if attrs.get("subresource"):
+            resource += f"/{attrs['subresource']}"
+        verb = str(attrs.get("verb", ""))
+        allowed = (verb, resource) not in self._denied
+        if allowed and self.authorizer is not None:
+            request = Request(
+                verb,
+                str(attrs.get("group", "")),
+                resource,
+                str(attrs.get("namespace", "")),
+                str(attrs.get("name", "")),
+            )
+            allowed = self.authorizer.allows(request)
+        return _json(
+            201,
+            {
+                "kind": "SelfSubjectAccessReview",
+                "apiVersion": "authorization.k8s.io/v1",
+                "metadata": {"creationTimestamp": None},
+                "spec": review.get("spec") or {},
+                "status": {"allowed": allowed},
+            },
+        )
 
     def _authorize(self, verb: str, route: Route) -> None:
         authz = self.authorizer

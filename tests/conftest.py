@@ -38,6 +38,7 @@ BY_FILE = {
     "worker/test_cli_status.py": "temporal",
     "worker/test_cli_cancel.py": "temporal",
     "worker/test_cli_sandbox.py": "sandbox",
+    "worker/test_cli_doctor.py": "sandbox",
     "deploy/test_manifests.py": "unit",
     "deploy/test_dockerfile.py": "unit",
     "deploy/test_apply_real.py": "real",

@@ -32,9 +32,9 @@ def _root() -> None:
 def _mount() -> None:
     """Operations first (they are what `raysize --help` shows first), then the tools. The
     tools load their stand-ins (sandbox, demo, Ray) only when they run."""
-    from raysize.worker import cli_demo, cli_ops, cli_plan, cli_ray, cli_sandbox
+    from raysize.worker import cli_demo, cli_doctor, cli_ops, cli_plan, cli_ray, cli_sandbox
 
-    for family in (cli_ops, cli_plan, cli_sandbox, cli_demo, cli_ray):
+    for family in (cli_ops, cli_doctor, cli_plan, cli_sandbox, cli_demo, cli_ray):
         family.register(app)
 
 

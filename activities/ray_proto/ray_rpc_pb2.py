@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*raysize/activities/ray_proto/ray_rpc.proto\x12\x07ray.rpc\"t\n\x17LabelSelectorConstraint\x12\x11\n\tlabel_key\x18\x01 \x01(\t\x12\x30\n\x08operator\x18\x02 \x01(\x0e\x32\x1e.ray.rpc.LabelSelectorOperator\x12\x14\n\x0clabel_values\x18\x03 \x03(\t\"L\n\rLabelSelector\x12;\n\x11label_constraints\x18\x01 \x03(\x0b\x32 .ray.rpc.LabelSelectorConstraint\"\xe3\x01\n\rNodeDeathInfo\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.ray.rpc.NodeDeathInfo.Reason\x12\x16\n\x0ereason_message\x18\x02 \x01(\t\"\x8a\x01\n\x06Reason\x12\x0f\n\x0bUNSPECIFIED\x10\x00\x12\x18\n\x14\x45XPECTED_TERMINATION\x10\x01\x12\x1a\n\x16UNEXPECTED_TERMINATION\x10\x02\x12\x1e\n\x1a\x41UTOSCALER_DRAIN_PREEMPTED\x10\x03\x12\x19\n\x15\x41UTOSCALER_DRAIN_IDLE\x10\x04\"\xaa\x03\n\x0bGcsNodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12\x1c\n\x14node_manager_address\x18\x02 \x01(\t\x12\x19\n\x11node_manager_port\x18\x05 \x01(\x05\x12\x30\n\x05state\x18\x07 \x01(\x0e\x32!.ray.rpc.GcsNodeInfo.GcsNodeState\x12\x13\n\x0binstance_id\x18\r \x01(\t\x12\x16\n\x0enode_type_name\x18\x0e \x01(\t\x12\x15\n\rstart_time_ms\x18\x17 \x01(\x04\x12\x13\n\x0b\x65nd_time_ms\x18\x18 \x01(\x04\x12\x14\n\x0cis_head_node\x18\x19 \x01(\x08\x12\x30\n\x06labels\x18\x1a \x03(\x0b\x32 .ray.rpc.GcsNodeInfo.LabelsEntry\x12*\n\ndeath_info\x18\x1d \x01(\x0b\x32\x16.ray.rpc.NodeDeathInfo\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"#\n\x0cGcsNodeState\x12\t\n\x05\x41LIVE\x10\x00\x12\x08\n\x04\x44\x45\x41\x44\x10\x01\"*\n\tGcsStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"f\n\x15GetAllNodeInfoRequest\x12<\n\x0cstate_filter\x18\x03 \x01(\x0e\x32!.ray.rpc.GcsNodeInfo.GcsNodeStateH\x00\x88\x01\x01\x42\x0f\n\r_state_filter\"g\n\x13GetAllNodeInfoReply\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.ray.rpc.GcsStatus\x12,\n\x0enode_info_list\x18\x02 \x03(\x0b\x32\x14.ray.rpc.GcsNodeInfo*i\n\x15LabelSelectorOperator\x12\x1e\n\x1aLABEL_OPERATOR_UNSPECIFIED\x10\x00\x12\x15\n\x11LABEL_OPERATOR_IN\x10\x01\x12\x19\n\x15LABEL_OPERATOR_NOT_IN\x10\x02\x32\x64\n\x12NodeInfoGcsService\x12N\n\x0eGetAllNodeInfo\x12\x1e.ray.rpc.GetAllNodeInfoRequest\x1a\x1c.ray.rpc.GetAllNodeInfoReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*raysize/activities/ray_proto/ray_rpc.proto\x12\x07ray.rpc\"t\n\x17LabelSelectorConstraint\x12\x11\n\tlabel_key\x18\x01 \x01(\t\x12\x30\n\x08operator\x18\x02 \x01(\x0e\x32\x1e.ray.rpc.LabelSelectorOperator\x12\x14\n\x0clabel_values\x18\x03 \x03(\t\"L\n\rLabelSelector\x12;\n\x11label_constraints\x18\x01 \x03(\x0b\x32 .ray.rpc.LabelSelectorConstraint\"\xe3\x01\n\rNodeDeathInfo\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.ray.rpc.NodeDeathInfo.Reason\x12\x16\n\x0ereason_message\x18\x02 \x01(\t\"\x8a\x01\n\x06Reason\x12\x0f\n\x0bUNSPECIFIED\x10\x00\x12\x18\n\x14\x45XPECTED_TERMINATION\x10\x01\x12\x1a\n\x16UNEXPECTED_TERMINATION\x10\x02\x12\x1e\n\x1a\x41UTOSCALER_DRAIN_PREEMPTED\x10\x03\x12\x19\n\x15\x41UTOSCALER_DRAIN_IDLE\x10\x04\"\xaa\x03\n\x0bGcsNodeInfo\x12\x0f\n\x07node_id\x18\x01 \x01(\x0c\x12\x1c\n\x14node_manager_address\x18\x02 \x01(\t\x12\x19\n\x11node_manager_port\x18\x05 \x01(\x05\x12\x30\n\x05state\x18\x07 \x01(\x0e\x32!.ray.rpc.GcsNodeInfo.GcsNodeState\x12\x13\n\x0binstance_id\x18\r \x01(\t\x12\x16\n\x0enode_type_name\x18\x0e \x01(\t\x12\x15\n\rstart_time_ms\x18\x17 \x01(\x04\x12\x13\n\x0b\x65nd_time_ms\x18\x18 \x01(\x04\x12\x14\n\x0cis_head_node\x18\x19 \x01(\x08\x12\x30\n\x06labels\x18\x1a \x03(\x0b\x32 .ray.rpc.GcsNodeInfo.LabelsEntry\x12*\n\ndeath_info\x18\x1d \x01(\x0b\x32\x16.ray.rpc.NodeDeathInfo\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"#\n\x0cGcsNodeState\x12\t\n\x05\x41LIVE\x10\x00\x12\x08\n\x04\x44\x45\x41\x44\x10\x01\"*\n\tGcsStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"f\n\x15GetAllNodeInfoRequest\x12<\n\x0cstate_filter\x18\x03 \x01(\x0e\x32!.ray.rpc.GcsNodeInfo.GcsNodeStateH\x00\x88\x01\x01\x42\x0f\n\r_state_filter\"g\n\x13GetAllNodeInfoReply\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.ray.rpc.GcsStatus\x12,\n\x0enode_info_list\x18\x02 \x03(\x0b\x32\x14.ray.rpc.GcsNodeInfo\"6\n\x14InternalKVGetRequest\x12\x0b\n\x03key\x18\x01 \x01(\x0c\x12\x11\n\tnamespace\x18\x02 \x01(\x0c\"G\n\x12InternalKVGetReply\x12\"\n\x06status\x18\x01 \x01(\x0b\x32\x12.ray.rpc.GcsStatus\x12\r\n\x05value\x18\x02 \x01(\x0c*i\n\x15LabelSelectorOperator\x12\x1e\n\x1aLABEL_OPERATOR_UNSPECIFIED\x10\x00\x12\x15\n\x11LABEL_OPERATOR_IN\x10\x01\x12\x19\n\x15LABEL_OPERATOR_NOT_IN\x10\x02\x32\x64\n\x12NodeInfoGcsService\x12N\n\x0eGetAllNodeInfo\x12\x1e.ray.rpc.GetAllNodeInfoRequest\x1a\x1c.ray.rpc.GetAllNodeInfoReply2c\n\x14InternalKVGcsService\x12K\n\rInternalKVGet\x12\x1d.ray.rpc.InternalKVGetRequest\x1a\x1b.ray.rpc.InternalKVGetReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GCSNODEINFO_LABELSENTRY']._loaded_options = None
   _globals['_GCSNODEINFO_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_LABELSELECTOROPERATOR']._serialized_start=1163
-  _globals['_LABELSELECTOROPERATOR']._serialized_end=1268
+  _globals['_LABELSELECTOROPERATOR']._serialized_start=1292
+  _globals['_LABELSELECTOROPERATOR']._serialized_end=1397
   _globals['_LABELSELECTORCONSTRAINT']._serialized_start=55
   _globals['_LABELSELECTORCONSTRAINT']._serialized_end=171
   _globals['_LABELSELECTOR']._serialized_start=173
@@ -55,6 +55,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETALLNODEINFOREQUEST']._serialized_end=1056
   _globals['_GETALLNODEINFOREPLY']._serialized_start=1058
   _globals['_GETALLNODEINFOREPLY']._serialized_end=1161
-  _globals['_NODEINFOGCSSERVICE']._serialized_start=1270
-  _globals['_NODEINFOGCSSERVICE']._serialized_end=1370
+  _globals['_INTERNALKVGETREQUEST']._serialized_start=1163
+  _globals['_INTERNALKVGETREQUEST']._serialized_end=1217
+  _globals['_INTERNALKVGETREPLY']._serialized_start=1219
+  _globals['_INTERNALKVGETREPLY']._serialized_end=1290
+  _globals['_NODEINFOGCSSERVICE']._serialized_start=1399
+  _globals['_NODEINFOGCSSERVICE']._serialized_end=1499
+  _globals['_INTERNALKVGCSSERVICE']._serialized_start=1501
+  _globals['_INTERNALKVGCSSERVICE']._serialized_end=1600
 # @@protoc_insertion_point(module_scope)

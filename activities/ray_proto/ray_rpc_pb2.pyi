@@ -112,3 +112,19 @@ class GetAllNodeInfoReply(_message.Message):
     status: GcsStatus
     node_info_list: _containers.RepeatedCompositeFieldContainer[GcsNodeInfo]
     def __init__(self, status: _Optional[_Union[GcsStatus, _Mapping]] = ..., node_info_list: _Optional[_Iterable[_Union[GcsNodeInfo, _Mapping]]] = ...) -> None: ...
+
+class InternalKVGetRequest(_message.Message):
+    __slots__ = ("key", "namespace")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    namespace: bytes
+    def __init__(self, key: _Optional[bytes] = ..., namespace: _Optional[bytes] = ...) -> None: ...
+
+class InternalKVGetReply(_message.Message):
+    __slots__ = ("status", "value")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    status: GcsStatus
+    value: bytes
+    def __init__(self, status: _Optional[_Union[GcsStatus, _Mapping]] = ..., value: _Optional[bytes] = ...) -> None: ...

@@ -95,3 +95,75 @@ class NodeInfoGcsService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class InternalKVGcsServiceStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.InternalKVGet = channel.unary_unary(
+                '/ray.rpc.InternalKVGcsService/InternalKVGet',
+                request_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.InternalKVGetRequest.SerializeToString,
+                response_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.InternalKVGetReply.FromString,
+                _registered_method=True)
+
+
+class InternalKVGcsServiceServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def InternalKVGet(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InternalKVGcsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'InternalKVGet': grpc.unary_unary_rpc_method_handler(
+                    servicer.InternalKVGet,
+                    request_deserializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.InternalKVGetRequest.FromString,
+                    response_serializer=raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.InternalKVGetReply.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'ray.rpc.InternalKVGcsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('ray.rpc.InternalKVGcsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class InternalKVGcsService:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def InternalKVGet(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ray.rpc.InternalKVGcsService/InternalKVGet',
+            raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.InternalKVGetRequest.SerializeToString,
+            raysize_dot_activities_dot_ray__proto_dot_ray__rpc__pb2.InternalKVGetReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

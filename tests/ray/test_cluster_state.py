@@ -113,3 +113,10 @@ def test_pending_tasks_placement_groups_and_constraints_appear_with_exact_counts
             timeout=10,
             what="request_resources(num_cpus=0) to clear the constraint",
         )
+
+
+def test_the_ray_version_is_the_one_the_head_recorded(gcs: RayGcsClient) -> None:
+    """What `raysize doctor` reports: the cluster metadata Ray keeps in the GCS's store."""
+    from importlib.metadata import version
+
+    assert gcs.ray_version() == version("ray")

@@ -79,6 +79,7 @@ def test_the_protos_define_exactly_the_rpcs_the_client_calls() -> None:
                 client._resize_raylet_resource_instances,
                 client._drain_node,
                 client._get_all_node_info,
+                client._internal_kv_get,
             )
         }
     assert (
@@ -89,6 +90,7 @@ def test_the_protos_define_exactly_the_rpcs_the_client_calls() -> None:
             "/ray.rpc.autoscaler.AutoscalerStateService/ResizeRayletResourceInstances",
             "/ray.rpc.autoscaler.AutoscalerStateService/DrainNode",
             "/ray.rpc.NodeInfoGcsService/GetAllNodeInfo",
+            "/ray.rpc.InternalKVGcsService/InternalKVGet",
         }
     )
 

@@ -65,7 +65,7 @@ def test_help_lists_operations_first_and_tools_apart() -> None:
             panel = line.removeprefix("╭─ ").split(" ─")[0]
         elif m := re.match(r"│ (\w+) {2,}\S", line):
             where[m.group(1)] = panel
-    operations = ("worker", "start", "stop", "status", "pause", "resume", "cancel")
+    operations = ("worker", "start", "stop", "status", "pause", "resume", "cancel", "doctor")
     tools = ("plan", "demo", "sandbox", "ray")
     assert where == {c: "Operations" for c in operations} | {
         c: "Development tools (not needed to run raysize)" for c in tools
