@@ -11,22 +11,28 @@ import base64
 import json
 import secrets
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+import yaml
+from kubernetes import client, config
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from raysize.activities.cluster import ClusterActivities, RaySettings
 from raysize.activities.k8s import Kube
+from raysize.sandbox.cluster import Sandbox
 from raysize.sandbox.gcs_standin import GcsStandIn
+from raysize.sandbox.rbac import Authorizer, service_account_user
+from raysize.sandbox.realworld import RealSandbox
 from raysize.workflows.contracts import Err, Observation, ObserveInput
 
 from .conftest import wait_for
 from .test_kubectl_and_operator import raycluster
 
+ROLE = Path(__file__).parents[2] / "deploy" / "watched-namespace" / "role.yaml"
 GLOBAL = "the-workers-own-token"  # RAYSIZE_RAY_TOKEN: for clusters without a token of their own
 IPPR = json.dumps(
     {"groups": {"small": {"max-cpu": "2", "max-memory": "4Gi", "resize-timeout": 60}}}
@@ -40,9 +46,8 @@ def token_cluster(name: str, *, auth: dict[str, Any] | None = None, env: Any = N
     if auth is not None:
         rc["spec"]["authOptions"] = auth
     if env is not None:
-        for template in (rc["spec"]["headGroupSpec"]["template"],) + tuple(
-            g["template"] for g in rc["spec"]["workerGroupSpecs"]
-        ):
+        groups = rc["spec"]["workerGroupSpecs"]
+        for template in (rc["spec"]["headGroupSpec"]["template"], *(g["template"] for g in groups)):
             template["spec"]["containers"][0]["env"] = env
     return rc
 
@@ -154,3 +159,81 @@ def test_one_worker_reads_each_cluster_with_its_own_token_and_follows_a_rotation
             assert observe(acts, ns, name, gcs[name]).snapshot is not None
     finally:
         acts.close()
+
+
+@contextmanager
+def as_raysize(
+    world_sandbox: Sandbox | RealSandbox | None, kube: client.ApiClient, ns: str, tmp_path: Path
+) -> Iterator[client.ApiClient]:
+    """A client as the ServiceAccount ns/raysize: the real server checks its token; the
+    embedded one answers every client as that user meanwhile (`sandbox/rbac.py`)."""
+    client.CoreV1Api(kube).create_namespaced_service_account(ns, {"metadata": {"name": "raysize"}})
+    if isinstance(world_sandbox, RealSandbox):
+        path = world_sandbox.service_account_kubeconfig(tmp_path / "raysize", ns, "raysize")
+        api = config.new_client_from_config(config_file=str(path))
+        try:
+            yield api
+        finally:
+            api.close()
+        return
+    assert isinstance(world_sandbox, Sandbox)
+    world_sandbox.api.authorizer = Authorizer(
+        world_sandbox.store, service_account_user(ns, "raysize")
+    )
+    try:
+        yield kube
+    finally:
+        world_sandbox.api.authorizer = None
+
+
+def test_a_secret_raysize_may_not_read_fails_its_cluster_only_and_says_what_to_grant(
+    kube: client.ApiClient,
+    ns: str,
+    world_sandbox: Sandbox | RealSandbox | None,
+    three: tuple[dict[str, GcsStandIn], str],
+    tmp_path: Path,
+) -> None:
+    """deploy/'s Role, but with `get secrets` for `b-token` alone (an install whose Role
+    does not grant it): `ta` cannot be read, and says so; `tb` and `tc` go on."""
+    gcs, _ = three
+    role = next(d for d in yaml.safe_load_all(ROLE.read_text()) if d["kind"] == "Role")
+    for rule in role["rules"]:
+        if rule["resources"] == ["secrets"]:
+            rule["resourceNames"] = ["b-token"]
+    rbac = client.RbacAuthorizationV1Api(kube)
+    rbac.create_namespaced_role(ns, role)
+    rbac.create_namespaced_role_binding(
+        ns,
+        {
+            "metadata": {"name": "raysize"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "raysize"},
+            "subjects": [{"kind": "ServiceAccount", "name": "raysize", "namespace": ns}],
+        },
+    )
+    with as_raysize(world_sandbox, kube, ns, tmp_path) as api:
+        acts = ClusterActivities(kube=Kube(api, timeout_s=5.0), ray=RaySettings(token=GLOBAL))
+        try:
+            with pytest.raises(ApplicationError) as refused:
+                wait_for(lambda: observe_or_not_yet(acts, ns, "ta", gcs["ta"]), timeout=30)
+            assert refused.value.type == Err.RAY_AUTH and refused.value.non_retryable
+            text = str(refused.value)
+            assert f"may not `get secrets` in namespace {ns}" in text, text
+            assert f"Secret {ns}/ta, key auth_token" in text
+            assert "deploy/watched-namespace/role.yaml" in text
+            assert gcs["ta"].state_reads == 0  # Ray was not asked without its token
+            for name in ("tb", "tc"):
+                assert observe(acts, ns, name, gcs[name]).snapshot is not None, name
+        finally:
+            acts.close()
+
+
+def observe_or_not_yet(
+    acts: ClusterActivities, ns: str, cluster: str, gcs: GcsStandIn
+) -> Observation | None:
+    """An observe; None while the new Role is not in force yet (the RayCluster refused)."""
+    try:
+        return observe(acts, ns, cluster, gcs)
+    except ApplicationError as exc:
+        if exc.type == Err.FORBIDDEN:
+            return None
+        raise
