@@ -9,6 +9,7 @@ fails raises: the workflow treats it as "unknown", never as "nothing".
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -33,7 +34,7 @@ from raysize.activities.ray_errors import (
     RayletNotFound,
     RayUnauthenticated,
 )
-from raysize.activities.ray_gcs import RayGcsClient, TlsConfig
+from raysize.activities.ray_gcs import DrainReply, RayGcsClient, TlsConfig
 from raysize.activities.ray_tokens import RayTokens, TokenSource, token_source
 from raysize.activities.snapshot import join
 from raysize.workflows.contracts import (
@@ -85,6 +86,10 @@ async def plan_tick(obs: Observation, inp: ObserveInput) -> Tick:
             PLAN_DURATION, "wall time of one tick's plan", "s"
         ).record(elapsed, {"cluster": inp.cluster, "k8s_namespace": inp.namespace})
     return tick.model_copy(update={"plan_s": round(elapsed, 6)})
+
+
+def _drain(node_id: str, reason: str, gcs: RayGcsClient) -> DrainReply:
+    return gcs.drain_node(node_id, reason)
 
 
 def _pod_gone(inp: RayletResizeInput, why: str) -> ApplicationError:
@@ -354,9 +359,7 @@ class ClusterActivities:
         for t in inp.targets:
             try:
                 reply = await self._ray_call(
-                    source,
-                    inp.gcs_address,
-                    lambda gcs, t=t: gcs.drain_node(t.node_id, t.reason),  # type: ignore[misc]
+                    source, inp.gcs_address, functools.partial(_drain, t.node_id, t.reason)
                 )
             except RayError as exc:
                 refused[t.pod] = f"the drain could not be asked: {exc}"

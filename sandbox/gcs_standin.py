@@ -72,7 +72,7 @@ class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):
         return rpc_pb2.GetAllNodeInfoReply()
 
 
-class _TokenCheck(grpc.ServerInterceptor):
+class _TokenCheck(grpc.ServerInterceptor):  # type: ignore[misc]
     """Ray's token check: the exact `authorization: Bearer <token>`, before any handler."""
 
     def __init__(self, state: _State) -> None:

@@ -27,7 +27,15 @@ from raysize.sandbox.cluster import Sandbox
 from raysize.sandbox.gcs_standin import GcsStandIn
 from raysize.sandbox.rbac import Authorizer, service_account_user
 from raysize.sandbox.realworld import RealSandbox
-from raysize.workflows.contracts import Err, Observation, ObserveInput
+from raysize.workflows.contracts import (
+    DrainInput,
+    DrainTarget,
+    Err,
+    Observation,
+    ObserveInput,
+    RayletResizeInput,
+)
+from raysize.workflows.resources import GIB
 
 from .conftest import wait_for
 from .test_kubectl_and_operator import raycluster
@@ -145,6 +153,30 @@ def test_one_worker_reads_each_cluster_with_its_own_token_and_follows_a_rotation
         assert (gcs["ta"].refused, acts.tokens.reads) == (1, 3)
         assert observe(acts, ns, "ta", gcs["ta"]).snapshot is not None
         assert (gcs["ta"].refused, acts.tokens.reads) == (1, 3)  # cached again
+        # the saga's Raylet resize and the drain ask ta's Ray with ta's token too (a
+        # worker that restarted reads the cluster's RayCluster to know where it is)
+        fresh = ClusterActivities(
+            kube=Kube(kube, timeout_s=5.0),
+            ray=RaySettings(gcs_override=gcs["ta"].address, token=GLOBAL),
+        )
+        try:
+            node = "ab" * 28
+            resize = RayletResizeInput(
+                namespace=ns, cluster="ta", pod="p", node_id=node, cpu=1500, memory=2 * GIB
+            )
+            done = asyncio.run(ActivityEnvironment().run(fresh.resize_raylet, resize))
+            assert (done.cpu, done.memory) == (1500, 2 * GIB)
+            drain = DrainInput(
+                namespace=ns,
+                cluster="ta",
+                gcs_address=gcs["ta"].address,
+                targets=(DrainTarget(pod="p", node_id=node, reason="idle"),),
+            )
+            drained = asyncio.run(ActivityEnvironment().run(fresh.drain_raylets, drain))
+            assert drained.accepted == ("p",)
+            assert gcs["ta"].refused == 1  # nothing refused since the rotation
+        finally:
+            fresh.close()
 
         # a Ray on a token no Secret holds: refused, the Secret unchanged, the error
         # names where the token came from (never the token), and only that cluster fails
