@@ -189,17 +189,19 @@ class ClusterActivities:
         """`call` on the cluster's GCS with its token. Refused for the token: its Secret
         is read again, and when it changed (rotated), the call is made once more with
         the new token; otherwise the refusal stands."""
-        gcs = await asyncio.to_thread(self.gcs, address, source)
+
+        def ask() -> T:  # one thread hop: the client (cached) and the call
+            return call(self.gcs(address, source))
+
         try:
-            return await asyncio.to_thread(call, gcs)
+            return await asyncio.to_thread(ask)
         except RayUnauthenticated:
             assert self.tokens is not None
             if source is None or not await asyncio.to_thread(self.tokens.refresh, source):
                 raise
         assert source is not None
         log.info("the Ray token at %s changed: asking %s again with it", source.describe(), address)
-        gcs = await asyncio.to_thread(self.gcs, address, source)
-        return await asyncio.to_thread(call, gcs)
+        return await asyncio.to_thread(ask)
 
     def close(self) -> None:
         if self.pods is not None:
