@@ -9,12 +9,13 @@ fails raises: the workflow treats it as "unknown", never as "nothing".
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -27,8 +28,14 @@ from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
 from raysize.activities.k8s_objects import KubeCluster, default_gcs_address
 from raysize.activities.pod_watch import PodWatch
-from raysize.activities.ray_errors import RayError, RayletNotFound, RayUnauthenticated
-from raysize.activities.ray_gcs import RayGcsClient, TlsConfig
+from raysize.activities.ray_errors import (
+    RayAuthUnavailable,
+    RayError,
+    RayletNotFound,
+    RayUnauthenticated,
+)
+from raysize.activities.ray_gcs import DrainReply, RayGcsClient, TlsConfig
+from raysize.activities.ray_tokens import RayTokens, TokenSource, token_source
 from raysize.activities.snapshot import join
 from raysize.workflows.contracts import (
     PLAN_DURATION,
@@ -55,6 +62,7 @@ from raysize.workflows.resources import CPU, MEMORY
 log = logging.getLogger("raysize.activities")
 
 HEARTBEAT_EVERY_S = 4.0  # the wait's heartbeat timeout is 10 s; the SDK sends at most every 8 s
+T = TypeVar("T")
 
 
 def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
@@ -80,6 +88,10 @@ async def plan_tick(obs: Observation, inp: ObserveInput) -> Tick:
     return tick.model_copy(update={"plan_s": round(elapsed, 6)})
 
 
+def _drain(node_id: str, reason: str, gcs: RayGcsClient) -> DrainReply:
+    return gcs.drain_node(node_id, reason)
+
+
 def _pod_gone(inp: RayletResizeInput, why: str) -> ApplicationError:
     return ApplicationError(
         f"{inp.namespace}/{inp.pod}: {why}", type=Err.POD_GONE, non_retryable=True
@@ -89,7 +101,9 @@ def _pod_gone(inp: RayletResizeInput, why: str) -> ApplicationError:
 def _ray_error(exc: RayError) -> ApplicationError:
     if isinstance(exc, RayletNotFound):
         kind = Err.RAYLET_GONE
-    elif isinstance(exc, RayUnauthenticated):
+    elif isinstance(exc, RayUnauthenticated) or (
+        isinstance(exc, RayAuthUnavailable) and not exc.retryable
+    ):
         kind = Err.RAY_AUTH
     else:
         kind = type(exc).__name__
@@ -101,6 +115,7 @@ class RaySettings:
     """How to reach each cluster's GCS."""
 
     gcs_override: str | None = None  # one address for every cluster (tests, port-forward)
+    # the token of clusters without one of their own (activities/ray_tokens.py)
     token: str | None = None
     tls: TlsConfig | None = None
     timeout_s: float = 10.0
@@ -113,14 +128,22 @@ class ClusterActivities:
     kube: Kube
     ray: RaySettings = field(default_factory=RaySettings)
     settings: PlannerSettings = field(default_factory=PlannerSettings)
-    _clients: dict[str, RayGcsClient] = field(default_factory=dict)
+    # one client per GCS address and token: a cluster whose token changed gets a new one
+    _clients: dict[tuple[str, str | None], RayGcsClient] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _addresses: dict[tuple[str, str], str] = field(default_factory=dict)
+    # where each cluster's Ray token is (None: the fallback), as its RayCluster last said
+    _sources: dict[tuple[str, str], TokenSource | None] = field(default_factory=dict)
     pods: PodWatch | None = None  # set in __post_init__: one pod watch per worker
+    tokens: RayTokens | None = None  # set in __post_init__: each cluster's own Ray token
 
     def __post_init__(self) -> None:
         if self.pods is None:
             self.pods = PodWatch(self.kube.core, self.kube.custom)
+        if self.tokens is None:
+            self.tokens = RayTokens(
+                lambda ns, name: self.kube.read_secret(ns, name), self.ray.token
+            )
 
     def activities(self) -> list[Callable[..., Any]]:
         return [
@@ -133,15 +156,52 @@ class ClusterActivities:
         ]
 
     # --- helpers --------------------------------------------------------------------
-    def gcs(self, address: str) -> RayGcsClient:
+    def gcs(self, address: str, source: TokenSource | None = None) -> RayGcsClient:
+        """The client for the GCS at `address` with the token at `source` (None: the
+        fallback). Blocking: the first call for a Secret reads it."""
+        assert self.tokens is not None
+        token = self.tokens.token(source)
         with self._lock:
-            client = self._clients.get(address)
+            client = self._clients.get((address, token))
             if client is None:
                 client = RayGcsClient(
-                    address, token=self.ray.token, tls=self.ray.tls, timeout=self.ray.timeout_s
+                    address,
+                    token=token,
+                    tls=self.ray.tls,
+                    timeout=self.ray.timeout_s,
+                    token_from=source.describe() if source is not None else "",
                 )
-                self._clients[address] = client
+                self._clients[(address, token)] = client
             return client
+
+    async def _source_of(self, namespace: str, cluster: str) -> TokenSource | None:
+        """Where the cluster's token is: as the last observe read it, else from its
+        RayCluster now (a worker that restarted mid-resize)."""
+        key = (namespace, cluster)
+        if key not in self._sources:
+            kube = await asyncio.to_thread(self.kube.read_cluster, namespace, cluster)
+            self._sources[key] = token_source(kube.raycluster)
+        return self._sources[key]
+
+    async def _ray_call(
+        self, source: TokenSource | None, address: str, call: Callable[[RayGcsClient], T]
+    ) -> T:
+        """`call` on the cluster's GCS with its token. Refused for the token: its Secret
+        is read again, and when it changed (rotated), the call is made once more with
+        the new token; otherwise the refusal stands."""
+
+        def ask() -> T:  # one thread hop: the client (cached) and the call
+            return call(self.gcs(address, source))
+
+        try:
+            return await asyncio.to_thread(ask)
+        except RayUnauthenticated:
+            assert self.tokens is not None
+            if source is None or not await asyncio.to_thread(self.tokens.refresh, source):
+                raise
+        assert source is not None
+        log.info("the Ray token at %s changed: asking %s again with it", source.describe(), address)
+        return await asyncio.to_thread(ask)
 
     def close(self) -> None:
         if self.pods is not None:
@@ -165,6 +225,7 @@ class ClusterActivities:
         if known:
             return known
         kube = await asyncio.to_thread(self.kube.read_cluster, namespace, cluster)
+        self._sources.setdefault((namespace, cluster), token_source(kube.raycluster))
         return self._address(kube, None)
 
     # --- activities --------------------------------------------------------------------
@@ -183,6 +244,7 @@ class ClusterActivities:
         except KubeError as exc:
             raise exc.to_application_error() from None
         address = self._address(kube, inp.gcs_address)
+        source = self._sources[(inp.namespace, inp.cluster)] = token_source(kube.raycluster)
         if not kube.groups.ok:
             return Observation(
                 config_errors=kube.groups.errors,
@@ -195,7 +257,7 @@ class ClusterActivities:
                 cluster_mark=kube.mark,
             )
         try:
-            state = await asyncio.to_thread(self.gcs(address).cluster_state)
+            state = await self._ray_call(source, address, lambda gcs: gcs.cluster_state())
         except RayError as exc:
             raise _ray_error(exc) from None
         finally:
@@ -245,6 +307,12 @@ class ClusterActivities:
             changes = self.pods.cluster_changes(inp.namespace, inp.cluster)
             if await self._pods_changed_since_observe(inp):
                 return True
+            if inp.watch_ray:
+                try:
+                    source = await self._source_of(inp.namespace, inp.cluster)
+                    gcs = await asyncio.to_thread(self.gcs, inp.gcs_address, source)
+                except (RayError, KubeError):
+                    return True  # let the next observe say what is wrong
             try:
                 while (left := deadline - time.monotonic()) > 0:
                     if activity.is_worker_shutdown():
@@ -264,7 +332,6 @@ class ClusterActivities:
                         continue
                     asked = time.monotonic()
                     reads += 1
-                    gcs = self.gcs(inp.gcs_address)
                     try:
                         if await gcs.read_fingerprint() != inp.gcs_version:
                             return True
@@ -284,12 +351,18 @@ class ClusterActivities:
         takes no new work. Safe to repeat: a drained Raylet is dead, and Ray accepts a
         dead or unknown node at once. A drain that could not be asked (the GCS down, say)
         counts as refused, so its pod stays; those accepted before it still go."""
-        gcs = self.gcs(inp.gcs_address)
         accepted: list[str] = []
         refused: dict[str, str] = {}
+        try:
+            source = await self._source_of(inp.namespace, inp.cluster)
+        except KubeError as exc:
+            why = f"the drain could not be asked: its RayCluster could not be read: {exc}"
+            return DrainResult(refused={t.pod: why for t in inp.targets})
         for t in inp.targets:
             try:
-                reply = await asyncio.to_thread(gcs.drain_node, t.node_id, t.reason)
+                reply = await self._ray_call(
+                    source, inp.gcs_address, functools.partial(_drain, t.node_id, t.reason)
+                )
             except RayError as exc:
                 refused[t.pod] = f"the drain could not be asked: {exc}"
                 log.warning("%s/%s: %s kept: %s", inp.namespace, inp.cluster, t.pod, refused[t.pod])
@@ -351,11 +424,16 @@ class ClusterActivities:
     async def _resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
         try:
             address = await self._address_of(inp.namespace, inp.cluster)
+            source = await self._source_of(inp.namespace, inp.cluster)
         except ClusterGone:
             raise _pod_gone(inp, "its RayCluster is gone") from None
+        except KubeError as exc:
+            raise exc.to_application_error() from None
         try:
-            applied = await asyncio.to_thread(
-                self.gcs(address).resize_raylet, inp.node_id, inp.cpu / 1000.0, inp.memory
+            applied = await self._ray_call(
+                source,
+                address,
+                lambda gcs: gcs.resize_raylet(inp.node_id, inp.cpu / 1000.0, inp.memory),
             )
         except RayError as exc:
             if exc.retryable or isinstance(exc, RayletNotFound):

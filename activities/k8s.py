@@ -141,6 +141,10 @@ class Kube:
     def get_pod(self, namespace: str, pod: str) -> Obj:
         return self._raw("Pod", self.core.read_namespaced_pod, pod, namespace)
 
+    def read_secret(self, namespace: str, name: str) -> Obj:
+        """A Secret by name (`get` only: a Ray cluster's token, `activities/ray_tokens.py`)."""
+        return self._raw("Secret", self.core.read_namespaced_secret, name, namespace)
+
     def list_rayclusters(self, namespace: str) -> list[Obj]:
         """Every RayCluster in a namespace ("" for all namespaces)."""
         if namespace:

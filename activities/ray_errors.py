@@ -14,6 +14,9 @@ class that says False here stops every activity retry policy at once.
 | RayInvalidArgument   | the request is wrong                                  | no        |
 | RayUnauthenticated   | no token, or a wrong one                              | no        |
 | RayPermissionDenied  | the token is known but not allowed this call          | no        |
+| RayAuthUnavailable   | the cluster's own token could not be read (its Secret | no; yes   |
+|                      | refused, missing, without the key); yes when the      | when the  |
+|                      | Kubernetes API was unreachable                        | API was   |
 | RayUnsupported       | this Ray does not have the RPC (UNIMPLEMENTED)        | no        |
 | RayRefused           | Ray refused with a status raysize does not know       | no        |
 | RayReplyError        | an unreadable reply, or a gRPC code Ray never sends   | no        |
@@ -62,6 +65,16 @@ class RayPermissionDenied(RayUnauthenticated):
     `RayUnauthenticated`, and reported to the workflows as one."""
 
     retryable = False
+
+
+class RayAuthUnavailable(RayError):
+    """The cluster's own token could not be read (`activities/ray_tokens.py`): its
+    Secret refused (RBAC), missing, or without the key. Reported to the workflows as a
+    credentials problem (`Err.RAY_AUTH`) unless the API server was only unreachable."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 class RayUnsupported(RayError):

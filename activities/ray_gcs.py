@@ -256,14 +256,27 @@ def _rpc_name(method: str) -> str:
     return f"{service.rpartition('.')[2]}.{name}" if service else name or "this call"
 
 
-def _auth_hint(sent_token: bool) -> str:
+def _auth_hint(sent_token: bool, token_from: str = "") -> str:
+    if token_from:
+        # a cluster's own token (activities/ray_tokens.py), read again before this
+        return (
+            f"the token from {token_from} is not the one this Ray runs with (Ray reads its "
+            "token when it starts: restart its pods after changing the Secret)"
+        )
     if sent_token:
         return f"the token sent is wrong; check {TOKEN_ENV} or {TOKEN_PATH_ENV}"
     return f"no token was sent; set {TOKEN_ENV} or {TOKEN_PATH_ENV}, or pass one"
 
 
 def _from_ray_status(
-    status: str, text: str, *, target: str, what: str, rpc: str, sent_token: bool
+    status: str,
+    text: str,
+    *,
+    target: str,
+    what: str,
+    rpc: str,
+    sent_token: bool,
+    token_from: str = "",
 ) -> RayError:
     """A Ray status name (ABORTED's details, or a reply's GcsStatus) → typed exception."""
     cls = _RAY_STATUS.get(status)
@@ -274,7 +287,7 @@ def _from_ray_status(
         )
     if cls is RayUnauthenticated:
         return RayUnauthenticated(
-            f"{what}: {target} refused the call ({said}): " + _auth_hint(sent_token)
+            f"{what}: {target} refused the call ({said}): " + _auth_hint(sent_token, token_from)
         )
     if cls is RayPermissionDenied:
         return RayPermissionDenied(
@@ -303,6 +316,7 @@ def map_rpc_error(
     sent_token: bool,
     method: str = "",
     timeout: float | None = None,
+    token_from: str = "",
 ) -> RayError:
     """One gRPC failure → the typed exception with a one-line, actionable message.
 
@@ -325,11 +339,17 @@ def map_rpc_error(
     if code == grpc.StatusCode.ABORTED:
         status = str(err.details() or "").strip() or "ABORTED"
         return _from_ray_status(
-            status, text, target=target, what=what, rpc=rpc, sent_token=sent_token
+            status,
+            text,
+            target=target,
+            what=what,
+            rpc=rpc,
+            sent_token=sent_token,
+            token_from=token_from,
         )
     if code == grpc.StatusCode.UNAUTHENTICATED:
         return RayUnauthenticated(
-            f"{what}: {target} refused the call ({text}): {_auth_hint(sent_token)}"
+            f"{what}: {target} refused the call ({text}): {_auth_hint(sent_token, token_from)}"
         )
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return _from_ray_status(
@@ -389,13 +409,17 @@ class RayGcsClient:
         token: str | None = None,
         tls: TlsConfig | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        token_from: str = "",
     ) -> None:
+        """`token_from`: where `token` was read (a cluster's Secret), named when Ray
+        refuses it; the token itself is never in a message."""
         if not address or ":" not in address:
             raise RayInvalidArgument(f"GCS address {address!r} is not host:port")
         if not timeout > 0:
             raise RayInvalidArgument(f"timeout {timeout!r} must be > 0 seconds")
         self.address = address
         self.timeout = timeout
+        self.token_from = token_from
         resolved = resolve_token(token)
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {resolved}"),) if resolved else ()
@@ -503,6 +527,7 @@ class RayGcsClient:
             sent_token=bool(self._metadata),
             method=path,
             timeout=deadline,
+            token_from=self.token_from,
         )
 
     def _call(
@@ -529,6 +554,7 @@ class RayGcsClient:
                 what=what,
                 rpc=_rpc_name(path),
                 sent_token=bool(self._metadata),
+                token_from=self.token_from,
             )
         return reply
 

@@ -4,6 +4,11 @@ A thousand real Raylets do not fit on two cores, so the orchestration benchmark 
 this small gRPC server instead: it speaks the RPCs raysize uses, from the same
 `.proto` files (`activities/ray_proto`), and keeps each node's totals in memory. Every
 correctness test uses a real Ray.
+
+With a `token`, it checks every call's token as Ray 2.60 in `RAY_AUTH_MODE=token` does
+(docs/ray-protocol.md §3(d)): metadata `authorization: Bearer <token>`, anything else
+refused with UNAUTHENTICATED and Ray's words. `token` may be changed while it runs (a Ray
+restarted with a rotated token); `refused` counts the calls it turned away.
 """
 
 from __future__ import annotations
@@ -19,10 +24,15 @@ from raysize.activities.ray_proto import ray_autoscaler_pb2_grpc as autoscaler_g
 from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
 from raysize.activities.ray_proto import ray_rpc_pb2_grpc as rpc_grpc
 
+# what Ray 2.60 answers a call without the right token (docs/ray-protocol.md §3(d))
+INVALID_TOKEN = "InvalidAuthToken: Authentication token is missing or incorrect"
+
 
 class _State:
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.token: str | None = None
+        self.refused = 0
         self.version = 1
         self.totals: dict[bytes, dict[str, float]] = {}
         self.resizes = 0
@@ -62,12 +72,38 @@ class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):
         return rpc_pb2.GetAllNodeInfoReply()
 
 
+class _TokenCheck(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Ray's token check: the exact `authorization: Bearer <token>`, before any handler."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+
+    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        with self.state.lock:
+            token = self.state.token
+        if token is None:
+            return continuation(handler_call_details)
+        sent = dict(handler_call_details.invocation_metadata or ()).get("authorization")
+        if sent == f"Bearer {token}":
+            return continuation(handler_call_details)
+        with self.state.lock:
+            self.state.refused += 1
+
+        def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, INVALID_TOKEN)
+
+        return grpc.unary_unary_rpc_method_handler(refuse)
+
+
 class GcsStandIn:
     """`with GcsStandIn() as gcs: ... gcs.address ...`; stopped on exit, always."""
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", token: str | None = None) -> None:
         self.state = _State()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self.state.token = token
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8), interceptors=[_TokenCheck(self.state)]
+        )
         autoscaler_grpc.add_AutoscalerStateServiceServicer_to_server(
             _Autoscaler(self.state), self._server
         )
@@ -84,6 +120,21 @@ class GcsStandIn:
     def state_reads(self) -> int:
         with self.state.lock:
             return self.state.state_reads
+
+    @property
+    def token(self) -> str | None:
+        with self.state.lock:
+            return self.state.token
+
+    @token.setter
+    def token(self, token: str | None) -> None:
+        with self.state.lock:
+            self.state.token = token
+
+    @property
+    def refused(self) -> int:
+        with self.state.lock:
+            return self.state.refused
 
     def totals(self, node_id: bytes) -> dict[str, float]:
         with self.state.lock:

@@ -12,17 +12,27 @@ KubeRay leaves scale-in to the
 autoscaler's `workersToDelete`). The status carries `state`, `head.podIP`,
 `head.serviceIP` and `endpoints` (`gcs` → the head's GCS port, the real one with
 `--with-ray`).
+
+`spec.authOptions.mode: token` (KubeRay 1.5+, `reconcileAuthSecret` and
+`SetContainerTokenAuthEnvVars`): before the pods, a Secret named after the cluster (as
+`utils.CheckName` clips it) with a random token under `auth_token`, owned by the
+RayCluster and labelled `ray.io/cluster`, unless `authOptions.secretName` names the
+user's own; every Ray container gets `RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN` from that
+Secret (`secretKeyRef`), where it does not set them itself. docs/ray-protocol.md §3(e).
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import logging
 import math
 import queue
+import secrets
 import threading
 from collections.abc import Callable
 
+from raysize.activities.ray_tokens import SECRET_KEY, kuberay_secret_name
 from raysize.sandbox.errors import ApiError
 from raysize.sandbox.server import Api
 from raysize.sandbox.store import Obj, Watcher, now_rfc3339
@@ -134,6 +144,16 @@ class RayOperator:
         """Owner-reference garbage collection of a deleted RayCluster's pods."""
         for pod in self._cluster_pods(ns, name):
             self._delete_pod(ns, pod["metadata"]["name"])
+        secret = self.store.find("secrets", ns, kuberay_secret_name(name))
+        owners = (secret or {}).get("metadata", {}).get("ownerReferences") or []
+        if any(o.get("kind") == "RayCluster" and o.get("name") == name for o in owners):
+            try:
+                self.api.internal(
+                    "DELETE", f"/api/v1/namespaces/{ns}/secrets/{kuberay_secret_name(name)}"
+                )
+            except ApiError as exc:
+                if exc.code != 404:
+                    raise
         self._services.pop((ns, name), None)
 
     def reconcile(self, ns: str, name: str) -> None:
@@ -146,6 +166,7 @@ class RayOperator:
                 self._delete_pod(ns, pod["metadata"]["name"])
             self._write_status(cluster, self._cluster_pods(ns, name))
             return
+        self._auth_secret(cluster)
         pods = [
             p for p in self._cluster_pods(ns, name) if not p["metadata"].get("deletionTimestamp")
         ]
@@ -176,6 +197,40 @@ class RayOperator:
                 for pod in sorted(members, key=lambda p: p["metadata"]["creationTimestamp"])[diff:]:
                     self._delete_pod(ns, pod["metadata"]["name"])
         self._write_status(self.store.get("rayclusters", ns, name), self._cluster_pods(ns, name))
+
+    def _auth_secret(self, cluster: Obj) -> None:
+        """KubeRay's `reconcileAuthSecret`: the cluster's token Secret, made once."""
+        auth = (cluster.get("spec") or {}).get("authOptions") or {}
+        if auth.get("mode") != "token" or auth.get("enableK8sTokenAuth") or auth.get("secretName"):
+            return
+        meta = cluster["metadata"]
+        ns, secret = meta.get("namespace", "default"), kuberay_secret_name(meta["name"])
+        if self.store.find("secrets", ns, secret) is not None:
+            return
+        # KubeRay's generateRandomToken(32): base64 of 32 random bytes, as the token's text
+        token = base64.b64encode(secrets.token_bytes(32)).decode()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": secret,
+                "namespace": ns,
+                "labels": {"ray.io/cluster": meta["name"]},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "ray.io/v1",
+                        "kind": "RayCluster",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "type": "Opaque",
+            "data": {SECRET_KEY: base64.b64encode(token.encode()).decode()},
+        }
+        self.api.internal("POST", f"/api/v1/namespaces/{ns}/secrets", body)
 
     def _create_pod(self, cluster: Obj, node_type: str, group: str, group_spec: Obj) -> None:
         meta = cluster["metadata"]
@@ -220,6 +275,8 @@ class RayOperator:
             containers[0]["env"] = env
             if node_type == "head" and (cluster.get("spec") or {}).get("enableInTreeAutoscaling"):
                 _add_autoscaler(spec, containers, name, cluster["spec"].get("autoscalerOptions"))
+                _set_token_env(containers[-1], name, cluster["spec"].get("authOptions"))
+            _set_token_env(containers[0], name, (cluster.get("spec") or {}).get("authOptions"))
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -396,6 +453,21 @@ def _set_ray_start(container: Obj, node_type: str, group_spec: Obj, head_service
     )
     container["command"] = ["/bin/bash", "-c", "--"]
     container["args"] = [f"{own} && {line}" if own else line]
+
+
+def _set_token_env(container: Obj, cluster: str, auth: Obj | None) -> None:
+    """KubeRay's `SetContainerTokenAuthEnvVars` (token mode, without Kubernetes-delegated
+    auth): RAY_AUTH_MODE and RAY_AUTH_TOKEN from the Secret, unless already set."""
+    if not auth or auth.get("mode") != "token" or auth.get("enableK8sTokenAuth"):
+        return
+    env = container.setdefault("env", [])
+    names = {e.get("name") for e in env}
+    if "RAY_AUTH_MODE" not in names:
+        env.append({"name": "RAY_AUTH_MODE", "value": "token"})
+    if "RAY_AUTH_TOKEN" not in names:
+        secret = auth.get("secretName") or kuberay_secret_name(cluster)
+        ref = {"key": SECRET_KEY, "name": secret}
+        env.append({"name": "RAY_AUTH_TOKEN", "valueFrom": {"secretKeyRef": ref}})
 
 
 def _add_autoscaler(spec: Obj, containers: list[Obj], cluster: str, options: Obj | None) -> None:

@@ -174,7 +174,10 @@ class Settings(BaseSettings):
         "else <cluster>-head-svc.<namespace>.svc:6379)",
     )
     ray_token: str | None = Field(
-        None, description="Ray auth token (default: $RAY_AUTH_TOKEN / $RAY_AUTH_TOKEN_PATH)"
+        None,
+        description="Ray auth token of clusters without one of their own (a cluster's "
+        "authOptions Secret or head RAY_AUTH_TOKEN wins; default: $RAY_AUTH_TOKEN / "
+        "$RAY_AUTH_TOKEN_PATH)",
     )
 
     # --- decisions ---

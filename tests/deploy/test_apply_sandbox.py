@@ -10,6 +10,7 @@ from kubernetes.client.exceptions import ApiException
 
 from raysize.activities.discovery import list_rayclusters
 from raysize.activities.k8s import Kube
+from raysize.activities.k8s_errors import NotFound
 from raysize.sandbox.rbac import Authorizer
 from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.raycluster_spec import read_group_specs
@@ -130,6 +131,8 @@ def does_what_raysize_does(
     assert kube.scale(ns, "raysize-example", {"cpu": 2}, {}) is True  # patch rayclusters
     kube.record_event(ns, "Pod", worker.name, "RaysizeResize", "to 2 CPU")  # events
     kube.record_event(ns, "RayCluster", "raysize-example", "RaysizeScale", "+1")
+    with pytest.raises(NotFound):  # get secrets: allowed (a Ray cluster's token), none here
+        kube.read_secret(ns, "raysize-example-no-such-secret")
     if every_namespace:
         assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, "")] == ["raysize-example"]
     assert [rc["metadata"]["name"] for rc in list_rayclusters(kube, ns)] == ["raysize-example"]

@@ -38,6 +38,7 @@ EXPECTED_RULES = {
     ("ray.io", "rayclusters", "list"),
     ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "patch"),
+    ("", "secrets", "get"),  # a Ray cluster's own token, by name (activities/ray_tokens.py)
 }
 
 # Every kubernetes-client call raysize's code makes → what RBAC must allow for it.
@@ -51,6 +52,7 @@ CLIENT_CALLS = {
     "list_namespaced_custom_object": {("ray.io", "rayclusters", "list")},
     "list_cluster_custom_object": {("ray.io", "rayclusters", "list")},
     "patch_namespaced_custom_object": {("ray.io", "rayclusters", "patch")},
+    "read_namespaced_secret": {("", "secrets", "get")},
 }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import os
 import secrets
 import shutil
@@ -9,18 +11,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client, config
+from temporalio.testing import ActivityEnvironment
 from typer.testing import CliRunner
 
+from raysize.activities.cluster import ClusterActivities, RaySettings
+from raysize.activities.k8s import Kube
 from raysize.activities.ray_gcs import RayGcsClient, RayUnauthenticated
+from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.localray import LocalRayCluster
 from raysize.worker.cli import app
+from raysize.workflows.contracts import ObserveInput
 from tests.ray.conftest import short_tmp
+from tests.sandbox.test_ray_tokens import token_cluster
 
 
 @pytest.fixture(scope="module")
 def secured() -> Iterator[LocalRayCluster]:
     root = short_tmp()
-    ray = LocalRayCluster(root=root, token=secrets.token_hex(32))
+    # a token as KubeRay makes them for authOptions (base64 of 32 random bytes: '+', '/', '=')
+    ray = LocalRayCluster(root=root, token=base64.b64encode(secrets.token_bytes(32)).decode())
     try:
         ray.start_head()
         ray.wait_alive(["head-0"])
@@ -84,3 +94,32 @@ def test_the_cli_says_so_in_one_line(secured: LocalRayCluster, tmp_path: Path) -
     assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: read cluster state:") and "token sent is wrong" in line
+
+
+def test_a_clusters_own_token_from_its_secret_is_what_a_real_ray_accepts(
+    secured: LocalRayCluster, tmp_path: Path
+) -> None:
+    """The observe of a RayCluster with `authOptions.secretName`: the worker's own token
+    is wrong for this Ray, the one in the cluster's Secret is right (#28 item 2)."""
+    assert secured.token
+    sb = Sandbox(SandboxConfig()).start()
+    try:
+        api = config.new_client_from_config(config_file=str(sb.write_kubeconfig(tmp_path / "kc")))
+        client.CoreV1Api(api).create_namespaced_secret(
+            "default",
+            {"metadata": {"name": "ray-token"}, "stringData": {"auth_token": secured.token}},
+        )
+        rc = token_cluster("secured", auth={"mode": "token", "secretName": "ray-token"})
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "ray.io", "v1", "default", "rayclusters", rc
+        )
+        acts = ClusterActivities(kube=Kube(api), ray=RaySettings(token="not-this-rays-token"))
+        try:
+            inp = ObserveInput(namespace="default", cluster="secured", gcs_address=secured.address)
+            seen = asyncio.run(ActivityEnvironment().run(acts.observe, inp))
+            assert seen.snapshot is not None and seen.gcs_version  # Ray's state, read
+        finally:
+            acts.close()
+            api.close()
+    finally:
+        sb.close()

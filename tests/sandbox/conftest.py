@@ -86,9 +86,11 @@ def world(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="package")
-def kubeconfig(world: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def world_sandbox(world: str) -> Iterator[Sandbox | RealSandbox | None]:
+    """The world's API server itself (None for an external one): for the few tests that
+    act as another user (`Sandbox.api.authorizer`, `RealSandbox.service_account_kubeconfig`)."""
     if world == "external":
-        yield os.environ["RAYSIZE_TEST_KUBECONFIG"]
+        yield None
         return
     config_ = SandboxConfig(
         nodes=2,
@@ -102,11 +104,20 @@ def kubeconfig(world: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     )
     sandbox.start()
     try:
-        path = tmp_path_factory.mktemp("kube") / "config"
-        sandbox.write_kubeconfig(path)
-        yield str(path)
+        yield sandbox
     finally:
         sandbox.close()
+
+
+@pytest.fixture(scope="package")
+def kubeconfig(
+    world_sandbox: Sandbox | RealSandbox | None, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    if world_sandbox is None:
+        return os.environ["RAYSIZE_TEST_KUBECONFIG"]
+    path = tmp_path_factory.mktemp("kube") / "config"
+    world_sandbox.write_kubeconfig(path)
+    return str(path)
 
 
 @pytest.fixture(scope="package")

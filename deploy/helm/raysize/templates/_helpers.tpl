@@ -21,6 +21,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
   verbs: ["get", "list", "watch", "patch"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
 {{- end }}
 
 {{- define "raysize.image" -}}

@@ -1,0 +1,182 @@
+"""Each Ray cluster's own auth token, read from its Kubernetes Secret.
+
+KubeRay 1.5+ gives a RayCluster with `spec.authOptions.mode: token` a token of its own
+(docs/ray-protocol.md §3(e)): a Secret named after the cluster (`authOptions.secretName`
+when set), key `auth_token`, which it puts in every Ray container as `RAY_AUTH_TOKEN`
+through a `secretKeyRef`. A head container that sets `RAY_AUTH_TOKEN` itself wins (KubeRay
+leaves it alone), so that is looked at first. A cluster with neither uses the worker's
+own token (`RAYSIZE_RAY_TOKEN`, `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`): the fallback.
+
+`token_source` is pure (the RayCluster → where its token is); `RayTokens` reads the
+Secrets with `get` only (RBAC cannot narrow `list`/`watch` to a name), caches each with
+its resourceVersion, and `refresh` re-reads one when Ray refuses the token it holds. A
+token is never logged nor put in an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+from dataclasses import dataclass
+from typing import Any, Final
+
+from raysize.activities.k8s_errors import Forbidden, KubeError, NotFound
+from raysize.activities.ray_errors import RayAuthUnavailable
+
+Obj = dict[str, Any]
+
+TOKEN_ENV: Final = "RAY_AUTH_TOKEN"
+SECRET_KEY: Final = "auth_token"  # KubeRay's RAY_AUTH_TOKEN_SECRET_KEY
+_MAX_NAME: Final = 50  # KubeRay's utils.CheckName clips names to their last 50 characters
+
+
+def kuberay_secret_name(cluster: str) -> str:
+    """The name KubeRay gives a RayCluster's auth Secret (`utils.CheckName(name)`): the
+    last 50 characters, a leading digit or punctuation mark replaced by `r`."""
+    name = cluster[-_MAX_NAME:] if len(cluster) > _MAX_NAME else cluster
+    if name and name[0].isdigit():
+        name = "r" + name[1:]
+    if name and not name[0].isalnum():
+        name = "r" + name[1:]
+    return name
+
+
+@dataclass(frozen=True)
+class TokenSource:
+    """Where a cluster's token is: a Secret's key, or (`value`) the head's env itself.
+    `why` says what named it, for messages."""
+
+    namespace: str
+    secret: str = ""
+    key: str = SECRET_KEY
+    value: str | None = None  # the head container's literal RAY_AUTH_TOKEN
+    why: str = ""
+
+    def describe(self) -> str:
+        if self.value is not None:
+            return f"the literal {TOKEN_ENV} of the head container ({self.why})"
+        return f"Secret {self.namespace}/{self.secret}, key {self.key} ({self.why})"
+
+
+def _head_container(raycluster: Obj) -> Obj:
+    spec = raycluster.get("spec") or {}
+    template = (spec.get("headGroupSpec") or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    # KubeRay's RayContainerIndex: the Ray container is the first
+    return containers[0] if containers and isinstance(containers[0], dict) else {}
+
+
+def token_source(raycluster: Obj) -> TokenSource | None:
+    """Where the RayCluster's Ray token is, as its pods get it; None: it has none of its
+    own (no `authOptions` token mode, or Kubernetes-delegated auth), use the fallback."""
+    meta = raycluster.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    for env in _head_container(raycluster).get("env") or []:
+        if not isinstance(env, dict) or env.get("name") != TOKEN_ENV:
+            continue
+        ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
+        if ref.get("name"):
+            why = f"the head container's {TOKEN_ENV} secretKeyRef"
+            return TokenSource(ns, str(ref["name"]), str(ref.get("key") or SECRET_KEY), why=why)
+        if env.get("value"):
+            return TokenSource(ns, value=str(env["value"]), why="spec.headGroupSpec")
+        break  # set some other way (a fieldRef, say): not one raysize can follow
+    auth = (raycluster.get("spec") or {}).get("authOptions") or {}
+    if auth.get("mode") != "token" or auth.get("enableK8sTokenAuth") is True:
+        return None
+    if auth.get("secretName"):
+        return TokenSource(ns, str(auth["secretName"]), why="authOptions.secretName")
+    return TokenSource(
+        ns, kuberay_secret_name(name), why="authOptions.mode token: the Secret KubeRay made"
+    )
+
+
+def secret_token(secret: Obj, source: TokenSource) -> str:
+    """The token in a Secret as the API returns it (`data`: base64), stripped as Ray
+    strips it; a clear error when the key is missing or empty."""
+    data = secret.get("data") or {}
+    if source.key not in data:
+        keys = ", ".join(sorted(data)) or "none"
+        raise RayAuthUnavailable(
+            f"{source.describe()}: the Secret has no key {source.key} (it has: {keys}); put the "
+            "Ray token under that key",
+            retryable=False,
+        )
+    try:
+        token = base64.b64decode(str(data[source.key]), validate=True).decode().strip()
+    except (binascii.Error, UnicodeDecodeError):
+        raise RayAuthUnavailable(
+            f"{source.describe()}: the value is not a text token", retryable=False
+        ) from None
+    if not token:
+        raise RayAuthUnavailable(
+            f"{source.describe()}: the token is empty; put the Ray token there", retryable=False
+        )
+    return token
+
+
+class RayTokens:
+    """Each cluster's token, from its Secret (read with `get`, cached with its
+    resourceVersion), else `fallback`. Thread-safe: activities run in threads."""
+
+    def __init__(self, read_secret: Any, fallback: str | None = None) -> None:
+        # read_secret(namespace, name) -> the Secret (a dict); `Kube.read_secret`
+        self._read = read_secret
+        self.fallback = fallback
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str], tuple[str, Obj]] = {}  # → (resourceVersion, Secret)
+        self.reads = 0  # Secret GETs made (tests count them)
+
+    def token(self, source: TokenSource | None) -> str | None:
+        """The token to send to the cluster whose token is at `source`: cached."""
+        if source is None:
+            return self.fallback
+        if source.value is not None:
+            return source.value.strip()
+        with self._lock:
+            cached = self._cache.get((source.namespace, source.secret))
+        if cached is None:
+            cached = self._get(source)
+        return secret_token(cached[1], source)
+
+    def refresh(self, source: TokenSource | None) -> bool:
+        """Read the Secret again (Ray refused the token held): True when it changed
+        since it was cached (a new resourceVersion), so a call is worth repeating."""
+        if source is None or source.value is not None:
+            return False
+        with self._lock:
+            before = self._cache.get((source.namespace, source.secret))
+        after = self._get(source)
+        return before is None or after[0] != before[0]
+
+    def _get(self, source: TokenSource) -> tuple[str, Obj]:
+        try:
+            secret = self._read(source.namespace, source.secret)
+        except Forbidden as exc:
+            raise RayAuthUnavailable(
+                f"cannot read the Ray token at {source.describe()}: raysize may not `get "
+                f"secrets` in namespace {source.namespace} ({exc.message}). Grant it: the "
+                "raysize Role (deploy/watched-namespace/role.yaml), ClusterRole "
+                "(deploy/components/cluster-wide) and Helm chart have `get` on `secrets` "
+                "since 0.2; re-apply them",
+                retryable=False,
+            ) from None
+        except NotFound:
+            raise RayAuthUnavailable(
+                f"the Ray token's {source.describe()} does not exist: KubeRay makes it for "
+                "authOptions.mode token; with authOptions.secretName or a secretKeyRef, create "
+                "that Secret",
+                retryable=False,
+            ) from None
+        except KubeError as exc:
+            raise RayAuthUnavailable(
+                f"cannot read the Ray token at {source.describe()}: {exc.message}",
+                retryable=exc.retryable,
+            ) from None
+        self.reads += 1
+        version = str((secret.get("metadata") or {}).get("resourceVersion") or "")
+        entry = (version, secret)
+        with self._lock:
+            self._cache[(source.namespace, source.secret)] = entry
+        return entry
