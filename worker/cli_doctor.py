@@ -88,6 +88,7 @@ WORKER_PERMISSIONS: tuple[Permission, ...] = (
     *(Permission("", "pods", v) for v in ("get", "list", "watch", "patch")),
     Permission("", "pods/resize", "patch"),
     Permission("", "events", "create"),
+    Permission("", "secrets", "get"),  # each Ray cluster's token (activities/ray_tokens.py)
     *(Permission("ray.io", "rayclusters", v) for v in ("get", "list", "watch", "patch")),
 )
 

@@ -45,6 +45,7 @@ EXPECTED_RULES = {
 CLIENT_CALLS = {
     "read_namespaced_pod": {("", "pods", "get")},
     "list_namespaced_pod": {("", "pods", "list")},
+    "list_pod_for_all_namespaces": {("", "pods", "list")},
     "patch_namespaced_pod": {("", "pods", "patch")},
     "patch_namespaced_pod_resize": {("", "pods/resize", "patch")},
     "create_namespaced_event": {("", "events", "create")},
@@ -53,6 +54,8 @@ CLIENT_CALLS = {
     "list_cluster_custom_object": {("ray.io", "rayclusters", "list")},
     "patch_namespaced_custom_object": {("ray.io", "rayclusters", "patch")},
     "read_namespaced_secret": {("", "secrets", "get")},
+    # API discovery (`raysize doctor`): every authenticated user may (system:discovery)
+    "get_api_resources": set(),
 }
 
 

@@ -298,7 +298,7 @@ def test_all_green_exits_0(world: World) -> None:
     assert got["kubernetes"][0] == "ok" and "pods/resize served" in got["kubernetes"][1]
     assert "v1.36" in got["kubernetes"][1]
     assert got["kuberay"] == ("ok", "rayclusters.ray.io/v1 served, operator v1.6.1")
-    assert got["rbac"] == ("ok", f"namespace {FULL}: all 10 permissions the worker needs")
+    assert got["rbac"] == ("ok", f"namespace {FULL}: all 11 permissions the worker needs")
     assert got["temporal"][0] == "ok" and world.temporal in got["temporal"][1]
     assert got["search attributes"][0] == "ok"
     assert got["ray client"] == ("ok", "each GCS: no token, TLS off")
@@ -320,7 +320,7 @@ def test_a_missing_permission_is_named_and_fails(world: World) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     rbac = [line for line in done.stdout.splitlines() if " rbac: " in line]
     assert rbac == [
-        f"ok    rbac: namespace {FULL}: all 10 permissions the worker needs",
+        f"ok    rbac: namespace {FULL}: all 11 permissions the worker needs",
         f"FAIL  rbac: namespace {NO_RESIZE}: may not patch pods/resize: apply "
         f"deploy/watched-namespace in {NO_RESIZE} (or a Role with these rules)",
     ]
