@@ -38,7 +38,7 @@ class ObserveOnly:
 
     async def refuse(self, what: str) -> None:
         """Raise `ObserveOnly` (non-retryable) when this worker observes only, unless the
-        caller is a resize saga that was in flight before (`let_finish`)."""
+        caller is a resize saga that was in flight before (`_let_finish`)."""
         if not self.on:
             return
         info = activity.info()
@@ -53,16 +53,16 @@ class ObserveOnly:
         )
 
     async def _let_finish(self, info: activity.Info) -> bool:
-        run = info.workflow_run_id
+        run, wf = info.workflow_run_id, info.workflow_id
+        if run is None or wf is None:
+            return False  # not run by a workflow: no saga to let finish
         before = self._before.get(run)
         if before is None:
             try:
-                desc = await (
-                    activity.client().get_workflow_handle(info.workflow_id, run_id=run).describe()
-                )
+                desc = await activity.client().get_workflow_handle(wf, run_id=run).describe()
             except Exception as exc:  # unknown: not refused for good; Temporal tries again
                 raise ApplicationError(
-                    f"{OBSERVE_ONLY_VAR}: cannot tell whether {info.workflow_id} started "
+                    f"{OBSERVE_ONLY_VAR}: cannot tell whether {wf} started "
                     f"before observe-only began: {exc}",
                     type="ObserveOnlyUnknown",
                 ) from None
@@ -72,7 +72,7 @@ class ObserveOnly:
                 log.warning(
                     "observe-only: %s started before this worker observed only (%s): it "
                     "finishes or rolls back as it would have",
-                    info.workflow_id,
+                    wf,
                     self.since.isoformat(timespec="seconds"),
                 )
         return before

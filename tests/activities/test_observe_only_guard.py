@@ -61,7 +61,7 @@ WRITES: dict[str, Any] = {
         cpu=2000,
         memory=1,
         status=IpprStatus(),
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -5,12 +5,23 @@ once, acts on nothing, and acts again on the first tick after it is switched off
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import UTC, datetime, timedelta
 
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from raysize.workflows.contracts import Act
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_activities import K8sActivities
+from raysize.activities.observe_only import ObserveOnly
+from raysize.workflows.contracts import Act, Err, SetStatusInput
+from raysize.workflows.ippr_status import IpprStatus
+from raysize.workflows.naming import RESIZE_WORKFLOW
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 
 from ..workflows.kit import group, pod, res, snapshot
@@ -109,3 +120,56 @@ async def test_a_resize_in_flight_when_observe_only_begins_finishes(
     assert state.outcome.value == "Succeeded" and (state.from_cpu, state.cpu) == (1000, 3000)
     assert world.started == ["w1"] and status.resizes_started == 1
     assert status.observe_only
+
+
+@workflow.defn(name=RESIZE_WORKFLOW)
+class OneWrite:
+    """A resize saga reduced to one pod write (`set_ippr_status`)."""
+
+    @workflow.run
+    async def run(self) -> str:
+        try:
+            await workflow.execute_activity(
+                Act.SET_STATUS,
+                SetStatusInput(namespace="ns", pod="p", status=IpprStatus()),
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+            )
+        except ActivityError as exc:
+            assert isinstance(exc.cause, ApplicationError)
+            return exc.cause.type or ""
+        return "written"
+
+
+class StatusRecorder(Kube):
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def set_ippr_status(self, namespace: str, pod: str, status: object, uid: str = "") -> dict:
+        self.written.append(pod)
+        return {}
+
+
+async def test_the_activities_ask_temporal_when_a_saga_began(ts_env: WorkflowEnvironment) -> None:
+    """The refusal's one exception, against the real server: a saga that began before the
+    worker observed only writes (it finishes or rolls back as it would have); one that
+    began after is refused before it writes."""
+    for since, expected in (
+        (datetime.now(UTC) + timedelta(hours=1), "written"),  # the saga began before
+        (datetime.now(UTC) - timedelta(hours=1), Err.OBSERVE_ONLY),  # it began after
+    ):
+        kube = StatusRecorder()
+        k8s = K8sActivities(kube, observe_only=ObserveOnly(on=True, since=since))
+        queue = f"q-{uuid.uuid4()}"
+        async with Worker(
+            ts_env.client,
+            task_queue=queue,
+            workflows=[OneWrite],
+            activities=[k8s.set_status],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            outcome = await ts_env.client.execute_workflow(
+                OneWrite.run, id=f"resize/ns/{uuid.uuid4().hex[:6]}", task_queue=queue
+            )
+        assert outcome == expected
+        assert kube.written == (["p"] if expected == "written" else [])
