@@ -124,6 +124,10 @@ class FakeClient:
                 client.described += 1
                 return type("Desc", (), {"start_time": client.started})()
 
+            async def fetch_history_events(self) -> Any:  # no write ran yet
+                for e in ():
+                    yield e
+
         return Handle()
 
 

@@ -4,6 +4,7 @@ once, acts on nothing, and acts again on the first tick after it is switched off
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -123,22 +124,27 @@ async def test_a_resize_in_flight_when_observe_only_begins_finishes(
 
 
 @workflow.defn(name=RESIZE_WORKFLOW)
-class OneWrite:
-    """A resize saga reduced to one pod write (`set_ippr_status`)."""
+class Writes:
+    """A resize saga reduced to pod writes (`set_ippr_status`), one on each task queue
+    given: what each worker answered."""
 
     @workflow.run
-    async def run(self) -> str:
-        try:
-            await workflow.execute_activity(
-                Act.SET_STATUS,
-                SetStatusInput(namespace="ns", pod="p", status=IpprStatus()),
-                start_to_close_timeout=timedelta(seconds=10),
-                retry_policy=RetryPolicy(maximum_attempts=1),
-            )
-        except ActivityError as exc:
-            assert isinstance(exc.cause, ApplicationError)
-            return exc.cause.type or ""
-        return "written"
+    async def run(self, queues: list[str]) -> list[str]:
+        out = []
+        for queue in queues:
+            try:
+                await workflow.execute_activity(
+                    Act.SET_STATUS,
+                    SetStatusInput(namespace="ns", pod="p", status=IpprStatus()),
+                    task_queue=queue,
+                    start_to_close_timeout=timedelta(seconds=10),
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+                out.append("written")
+            except ActivityError as exc:
+                assert isinstance(exc.cause, ApplicationError)
+                out.append(exc.cause.type or "")
+        return out
 
 
 class StatusRecorder(Kube):
@@ -150,26 +156,54 @@ class StatusRecorder(Kube):
         return {}
 
 
-async def test_the_activities_ask_temporal_when_a_saga_began(ts_env: WorkflowEnvironment) -> None:
-    """The refusal's one exception, against the real server: a saga that began before the
+async def test_the_activities_ask_temporal_whether_a_saga_may_go_on(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The refusal's exception, against the real server: a saga that began before the
     worker observed only writes (it finishes or rolls back as it would have); one that
-    began after is refused before it writes."""
-    for since, expected in (
-        (datetime.now(UTC) + timedelta(hours=1), "written"),  # the saga began before
-        (datetime.now(UTC) - timedelta(hours=1), Err.OBSERVE_ONLY),  # it began after
-    ):
-        kube = StatusRecorder()
-        k8s = K8sActivities(kube, observe_only=ObserveOnly(on=True, since=since))
-        queue = f"q-{uuid.uuid4()}"
-        async with Worker(
+    began after is refused before it writes, unless a worker that still acts (beside it
+    in a rolling restart) has written for it already."""
+    hour = timedelta(hours=1)
+    acting, observing = StatusRecorder(), StatusRecorder()
+    q = {name: f"{name}-{uuid.uuid4()}" for name in ("acting", "before", "after")}
+    workers = [
+        Worker(
+            ts_env.client, task_queue=q["acting"], activities=[K8sActivities(acting).set_status]
+        ),
+        Worker(
             ts_env.client,
-            task_queue=queue,
-            workflows=[OneWrite],
-            activities=[k8s.set_status],
+            task_queue=q["before"],
+            workflows=[Writes],
             workflow_runner=UnsandboxedWorkflowRunner(),
-        ):
-            outcome = await ts_env.client.execute_workflow(
-                OneWrite.run, id=f"resize/ns/{uuid.uuid4().hex[:6]}", task_queue=queue
+            activities=[
+                K8sActivities(
+                    observing, observe_only=ObserveOnly(on=True, since=datetime.now(UTC) + hour)
+                ).set_status
+            ],
+        ),
+        Worker(
+            ts_env.client,
+            task_queue=q["after"],
+            activities=[
+                K8sActivities(
+                    observing, observe_only=ObserveOnly(on=True, since=datetime.now(UTC) - hour)
+                ).set_status
+            ],
+        ),
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        for w in workers:
+            await stack.enter_async_context(w)
+
+        async def saga(*queues: str) -> list[str]:
+            return await ts_env.client.execute_workflow(
+                Writes.run,
+                [q[name] for name in queues],
+                id=f"resize/ns/{uuid.uuid4().hex[:6]}",
+                task_queue=q["before"],
             )
-        assert outcome == expected
-        assert kube.written == (["p"] if expected == "written" else [])
+
+        assert await saga("before", "before") == ["written", "written"]  # in flight before
+        assert await saga("after", "after") == [Err.OBSERVE_ONLY, Err.OBSERVE_ONLY]
+        assert await saga("acting", "after") == ["written", "written"]  # begun elsewhere
+    assert observing.written == ["p", "p", "p"] and acting.written == ["p"]
