@@ -53,9 +53,12 @@ MAX_EVENT_MESSAGE = 1000
 def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -> Tick:
     """The tick of `obs`: the plan, with the facts the workflow acts on. No plan while
     Ray's own autoscaler owns the cluster, `ray.io/ippr` is wrong, or Ray was not read;
-    none either with `observe_only`, which says what it would be instead (`observing`)."""
+    none either with `observe_only`, which says what it would be instead (`observing`),
+    Ray's autoscaler acting or not."""
     tick = _facts(obs, inp.memory).model_copy(update={"observe_only": observe_only})
-    stand_by = obs.in_tree_autoscaling or bool(obs.ray_autoscaler_pod)
+    # Ray's own autoscaler acting: raysize stands by, except observe-only, which writes
+    # nothing and so may plan beside it (to compare the two)
+    stand_by = (obs.in_tree_autoscaling or bool(obs.ray_autoscaler_pod)) and not observe_only
     if not obs.found or stand_by or obs.config_errors or obs.snapshot is None:
         return tick
     now = inp.now

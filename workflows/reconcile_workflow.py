@@ -291,7 +291,7 @@ class ReconcileWorkflow:
             await self._stand_by_event(inp, tick)
         if tick.read_ray:
             self.pods = tick.pods
-        if stand_by:
+        if stand_by and not tick.observe_only:  # observe-only plans beside it, to compare
             return
         errors = tuple(str(e) for e in tick.config_errors)
         if errors != self.carry.config_errors:
@@ -736,7 +736,10 @@ class ReconcileWorkflow:
         # Ray's demands matter only where raysize may act: a cluster with a config error,
         # or one Ray's own autoscaler owns, waits on Kubernetes alone (the fix of the
         # annotation, the hand-over) and costs its GCS nothing
-        acting = not (tick.config_errors or tick.in_tree_autoscaling or tick.ray_autoscaler_pod)
+        # (observe-only plans beside Ray's autoscaler: its demands count)
+        acting = not tick.config_errors and (
+            tick.observe_only or not (tick.in_tree_autoscaling or tick.ray_autoscaler_pod)
+        )
         watch = workflow.start_activity(
             Act.WAIT_FOR_CHANGE,
             WaitInput(

@@ -95,6 +95,24 @@ async def test_observe_only_says_what_it_would_do_once_and_does_nothing(
     assert reasons[3] == "ObserveOnlyEnded" and "Reconciled" in reasons[4:]
 
 
+async def test_beside_ray_s_autoscaler_it_says_what_it_would_do(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Ray's in-tree autoscaler owns the cluster: observe-only still plans (it writes
+    nothing, so the two cannot undo each other's work), and its waits read Ray."""
+    world = _cluster()
+    world.in_tree_autoscaling = True
+    world.observe_only = True
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: world.observed >= 4)
+        status = await status_of(handle)
+    assert world.started == [] and world.drains == [] and world.scales == []
+    reasons = [e.reason for e in world.events]
+    assert reasons == ["ObserveOnly", "InTreeAutoscaling", "WouldResize", "WouldScaleIn"]
+    assert status.stood_down and status.observe_only and len(status.would) == 2
+    assert world.waits and all(w.watch_ray for w in world.waits)
+
+
 async def test_a_resize_in_flight_when_observe_only_begins_finishes(
     ts_env: WorkflowEnvironment,
 ) -> None:

@@ -124,10 +124,15 @@ def test_a_launch_and_a_settle_are_said_too() -> None:
     assert again.would is not None and again.would.lines and again.would.events == ()
 
 
-def test_no_plan_no_would_while_ray_s_own_autoscaler_owns_the_cluster() -> None:
-    obs = _busy_and_idle().model_copy(update={"in_tree_autoscaling": True})
-    tick = decide(obs, _inp(), observe_only=True)
-    assert tick.observe_only and tick.plan is None and tick.would is None
+def test_observe_only_plans_beside_ray_s_own_autoscaler() -> None:
+    """Standing by, raysize plans nothing (two autoscalers would undo each other's work);
+    observing only, it writes nothing, so it plans beside Ray's, to compare the two."""
+    for owner in ({"in_tree_autoscaling": True}, {"ray_autoscaler_pod": "head-0"}):
+        obs = _busy_and_idle().model_copy(update=owner)
+        assert decide(obs, _inp()).plan is None and decide(obs, _inp()).would is None
+        tick = decide(obs, _inp(), observe_only=True)
+        assert tick.plan is None and tick.would is not None
+        assert set(_events(tick)) == {WOULD_RESIZE, WOULD_SCALE_IN}
 
 
 def test_a_long_list_fits_one_event_and_says_how_many_more() -> None:
