@@ -27,6 +27,7 @@ from raysize.activities.k8s import Kube
 from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
 from raysize.activities.k8s_objects import KubeCluster, default_gcs_address
+from raysize.activities.observe_only import ObserveOnly
 from raysize.activities.pod_watch import PodWatch
 from raysize.activities.ray_errors import (
     RayAuthUnavailable,
@@ -73,15 +74,16 @@ def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
         ).add(n, {"cluster": cluster, "k8s_namespace": namespace})
 
 
-async def plan_tick(obs: Observation, inp: ObserveInput) -> Tick:
+async def plan_tick(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -> Tick:
     """The tick of what was read (`workflows/decide.py`), with the plan's wall time in
-    `raysize_plan_duration_seconds`. In an activity only (its metric meter)."""
+    `raysize_plan_duration_seconds`. In an activity only (its metric meter).
+    `observe_only`: the worker's RAYSIZE_OBSERVE_ONLY, recorded in the tick."""
     start = time.perf_counter()
     # the planner is pure Python: in a thread, so this worker's other activities (and
     # their heartbeats) go on meanwhile
-    tick = await asyncio.to_thread(decide, obs, inp)
+    tick = await asyncio.to_thread(functools.partial(decide, observe_only=observe_only), obs, inp)
     elapsed = time.perf_counter() - start
-    if tick.plan is not None:
+    if tick.plan is not None or tick.would is not None:
         activity.metric_meter().create_histogram_float(
             PLAN_DURATION, "wall time of one tick's plan", "s"
         ).record(elapsed, {"cluster": inp.cluster, "k8s_namespace": inp.namespace})
@@ -136,6 +138,8 @@ class ClusterActivities:
     _sources: dict[tuple[str, str], TokenSource | None] = field(default_factory=dict)
     pods: PodWatch | None = None  # set in __post_init__: one pod watch per worker
     tokens: RayTokens | None = None  # set in __post_init__: each cluster's own Ray token
+    # RAYSIZE_OBSERVE_ONLY: plan and say, never write (activities/observe_only.py)
+    observe_only: ObserveOnly = field(default_factory=ObserveOnly)
 
     def __post_init__(self) -> None:
         if self.pods is None:
@@ -152,7 +156,7 @@ class ClusterActivities:
             self.resize_raylet,
             self.finish_resize,
             self.drain_raylets,
-            *K8sActivities(self.kube, self.pods).activities(),
+            *K8sActivities(self.kube, self.pods, self.observe_only).activities(),
         ]
 
     # --- helpers --------------------------------------------------------------------
@@ -233,7 +237,8 @@ class ClusterActivities:
     async def observe_cluster(self, inp: ObserveInput) -> Tick:
         """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
         records the decision (`workflows/decide.py`), never the snapshot."""
-        return await plan_tick(await self.observe(inp), inp)
+        obs = await self.observe(inp)
+        return await plan_tick(obs, inp, observe_only=self.observe_only.on)
 
     async def observe(self, inp: ObserveInput) -> Observation:
         """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`)."""
@@ -351,6 +356,9 @@ class ClusterActivities:
         takes no new work. Safe to repeat: a drained Raylet is dead, and Ray accepts a
         dead or unknown node at once. A drain that could not be asked (the GCS down, say)
         counts as refused, so its pod stays; those accepted before it still go."""
+        await self.observe_only.refuse(
+            f"drain of {len(inp.targets)} Raylet(s) of {inp.namespace}/{inp.cluster}"
+        )
         accepted: list[str] = []
         refused: dict[str, str] = {}
         try:
@@ -401,6 +409,7 @@ class ClusterActivities:
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
+        await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
         return await self._resize_raylet(inp)
 
     @activity.defn(name=Act.FINISH_RESIZE)
@@ -409,6 +418,7 @@ class ClusterActivities:
         write the pod's final ray.io/ippr-status. Both steps are idempotent, so a retry
         repeats them safely. A status Kubernetes refuses does not undo a done resize: it
         is reported back instead."""
+        await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
         applied = await self._resize_raylet(inp)
         try:
             await asyncio.to_thread(

@@ -24,6 +24,7 @@ from raysize.activities.k8s_objects import (
     is_same_pod,
     progress_of,
 )
+from raysize.activities.observe_only import ObserveOnly
 from raysize.activities.pod_watch import PodWatch
 from raysize.workflows.contracts import (
     HEARTBEAT_TIMEOUT,
@@ -46,10 +47,15 @@ HEARTBEAT_EVERY_S = HEARTBEAT_TIMEOUT.total_seconds() / 3  # well inside the sag
 class K8sActivities:
     """The Temporal face of `Kube`: typed errors become non-retryable where they must."""
 
-    def __init__(self, kube: Kube, pods: PodWatch | None = None) -> None:
-        """`pods`: the worker's shared pod watch; without it, waits poll the pod."""
+    def __init__(
+        self, kube: Kube, pods: PodWatch | None = None, observe_only: ObserveOnly | None = None
+    ) -> None:
+        """`pods`: the worker's shared pod watch; without it, waits poll the pod.
+        `observe_only`: the worker's switch; on, every write here is refused (Events
+        excepted)."""
         self.kube = kube
         self.pods = pods
+        self.observe_only = observe_only or ObserveOnly()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
@@ -70,6 +76,7 @@ class K8sActivities:
     async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         """PATCH pods/resize (absolute, so a retry repeats nothing), record
         ray.io/ippr-status, then watch the kubelet for up to the window."""
+        await self.observe_only.refuse(f"resize of pod {inp.namespace}/{inp.pod}")
         sent = asyncio.ensure_future(
             asyncio.to_thread(
                 self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory, inp.pod_uid
@@ -178,10 +185,12 @@ class K8sActivities:
 
     @activity.defn(name=Act.SET_STATUS)
     async def set_status(self, inp: SetStatusInput) -> None:
+        await self.observe_only.refuse(f"ray.io/ippr-status of pod {inp.namespace}/{inp.pod}")
         await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid)
 
     @activity.defn(name=Act.SCALE)
     async def scale_groups(self, inp: ScaleInput) -> bool:
+        await self.observe_only.refuse(f"scaling RayCluster {inp.namespace}/{inp.cluster}")
         return await self._run(
             self.kube.scale,
             inp.namespace,

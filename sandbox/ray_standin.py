@@ -55,6 +55,7 @@ class _Model:
         self.waiting: list[dict[str, float]] = []  # one entry per task
         self.placed = 0  # tasks that found room
         self.resizes = 0
+        self.drains = 0  # DrainNode calls
         self.state_reads = 0
 
     def place(self) -> None:
@@ -138,6 +139,7 @@ class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
         reports it dead); an unknown one is accepted."""
         m = self.model
         with m.lock:
+            m.drains += 1
             node = next((n for n in m.nodes.values() if n.node_id == request.node_id), None)
             if node is not None and any(v > 0 for v in node.used.values()):
                 return autoscaler_pb2.DrainNodeReply(

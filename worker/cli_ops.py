@@ -89,12 +89,21 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option(help="DEBUG, INFO, WARNING or ERROR (default: RAYSIZE_LOG_LEVEL)"),
         ] = None,
+        observe_only: Annotated[
+            bool,
+            typer.Option(
+                "--observe-only",
+                help="Plan and say what would be done, change nothing (RAYSIZE_OBSERVE_ONLY).",
+            ),
+        ] = False,
     ) -> None:
         """Run the raysize worker (settings: RAYSIZE_* environment variables, see README)."""
         from raysize.worker.run import run_worker
         from raysize.worker.telemetry import configure_logging
 
         settings = _settings()
+        if observe_only:
+            settings = settings.model_copy(update={"observe_only": True})
         level = settings.log_level
         if log_level is not None:
             try:
@@ -183,6 +192,8 @@ def register(app: typer.Typer) -> None:
             return
         s = status
         state = "PAUSED" if s.paused else "standing by" if s.stood_down else "active"
+        if s.observe_only:
+            state += ", observe-only (RAYSIZE_OBSERVE_ONLY: nothing is changed)"
         typer.echo(f"{cluster}: {state}, {s.ticks} ticks, {s.resizes_started} resizes started")
         if s.stood_down and s.ray_autoscaler_pod:
             typer.echo(
@@ -201,6 +212,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"  last error: {s.last_error}")
         for d in s.decisions[-10:]:
             typer.echo(f"  {d.summary}")
+        for line in s.would:  # observe-only: the plan it did not carry out, all of it
+            typer.echo(f"  now {line}")
         # what the last plan left waiting, and why (a hold, demand no group can host)
         for note in s.last_plan.notes if s.last_plan is not None else ():
             typer.echo(f"  last plan: {note}")

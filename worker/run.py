@@ -20,6 +20,7 @@ import raysize.workflows
 from raysize.activities.cluster import ClusterActivities, RaySettings
 from raysize.activities.discovery import DiscoveryActivities
 from raysize.activities.k8s import Kube, KubeconfigError
+from raysize.activities.observe_only import ObserveOnly
 from raysize.activities.ray_errors import RayError
 from raysize.activities.ray_gcs import TlsConfig, resolve_token
 from raysize.worker.deployment import (
@@ -166,7 +167,12 @@ def build_worker(
     client: Client, settings: Settings, kube: Kube, ray: RaySettings | None = None
 ) -> tuple[Worker, ClusterActivities]:
     ray = ray or ray_settings(settings)
-    cluster = ClusterActivities(kube=kube, ray=ray, settings=settings.planner())
+    cluster = ClusterActivities(
+        kube=kube,
+        ray=ray,
+        settings=settings.planner(),
+        observe_only=ObserveOnly(on=settings.observe_only),
+    )
     discovery = DiscoveryActivities(
         kube=kube,
         temporal=client,
@@ -312,6 +318,12 @@ async def _serve(
         state_file=temporal_state_path(beat) if beat else None,
         on_client=reconnected,
     )
+    if settings.observe_only:
+        log.warning(
+            "observe-only (RAYSIZE_OBSERVE_ONLY=true): raysize plans and says what it would "
+            "do (Would* Events, raysize status), and writes to no pod, Raylet or RayCluster; "
+            "resizes already running finish or roll back as usual"
+        )
     try:
         async with worker:
             settle = asyncio.create_task(_settle(client, settings))

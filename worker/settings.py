@@ -209,6 +209,12 @@ class Settings(BaseSettings):
         description="a running worker pod whose Raylet has not registered after this long is "
         "replaced",
     )
+    observe_only: bool = Field(
+        False,
+        description="plan, record decisions and say what would be done (Would* Events on "
+        "the RayCluster), but write to no pod, Raylet or RayCluster: to run raysize beside "
+        "another autoscaler and compare",
+    )
     resize_poll_interval_s: float = Field(
         POLL_INTERVAL_S,
         gt=0,

@@ -48,6 +48,11 @@ class Err:
     CLUSTER_GONE = "RayClusterGone"
     RAY_INVALID = "RayInvalidArgument"
     RAY_AUTH = "RayUnauthenticated"
+    OBSERVE_ONLY = "ObserveOnly"  # a write refused: the worker runs with RAYSIZE_OBSERVE_ONLY
+
+
+# the worker's setting (`worker/settings.py` `observe_only`): plan, say, change nothing
+OBSERVE_ONLY_VAR = "RAYSIZE_OBSERVE_ONLY"
 
 
 POLL_INTERVAL_S = 5.0  # re-read a resizing pod after this much silence from its watch
@@ -319,6 +324,11 @@ class Memory(Value):
     landed: dict[str, tuple[float, int, int]] = Field(
         default_factory=dict, description="pod → when its grow was seen landed, and its size"
     )
+    reported: tuple[str, ...] = Field(
+        default=(),
+        description="observe-only: the actions (`would_key`) already said in a Would* Event, "
+        "so an unchanged plan is not said again every tick",
+    )
 
 
 class ObserveInput(Value):
@@ -354,6 +364,29 @@ class GroupRef(Value):
     resize_timeout_s: int = 60
 
 
+class WouldEvent(Value):
+    """A Kubernetes Event on the RayCluster saying what an observe-only tick would do."""
+
+    reason: str = Field(description="WouldResize, WouldScaleOut, WouldScaleIn or WouldSettle")
+    message: str
+
+
+class WouldDo(Value):
+    """What an observe-only tick would have carried out (`workflows/decide.py`): the plan
+    and the settles, one line each, and the Events for what was not said before."""
+
+    plan: Plan = Field(default_factory=Plan)
+    stuck: tuple[ResizeAction, ...] = ()
+    lines: tuple[str, ...] = Field(default=(), description="one per action: 'would grow …'")
+    events: tuple[WouldEvent, ...] = Field(
+        default=(), description="only the actions not said before (`Memory.reported`)"
+    )
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.lines
+
+
 # At most this many pod names in a tick's result (`Tick.pods`, for `raysize status`):
 # a bigger cluster's names would cost the history more than everything else a tick records.
 MAX_NAMED_PODS = 500
@@ -383,6 +416,14 @@ class Tick(ClusterRead):
         default=0, description="resizes planned but left out: no room under max_resizes"
     )
     plan_s: float = Field(default=0.0, description="wall time of the plan, s")
+    observe_only: bool = Field(
+        default=False,
+        description=f"the worker that observed runs with {OBSERVE_ONLY_VAR}: `plan` and "
+        "`stuck` are empty, `would` says what would have been done",
+    )
+    would: WouldDo | None = Field(
+        default=None, description="observe-only: the plan that was not carried out"
+    )
 
 
 class WaitInput(Value):
@@ -478,6 +519,14 @@ class ReconcileStatus(Value):
     pods: tuple[str, ...] | None = Field(
         default=None, description="the cluster's pods at the last observe (None: not read yet)"
     )
+    observe_only: bool = Field(
+        default=False,
+        description=f"the last tick was observed by a worker with {OBSERVE_ONLY_VAR}: it "
+        "plans and says what it would do, and changes nothing",
+    )
+    would: tuple[str, ...] = Field(
+        default=(), description="observe-only: what the last plan would have done, a line each"
+    )
 
 
 class ReconcileCarry(Value):
@@ -495,6 +544,8 @@ class ReconcileCarry(Value):
     # what the plan depends on besides the cluster: drained pods (a drained Raylet takes no
     # new work, so a lost removal would strand its pod), grows just landed, drift clocks
     memory: Memory = Field(default_factory=Memory)
+    # the last tick was observe-only (a change is logged and said in an Event)
+    observe_only: bool = False
 
 
 class ReconcileInput(Value):

@@ -7,6 +7,11 @@ history, and the snapshot (every pod with its labels: megabytes at thousands of 
 never enters the history. What the loop remembers between ticks (`Memory`: drained pods,
 grows just landed, drift clocks, since when demand waits) goes in with the read and comes
 back updated; the workflow adds to it only what it did (a grow started, a settle tried).
+
+With `observe_only` (the worker's RAYSIZE_OBSERVE_ONLY) the tick has nothing to act on: no
+plan, no settles. What they would have been is in `Tick.would` (`would_do`), with an Event
+for each kind of action not said before (`Memory.reported`), so an unchanged plan is said
+once, not every tick.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from raysize.workflows.contracts import (
     ObserveInput,
     PodRef,
     Tick,
+    WouldDo,
+    WouldEvent,
 )
 from raysize.workflows.deadlines import (
     GrowWatch,
@@ -30,15 +37,28 @@ from raysize.workflows.deadlines import (
     resize_timeout_s,
     stuck_resizes,
 )
-from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings
+from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
 from raysize.workflows.planner import plan
+from raysize.workflows.summaries import change_text, why
+
+# the Events an observe-only tick records on the RayCluster, in this order
+WOULD_SCALE_OUT = "WouldScaleOut"
+WOULD_RESIZE = "WouldResize"
+WOULD_SCALE_IN = "WouldScaleIn"
+WOULD_SETTLE = "WouldSettle"
+NOTHING_CHANGED = "observe-only, nothing was changed"
+MAX_EVENT_MESSAGE = 1000
 
 
-def decide(obs: Observation, inp: ObserveInput) -> Tick:
+def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -> Tick:
     """The tick of `obs`: the plan, with the facts the workflow acts on. No plan while
-    Ray's own autoscaler owns the cluster, `ray.io/ippr` is wrong, or Ray was not read."""
-    tick = _facts(obs, inp.memory)
-    stand_by = obs.in_tree_autoscaling or bool(obs.ray_autoscaler_pod)
+    Ray's own autoscaler owns the cluster, `ray.io/ippr` is wrong, or Ray was not read;
+    none either with `observe_only`, which says what it would be instead (`observing`),
+    Ray's autoscaler acting or not."""
+    tick = _facts(obs, inp.memory).model_copy(update={"observe_only": observe_only})
+    # Ray's own autoscaler acting: raysize stands by, except observe-only, which writes
+    # nothing and so may plan beside it (to compare the two)
+    stand_by = (obs.in_tree_autoscaling or bool(obs.ray_autoscaler_pod)) and not observe_only
     if not obs.found or stand_by or obs.config_errors or obs.snapshot is None:
         return tick
     now = inp.now
@@ -75,7 +95,7 @@ def decide(obs: Observation, inp: ObserveInput) -> Tick:
     )
     named = [*(r.pod for r in p.resize), *(t.pod for t in p.terminate)]
     named += [r.pod for r in stuck]
-    return tick.model_copy(
+    tick = tick.model_copy(
         update={
             "plan": p,
             "stuck": stuck,
@@ -86,6 +106,73 @@ def decide(obs: Observation, inp: ObserveInput) -> Tick:
             "held_resizes": held,
         }
     )
+    return observing(tick, inp.memory.reported) if observe_only else tick
+
+
+def observing(tick: Tick, reported: Iterable[str]) -> Tick:
+    """The tick of an observe-only worker: nothing to act on (no plan, no settles), and
+    what would have been done (`would_do`); the loop remembers what its Events said."""
+    would, keys = would_do(tick.plan or Plan(), tick.stuck, reported)
+    return tick.model_copy(
+        update={
+            "plan": None,
+            "stuck": (),
+            "refs": {},
+            "would": would,
+            "memory": tick.memory.model_copy(update={"reported": keys}),
+        }
+    )
+
+
+def would_do(
+    p: Plan, stuck: Iterable[ResizeAction], reported: Iterable[str] = ()
+) -> tuple[WouldDo, tuple[str, ...]]:
+    """What carrying out `p` and settling `stuck` would do, a line each, and an Event per
+    kind of action (`WOULD_*`) naming those not in `reported`; with every action's key,
+    to be `reported` next tick. A key is the action, not its wording: a pod's idle time
+    or a drift's age grows each tick, and the plan is still the same."""
+    items: list[tuple[str, str, str]] = []  # (Event reason, key, line)
+    for a in p.launch:
+        line = f"would launch {a.count} × {a.group}: {a.reason}"
+        items.append((WOULD_SCALE_OUT, f"launch {a.group} {a.count}", line))
+    for r in p.resize:
+        verb = "shrink" if r.shrinks else "grow"
+        change = change_text(r.from_cpu, r.from_memory, r.cpu, r.memory)
+        line = f"would {verb} {r.pod} {change}: {why(r.reason)}"
+        items.append((WOULD_RESIZE, f"resize {r.pod} {r.cpu} {r.memory}", line))
+    for t in p.terminate:
+        items.append((WOULD_SCALE_IN, f"remove {t.pod}", f"would remove {t.pod}: {t.reason}"))
+    for r in stuck:
+        line = f"would settle {r.pod}: {r.reason}"
+        items.append((WOULD_SETTLE, f"settle {r.pod} {r.cpu} {r.memory}", line))
+    said = set(reported)
+    events = []
+    for reason in (WOULD_SCALE_OUT, WOULD_RESIZE, WOULD_SCALE_IN, WOULD_SETTLE):
+        new = [line for r, key, line in items if r == reason and key not in said]
+        if new:
+            events.append(WouldEvent(reason=reason, message=_event_message(new)))
+    lines = tuple(line for _, _, line in items)
+    would = WouldDo(plan=p, stuck=tuple(stuck), lines=lines, events=tuple(events))
+    return would, tuple(sorted({key for _, key, _ in items}))
+
+
+def _event_message(lines: list[str]) -> str:
+    """`observe-only, nothing was changed: would …; would …`, within an Event's message
+    (what does not fit is counted: `raysize status` lists it all)."""
+
+    def more(n: int) -> str:
+        return f" … and {n} more (raysize status lists them)" if n else ""
+
+    text = f"{NOTHING_CHANGED}: {lines[0]}"
+    if len(text) + len(more(len(lines) - 1)) > MAX_EVENT_MESSAGE:
+        cut = MAX_EVENT_MESSAGE - len(more(len(lines) - 1)) - 1
+        return text[:cut] + "…" + more(len(lines) - 1)
+    for i, line in enumerate(lines[1:], start=1):
+        longer = f"{text}; {line}"
+        if len(longer) + len(more(len(lines) - i - 1)) > MAX_EVENT_MESSAGE:
+            return text + more(len(lines) - i)
+        text = longer
+    return text
 
 
 def within_budget(p: Plan, in_flight: Iterable[str], max_resizes: int | None) -> tuple[Plan, int]:

@@ -37,6 +37,7 @@ from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from raysize.workflows import telemetry
     from raysize.workflows.contracts import (
+        OBSERVE_ONLY_VAR,
         Act,
         Decision,
         DrainedPod,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleInput,
         Tick,
         WaitInput,
+        WouldDo,
     )
     from raysize.workflows.model import (
         LaunchAction,
@@ -155,6 +157,7 @@ class ReconcileWorkflow:
         # seconds from the last observe until a decision falls due with nothing changing
         self.next_decision_in: float | None = None
         self.pods: tuple[str, ...] | None = None  # at the last observe that read them
+        self.would: tuple[str, ...] = ()  # observe-only: what the last plan would have done
 
     @workflow.signal
     def pause(self) -> None:
@@ -187,6 +190,8 @@ class ReconcileWorkflow:
             stood_down=self.carry.stood_down,
             ray_autoscaler_pod=self.carry.ray_autoscaler_pod,
             pods=self.pods,
+            observe_only=self.carry.observe_only,
+            would=self.would,
         )
 
     @workflow.run
@@ -270,6 +275,9 @@ class ReconcileWorkflow:
 
     # --- act ---------------------------------------------------------------------------------
     async def _reconcile(self, inp: ReconcileInput, tick: Tick) -> None:
+        if tick.observe_only != self.carry.observe_only:
+            self.carry = self.carry.model_copy(update={"observe_only": tick.observe_only})
+            await self._observe_only_changed(inp, tick)
         # two autoscalers on one cluster would undo each other's work: while Ray's own
         # runs beside the head, raysize only watches; the pods' ray.io/ippr-status is the
         # state either one picks up from the other. The flag off is not enough: KubeRay
@@ -283,7 +291,7 @@ class ReconcileWorkflow:
             await self._stand_by_event(inp, tick)
         if tick.read_ray:
             self.pods = tick.pods
-        if stand_by:
+        if stand_by and not tick.observe_only:  # observe-only plans beside it, to compare
             return
         errors = tuple(str(e) for e in tick.config_errors)
         if errors != self.carry.config_errors:
@@ -297,8 +305,11 @@ class ReconcileWorkflow:
                 )
             else:
                 await self._event(inp, "IPPRConfigValid", "ray.io/ippr is valid again")
-        if tick.plan is None:
-            return
+        self.would = ()
+        if tick.would is not None:
+            await self._would(inp, tick, tick.would)
+        if tick.plan is None or tick.observe_only:
+            return  # observe-only: never act, whatever the tick holds
         p = tick.plan
         self.carry = self.carry.model_copy(update={"memory": tick.memory})
         self.next_decision_in = tick.next_decision_in
@@ -343,6 +354,53 @@ class ReconcileWorkflow:
                 inp.namespace, inp.cluster, self.carry.ticks, acted, scaled=scaled, kept=kept
             )
             await self._event(inp, "Reconciled", summary[:1000])
+
+    async def _observe_only_changed(self, inp: ReconcileInput, tick: Tick) -> None:
+        """The worker that observed was started with, or without, RAYSIZE_OBSERVE_ONLY:
+        say so in the log, the decisions and an Event. Resizes already running are sagas
+        of their own: they finish, or roll back, as they would have (their activities
+        let a saga started before observe-only go on), so no resize is left half-done."""
+        if tick.observe_only:
+            reason = "ObserveOnly"
+            line = (
+                f"observe-only ({OBSERVE_ONLY_VAR}=true): raysize plans and says what it "
+                "would do (Would* Events), and changes no pod, Raylet or RayCluster"
+            )
+            if tick.resizing:
+                line += (
+                    f"; the resizes in flight ({', '.join(tick.resizing)}) finish or roll "
+                    "back as usual"
+                )
+        else:
+            reason = "ObserveOnlyEnded"
+            line = f"observe-only is off ({OBSERVE_ONLY_VAR} not set): raysize acts on its plans"
+        workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, line)
+        self.decisions.append(Decision(tick=self.carry.ticks, summary=line))
+        del self.decisions[:-KEEP_DECISIONS]
+        await self._event(inp, reason, line[:1000])
+
+    async def _would(self, inp: ReconcileInput, tick: Tick, would: WouldDo) -> None:
+        """Observe-only: record what the plan would have done, as a decision and Events
+        (only what was not said before: an unchanged plan is said once), and change
+        nothing."""
+        self.carry = self.carry.model_copy(update={"memory": tick.memory})
+        self.next_decision_in = tick.next_decision_in
+        self.last_plan = would.plan
+        self.would = would.lines
+        if not would.events:
+            return
+        shown = _first(list(would.lines), KEEP_REASONS)
+        summary = f"tick {self.carry.ticks}, observe-only (nothing was changed): " + "; ".join(
+            shown
+        )
+        self.decisions.append(
+            Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(shown))
+        )
+        del self.decisions[:-KEEP_DECISIONS]
+        for line in would.lines:
+            workflow.logger.info("%s/%s: observe-only: %s", inp.namespace, inp.cluster, line)
+        for e in would.events:
+            await self._event(inp, e.reason, e.message)
 
     async def _stand_by_event(self, inp: ReconcileInput, tick: Tick) -> None:
         if tick.in_tree_autoscaling:
@@ -652,6 +710,8 @@ class ReconcileWorkflow:
         else:
             last = self.decisions[-1].summary if self.decisions else "no action yet"
             state = f"last decision: {last}"
+        if self.carry.observe_only:
+            state = f"OBSERVE-ONLY ({OBSERVE_ONLY_VAR}): nothing is changed · {state}"
         when = workflow.now() + timedelta(seconds=timeout)
         workflow.set_current_details(
             f"{'PAUSED · ' if self.paused else ''}{state}\n\nwaiting for a change of the pods, "
@@ -677,7 +737,10 @@ class ReconcileWorkflow:
         # Ray's demands matter only where raysize may act: a cluster with a config error,
         # or one Ray's own autoscaler owns, waits on Kubernetes alone (the fix of the
         # annotation, the hand-over) and costs its GCS nothing
-        acting = not (tick.config_errors or tick.in_tree_autoscaling or tick.ray_autoscaler_pod)
+        # (observe-only plans beside Ray's autoscaler: its demands count)
+        acting = not tick.config_errors and (
+            tick.observe_only or not (tick.in_tree_autoscaling or tick.ray_autoscaler_pod)
+        )
         watch = workflow.start_activity(
             Act.WAIT_FOR_CHANGE,
             WaitInput(

@@ -55,6 +55,7 @@ class FakeWorld:
         self._uids = itertools.count(1)
         self.uids: dict[str, str] = {}  # pod → its UID, given at its first observe
         self.memories: list[Memory] = []  # what the loop remembered, at each observe
+        self.observe_only = False  # the worker's RAYSIZE_OBSERVE_ONLY, as the observe reports it
 
     def set_demands(self, *demands: tuple[Resources, int]) -> None:
         self.snapshot = self.snapshot.model_copy(
@@ -88,7 +89,7 @@ class FakeWorld:
             # the product's own decision on the scripted read (`workflows/decide.py`), as
             # the real observe makes it (its plan-duration metric included)
             self.memories.append(inp.memory)
-            return await plan_tick(await read(inp), inp)
+            return await plan_tick(await read(inp), inp, observe_only=self.observe_only)
 
         async def read(inp: ObserveInput) -> Observation:
             self.observed += 1

@@ -117,6 +117,10 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_MAKE_CURRENT": "yes"},
             "RAYSIZE_MAKE_CURRENT: Input should be 'if-none', 'always' or 'never'",
         ),
+        (
+            {"RAYSIZE_OBSERVE_ONLY": "maybe"},
+            "RAYSIZE_OBSERVE_ONLY: Input should be a valid boolean",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_by_name(env: dict[str, str], message: str) -> None:
@@ -181,3 +185,9 @@ def test_a_bad_log_level_is_refused_by_flag_and_by_setting() -> None:
     assert env.exit_code != 0
     assert env.stderr.startswith("error: RAYSIZE_LOG_LEVEL: ")
     assert "'loud': expected one of DEBUG, INFO, WARNING, ERROR" in env.stderr
+
+
+def test_the_worker_takes_observe_only_as_a_flag_too() -> None:
+    result = runner.invoke(app, ["worker", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    assert "--observe-only" in result.stdout and "RAYSIZE_OBSERVE_ONLY" in result.stdout

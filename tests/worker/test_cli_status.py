@@ -104,3 +104,17 @@ async def test_status_says_what_the_last_plan_left_waiting_and_why(
         out = await asyncio.to_thread(status, dev, f"{ns}/demo")
     assert "  last plan: cannot place: 1 × {CPU: 1, GPU: 1}" in out.splitlines()
     assert world.started == [] and world.scales == []
+
+
+async def test_status_says_observe_only_and_what_it_would_do(dev: WorkflowEnvironment) -> None:
+    world = FakeWorld(snapshot([group()], [pod("w1")], [(res(2), 1)]))
+    world.observe_only = True
+    async with reconciling(dev, world) as ns:
+        await until(lambda: len(world.events) >= 2)  # ObserveOnly, WouldResize
+        out = await asyncio.to_thread(status, dev, f"{ns}/demo")
+    lines = out.splitlines()
+    assert lines[0].startswith(
+        f"{ns}/demo: active, observe-only (RAYSIZE_OBSERVE_ONLY: nothing is changed), "
+    )
+    assert any(line.startswith("  now would grow w1 1 → 2 CPU: ") for line in lines), out
+    assert world.started == [] and world.scales == []
