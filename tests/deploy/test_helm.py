@@ -335,7 +335,9 @@ def test_the_network_policy_renders_the_component(tmp_path: Path):
         ),
         "NetworkPolicy", "raysize-worker",
     )  # fmt: skip
-    egress = {(p["port"], p["protocol"]): r["to"] for r in ours["spec"]["egress"] for p in r["ports"]}
+    egress = {
+        (p["port"], p["protocol"]): r["to"] for r in ours["spec"]["egress"] for p in r["ports"]
+    }
     assert egress[(7234, "TCP")] == [{"ipBlock": {"cidr": "203.0.113.0/24"}}]
     assert egress[(6443, "TCP")] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
     assert (443, "TCP") not in egress and (6380, "TCP") in egress
