@@ -1,10 +1,11 @@
 """Plain stored kinds: what `kubectl apply -k deploy/` creates, kept but never acted on.
 
 ServiceAccounts, ConfigMaps, Secrets, Services, Deployments, PodDisruptionBudgets, RBAC
-objects and validating admission policies have no controller in the sandbox (no Deployment makes pods, RBAC
-objects and admission policies are not enforced; the real world enforces both): the
-store only keeps them, with the verbs, resourceVersions, watches and discovery entries
-every served kind has, and the few server-side defaults `kubectl` shows or relies on:
+objects and validating admission policies have no controller in the sandbox (no
+Deployment makes pods, no eviction reads a budget, RBAC objects and admission policies
+are not enforced; the real world enforces both): the store only keeps them, with the
+verbs, resourceVersions, watches and discovery entries every served kind has, and the few
+server-side defaults `kubectl` shows or relies on:
 
 - every kind: `generation` (1, +1 when anything but metadata/status changes) on kinds
   with a spec;
