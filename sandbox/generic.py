@@ -1,10 +1,11 @@
 """Plain stored kinds: what `kubectl apply -k deploy/` creates, kept but never acted on.
 
-ServiceAccounts, ConfigMaps, Secrets, Services, Deployments, RBAC objects and validating
-admission policies have no controller in the sandbox (no Deployment makes pods, RBAC
-objects and admission policies are not enforced; the real world enforces both): the
-store only keeps them, with the verbs, resourceVersions, watches and discovery entries
-every served kind has, and the few server-side defaults `kubectl` shows or relies on:
+ServiceAccounts, ConfigMaps, Secrets, Services, Deployments, PodDisruptionBudgets, RBAC
+objects and validating admission policies have no controller in the sandbox (no
+Deployment makes pods, no eviction reads a budget, RBAC objects and admission policies
+are not enforced; the real world enforces both): the store only keeps them, with the
+verbs, resourceVersions, watches and discovery entries every served kind has, and the few
+server-side defaults `kubectl` shows or relies on:
 
 - every kind: `generation` (1, +1 when anything but metadata/status changes) on kinds
   with a spec;
@@ -31,7 +32,8 @@ Obj = dict[str, Any]
 APPS = "apps"
 RBAC = "rbac.authorization.k8s.io"
 ADMISSION = "admissionregistration.k8s.io"
-GROUP_VERSIONS = {APPS: "v1", RBAC: "v1", ADMISSION: "v1"}
+POLICY = "policy"
+GROUP_VERSIONS = {APPS: "v1", RBAC: "v1", ADMISSION: "v1", POLICY: "v1"}
 
 SERVICEACCOUNTS = ResourceType(
     "serviceaccounts", "ServiceAccount", "", "v1", True, "serviceaccount", ("sa",)
@@ -51,6 +53,17 @@ DEPLOYMENTS = ResourceType(
     ("deploy",),
     ("status",),
     categories=("all",),
+)
+# no eviction API in the sandbox: the budget is stored, never consulted
+PODDISRUPTIONBUDGETS = ResourceType(
+    "poddisruptionbudgets",
+    "PodDisruptionBudget",
+    POLICY,
+    "v1",
+    True,
+    "poddisruptionbudget",
+    ("pdb",),
+    ("status",),
 )
 ROLES = ResourceType("roles", "Role", RBAC, "v1", True, "role")
 ROLEBINDINGS = ResourceType("rolebindings", "RoleBinding", RBAC, "v1", True, "rolebinding")
@@ -81,6 +94,7 @@ KINDS = (
     SECRETS,
     SERVICES,
     DEPLOYMENTS,
+    PODDISRUPTIONBUDGETS,
     ROLES,
     ROLEBINDINGS,
     CLUSTERROLES,
@@ -91,7 +105,7 @@ KINDS = (
 # Plural → API group, for error messages (`deployments.apps "x" not found`).
 GROUP_OF = {r.name: r.group for r in KINDS if r.group}
 
-_SPEC_KINDS = (SERVICES, DEPLOYMENTS)
+_SPEC_KINDS = (SERVICES, DEPLOYMENTS, PODDISRUPTIONBUDGETS)
 _BINDINGS = (ROLEBINDINGS, CLUSTERROLEBINDINGS)
 
 _ip_lock = threading.Lock()

@@ -357,6 +357,7 @@ _GROUPS = {
     "clusterrolebindings": "rbac.authorization.k8s.io",
     "validatingadmissionpolicies": "admissionregistration.k8s.io",
     "validatingadmissionpolicybindings": "admissionregistration.k8s.io",
+    "poddisruptionbudgets": "policy",
 }
 
 

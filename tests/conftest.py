@@ -43,6 +43,7 @@ BY_FILE = {
     "deploy/test_dockerfile.py": "unit",
     "deploy/test_apply_real.py": "real",
     "deploy/test_apply_real_namespaced.py": "real",
+    "deploy/test_lifecycle_real.py": "real",
     "deploy/test_admission_policy.py": "real",
     "deploy/test_helm.py": "real",
     "deploy/test_monitoring.py": "real",

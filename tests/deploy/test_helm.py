@@ -124,6 +124,8 @@ def test_the_chart_renders_what_kustomize_renders_for_deploy():
         assert chart[key]["roleRef"] == base[key]["roleRef"]
         assert chart[key]["subjects"] == base[key]["subjects"]
     assert not [k for k in chart if k[0].startswith("Cluster")]
+    pdb = ("PodDisruptionBudget", "raysize", "raysize-worker")
+    assert chart[pdb]["spec"] == base[pdb]["spec"]
     for kind in ADMISSION_KINDS:  # the same policies, for the release's ServiceAccount
         for name in ("raysize-ray-pods", "raysize-rayclusters"):
             assert chart[(kind, "", name)]["spec"] == base[(kind, "", name)]["spec"]
@@ -272,3 +274,125 @@ def test_the_version_of_the_worker_deployment():
     assert {e["name"]: e.get("value") for e in container["env"]}["RAYSIZE_BUILD_ID"] == (
         "0.2.0-hotfix1"
     )
+
+
+def scoped_names(docs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """What two releases could both claim: cluster-scoped objects, and the objects in the
+    namespaces raysize watches (not its own)."""
+    return {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
+        for d in docs
+        if d["metadata"].get("namespace", "") != "raysize" and d["kind"] != "Namespace"
+    }
+
+
+def release(name: str, namespace: str, *values: str) -> list[dict[str, Any]]:
+    out = helm(
+        "template", name, str(CHART), "--namespace", namespace,
+        "--kube-version", DEFAULT_KUBERNETES_VERSION, *values,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+@pytest.mark.parametrize("values", [[], ["--set", "clusterWide=true"]], ids=["roles", "cluster"])
+def test_two_releases_share_no_cluster_scoped_name(values):
+    """Release "raysize" keeps deploy/'s names; another release's cluster-scoped objects
+    (ClusterRole, ClusterRoleBinding, admission policies) and its Roles in the watched
+    namespaces are named after it, and its bindings and policies point at its own."""
+    first = release("raysize", "raysize", *values)
+    second = release("team-b", "ops", *values)
+    other = {k for k in scoped_names(second) if k[1] != "ops"}
+    assert other and not other & scoped_names(first)
+    names = {d["metadata"]["name"] for d in second if d["metadata"].get("namespace") != "ops"}
+    assert names == {"team-b-raysize", "team-b-raysize-ray-pods", "team-b-raysize-rayclusters"}
+    for binding in find(second, "ValidatingAdmissionPolicyBinding"):
+        assert binding["spec"]["policyName"] == binding["metadata"]["name"]
+    for binding in find(second, "RoleBinding") + find(second, "ClusterRoleBinding"):
+        assert binding["roleRef"]["name"] == "team-b-raysize"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "raysize", "namespace": "ops"}
+        ]
+    # a release whose name holds the chart's is not suffixed again
+    assert {d["metadata"]["name"] for d in find(release("raysize-b", "b", *values), "Role")} <= {
+        "raysize-b"
+    }
+
+
+def test_the_network_policy_renders_the_component(tmp_path: Path):
+    chart = docs_of("--set", "networkPolicy.enabled=true")
+    component = render(overlay_of(tmp_path, ["base"], ["components/network-policy"]))
+    ours = one(chart, "NetworkPolicy", "raysize-worker")
+    assert ours["spec"] == one(component, "NetworkPolicy", "raysize-worker")["spec"]
+    assert not find(docs_of(), "NetworkPolicy")
+    # Temporal's port follows temporal.address; an external Temporal is a CIDR
+    ours = one(
+        docs_of(
+            "--set", "networkPolicy.enabled=true,temporal.address=temporal.example.com:7234",
+            "--set", "networkPolicy.temporal.cidr=203.0.113.0/24",
+            "--set", "networkPolicy.gcsPorts={6379,6380}",
+            "--set", "networkPolicy.apiServer.cidr=10.0.0.1/32,networkPolicy.apiServer.ports={6443}",
+        ),
+        "NetworkPolicy", "raysize-worker",
+    )  # fmt: skip
+    egress = {
+        (p["port"], p["protocol"]): r["to"] for r in ours["spec"]["egress"] for p in r["ports"]
+    }
+    assert egress[(7234, "TCP")] == [{"ipBlock": {"cidr": "203.0.113.0/24"}}]
+    assert egress[(6443, "TCP")] == [{"ipBlock": {"cidr": "10.0.0.1/32"}}]
+    assert (443, "TCP") not in egress and (6380, "TCP") in egress
+
+
+def test_pod_values_reach_the_workers_pod(tmp_path: Path):
+    values = {
+        "imagePullSecrets": [{"name": "my-registry"}],
+        "podAnnotations": {"team": "ml-platform"},
+        "extraEnv": [
+            {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel:4317"},
+            {"name": "RAYSIZE_EXTRA", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+        ],
+        "nodeSelector": {"pool": "system"},
+        "tolerations": [{"key": "system", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "pool", "operator": "In", "values": ["system"]}]}]}}},
+    }  # fmt: skip
+    (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+    (deploy,) = find(docs_of("--values", str(tmp_path / "values.yaml")), "Deployment")
+    pod = deploy["spec"]["template"]
+    assert pod["metadata"]["annotations"]["team"] == "ml-platform"
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "true"  # kept
+    spec = pod["spec"]
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "affinity"):
+        assert spec[key] == values[key], key
+    (container,) = spec["containers"]
+    assert container["env"][-2:] == values["extraEnv"]
+    assert {e["name"] for e in container["env"]} >= {"RAYSIZE_BUILD_ID", "RAY_AUTH_TOKEN"}
+    (default,) = find(docs_of(), "Deployment")
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "affinity"):
+        assert key not in default["spec"]["template"]["spec"], key
+
+
+def test_a_budget_that_would_block_drains_is_refused():
+    out = helm(
+        "template", "raysize", str(CHART), "--namespace", "raysize",
+        "--kube-version", DEFAULT_KUBERNETES_VERSION,
+        "--set", "podDisruptionBudget.maxUnavailable=0",
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "podDisruptionBudget.maxUnavailable must be 1 or more" in out.stderr
+    assert not find(docs_of("--set", "podDisruptionBudget.enabled=false"), "PodDisruptionBudget")
+
+
+def test_the_worker_alerts_name_the_releases_namespace():
+    """The absent and polling alerts read `up` of the PodMonitor's job, which the
+    Prometheus Operator names "<namespace>/<PodMonitor name>"."""
+    docs = release("raysize", "ops", "--set", "monitoring.enabled=true")
+    (monitor,) = find(docs, "PodMonitor")
+    job = f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
+    assert job == "ops/raysize-worker"
+    (rule,) = find(docs, "PrometheusRule")
+    by_name = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert by_name["RaysizeWorkerAbsent"]["expr"].strip() == f'absent(up{{job="{job}"}} == 1)'
+    assert f'up{{job="{job}"}} == 1' in by_name["RaysizeWorkerNotPolling"]["expr"]
+    assert "kubectl -n ops get" in by_name["RaysizeWorkerAbsent"]["annotations"]["description"]

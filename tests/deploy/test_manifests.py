@@ -96,6 +96,7 @@ def test_base_renders_the_expected_objects(base):
     assert sorted(k for k in kinds if k[0] != "ConfigMap") == [
         ("Deployment", "raysize-worker"),
         ("Namespace", "raysize"),
+        ("PodDisruptionBudget", "raysize-worker"),
         ("Role", "raysize"),
         ("RoleBinding", "raysize"),
         ("ServiceAccount", "raysize"),
@@ -402,3 +403,50 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
     assert sorted((d["kind"], d["metadata"]["name"]) for d in others) == sorted(
         [*expected, ("ConfigMap", cm["metadata"]["name"])]
     )
+
+
+def test_the_disruption_budget_never_blocks_a_drain(base):
+    """One worker replica: a budget must let a node drain evict it (maxUnavailable ≥ 1, no
+    minAvailable), and it covers exactly the worker's pods."""
+    pdb = one(base, "PodDisruptionBudget", "raysize-worker")
+    deploy = one(base, "Deployment", "raysize-worker")
+    assert pdb["metadata"]["namespace"] == deploy["metadata"]["namespace"]
+    assert deploy["spec"]["replicas"] == 1
+    assert "minAvailable" not in pdb["spec"]
+    assert pdb["spec"]["maxUnavailable"] >= deploy["spec"]["replicas"]
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert pdb["spec"]["selector"] == deploy["spec"]["selector"]
+
+
+def test_the_network_policy_allows_only_what_raysize_dials(tmp_path: Path):
+    """The component's NetworkPolicy selects the worker's pods; ingress only to the metrics
+    port; egress only to DNS, the API server's ports, Temporal's port (config.env) and the
+    GCS port on Ray head pods."""
+    docs = render(overlay_of(tmp_path, ["base"], ["components/network-policy"]))
+    policy = one(docs, "NetworkPolicy", "raysize-worker")
+    deploy = one(docs, "Deployment", "raysize-worker")
+    assert policy["metadata"]["namespace"] == deploy["metadata"]["namespace"]
+    pod_labels = deploy["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["spec"]["ingress"]
+    (port,) = ingress["ports"]
+    (container,) = deploy["spec"]["template"]["spec"]["containers"]
+    assert port["port"] in {p["name"] for p in container["ports"]} and "from" not in ingress
+    egress = {
+        (p["port"], p["protocol"]): rule["to"] for rule in policy["spec"]["egress"]
+        for p in rule["ports"]
+    }  # fmt: skip
+    (cm,) = find(docs, "ConfigMap")
+    temporal_port = int(cm["data"]["RAYSIZE_TEMPORAL_ADDRESS"].rsplit(":", 1)[1])
+    assert sorted(egress) == sorted(
+        [(53, "UDP"), (53, "TCP"), (443, "TCP"), (6443, "TCP"), (temporal_port, "TCP"),
+         (6379, "TCP")]
+    )  # fmt: skip
+    assert egress[(6379, "TCP")] == [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"ray.io/node-type": "head"}}}
+    ]
+    assert egress[(443, "TCP")] == [{"ipBlock": {"cidr": "0.0.0.0/0"}}]
+    # the GCS port is the one KubeRay's head listens on (deploy/examples/raycluster-ippr.yaml)
+    example = yaml.safe_load(EXAMPLE.read_text())
+    assert "port" not in example["spec"]["headGroupSpec"].get("rayStartParams", {})

@@ -42,6 +42,11 @@ METER_CALLS = {
     "create_gauge": "gauge",
     "create_gauge_float": "gauge",
 }
+# Labels Prometheus adds to every series it scrapes through the PodMonitor (the Prometheus
+# Operator's relabeling: the target's namespace, pod, container and endpoint, and job
+# "<namespace>/<PodMonitor name>"), and the series it makes itself for each target.
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "container", "endpoint"}
+PROMETHEUS_SERIES = {"up": TARGET_LABELS}
 # what Grafana substitutes before a query reaches Prometheus
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$namespace": ".*", "$cluster": ".*"}
 
@@ -242,14 +247,17 @@ def check_against_exports(expr: str, exported: Exported) -> list[str]:
     problems: list[str] = []
     grouped_by: set[str] = set(parsed.grouping)
     for name, labels in parsed.selectors:
-        if name not in exported.series:
+        if name in PROMETHEUS_SERIES:
+            known = PROMETHEUS_SERIES[name]
+        elif name not in exported.series:
             problems.append(f"{name}: not an exported series")
             continue
-        known = (
-            exported.raysize_labels | {"le"}
-            if name.startswith("raysize_")
-            else exported.series[name]
-        )
+        else:
+            known = TARGET_LABELS | (
+                exported.raysize_labels | {"le"}
+                if name.startswith("raysize_")
+                else exported.series[name]
+            )
         problems += [f"{name}: no label {label}" for label in labels - known]
         grouped_by -= known
     problems += [f"grouped by {label}, which no series carries" for label in grouped_by]
@@ -319,6 +327,8 @@ def test_every_series_and_label_in_the_dashboard_is_exported(exported):
 def test_every_series_and_label_in_the_alert_rules_is_exported(monitoring, exported):
     alerts = rules(monitoring)
     assert {r["alert"] for r in alerts} >= {
+        "RaysizeWorkerAbsent",
+        "RaysizeWorkerNotPolling",
         "RaysizeRollbacksRising",
         "RaysizeRayletSyncRetrying",
         "RaysizeObserveFailing",
@@ -336,6 +346,29 @@ def test_the_sdk_counts_a_failed_observe_by_activity_type(exported):
     with the activity type raysize's observe runs as."""
     assert {"activity_type", "task_queue"} <= exported.series["temporal_activity_execution_failed"]
     assert Act.OBSERVE == "observe_cluster"
+
+
+def test_the_worker_alerts_read_the_pod_monitors_job(monitoring, exported):
+    """Without metrics nothing else fires: RaysizeWorkerAbsent fires when no target of the
+    PodMonitor's job is up (absent() of nothing up), RaysizeWorkerNotPolling when a worker
+    is up with no poll open (the SDK's temporal_num_pollers, which a polling worker
+    exports)."""
+    monitor = one(monitoring, "PodMonitor", "raysize-worker")
+    assert "jobLabel" not in monitor["spec"]  # so the job is "<namespace>/<name>"
+    job = f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
+    by_name = {r["alert"]: r for r in rules(monitoring)}
+    absent = promql_parser.parse(by_name["RaysizeWorkerAbsent"]["expr"])
+    assert isinstance(absent, promql_parser.Call) and absent.func.name == "absent"
+    (inner,) = absent.args
+    assert str(inner) == f'up{{job="{job}"}} == 1'
+    assert by_name["RaysizeWorkerAbsent"]["labels"]["severity"] == "critical"
+    polling = by_name["RaysizeWorkerNotPolling"]["expr"]
+    selectors = uses(promql_parser.parse(polling)).selectors
+    assert selectors == [("up", {"job"}), ("temporal_num_pollers", {"job"})]
+    assert polling.count(f'job="{job}"') == 2
+    assert "poller_type" in exported.series["temporal_num_pollers"]
+    for rule in ("RaysizeWorkerAbsent", "RaysizeWorkerNotPolling"):
+        assert by_name[rule]["for"] == "10m"
 
 
 def test_every_expression_is_valid_promql(monitoring):

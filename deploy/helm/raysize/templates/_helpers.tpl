@@ -1,3 +1,16 @@
+{{/* The name of this release's objects that more than one release could share a scope
+with: the cluster-scoped ones (ClusterRole, ClusterRoleBinding, the admission policies) and
+the Role and RoleBinding in each watched namespace. The usual fullname: the release name
+when it contains "raysize" (release "raysize": "raysize", the names deploy/ uses), else
+"<release>-raysize"; at most 63 characters (a label value's limit, kept for every name). */}}
+{{- define "raysize.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
 {{/* The labels every object carries (deploy/base: name and part-of), plus Helm's. */}}
 {{- define "raysize.labels" -}}
 app.kubernetes.io/name: raysize
