@@ -396,3 +396,27 @@ def test_the_worker_alerts_name_the_releases_namespace():
     assert by_name["RaysizeWorkerAbsent"]["expr"].strip() == f'absent(up{{job="{job}"}} == 1)'
     assert f'up{{job="{job}"}} == 1' in by_name["RaysizeWorkerNotPolling"]["expr"]
     assert "kubectl -n ops get" in by_name["RaysizeWorkerAbsent"]["annotations"]["description"]
+
+
+def test_a_cluster_name_scopes_the_task_queue_unless_one_is_given(monkeypatch):
+    """`clusterName` (several Kubernetes clusters in one Temporal namespace) reaches the
+    worker, whose default queue then follows it; a `temporal.taskQueue` given wins. The
+    defaults leave the queue to the worker (raysize)."""
+    from raysize.worker.settings import Settings
+
+    def queue_of(*values: str) -> tuple[dict[str, str], str]:
+        data = config_data(docs_of(*values))
+        for key in ("RAYSIZE_CLUSTER_NAME", "RAYSIZE_TASK_QUEUE"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in data.items():
+            if key in ("RAYSIZE_CLUSTER_NAME", "RAYSIZE_TASK_QUEUE"):
+                monkeypatch.setenv(key, value)
+        return data, Settings().task_queue
+
+    data, queue = queue_of()
+    assert "RAYSIZE_TASK_QUEUE" not in data and "RAYSIZE_CLUSTER_NAME" not in data
+    assert queue == "raysize"
+    data, queue = queue_of("--set", "clusterName=prod-eu1")
+    assert data["RAYSIZE_CLUSTER_NAME"] == "prod-eu1" and queue == "raysize-prod-eu1"
+    _, queue = queue_of("--set", "clusterName=prod-eu1,temporal.taskQueue=mine")
+    assert queue == "mine"
