@@ -29,7 +29,8 @@ from kubernetes import client, config
 from temporalio.testing import WorkflowEnvironment
 
 from bench.fleet_bench import Registrar
-from raysize.sandbox.apistore import ApiStore
+from raysize.sandbox.apistore import ApiStore, KubeHttp
+from raysize.sandbox.errors import ApiError
 from raysize.sandbox.kubelet import Kubelet, KubeletTiming, NodeSpec
 from raysize.sandbox.podprocs import ProcessRuntime, pods_of_deployment
 from raysize.sandbox.ports import free_port
@@ -196,6 +197,14 @@ async def registered(w: World, cluster: str) -> None:
         ) from None
 
 
+def refused(w: World, token: str) -> bool:
+    try:
+        KubeHttp(w.cp.url, token, w.cp.ca_pem).call("GET", "/api/v1/namespaces/raysize/pods")
+    except ApiError as err:
+        return err.code == 401
+    return False
+
+
 def token_now(w: World, pod: str) -> str:
     return (w.runtime.token_dir("raysize", pod) / "token").read_text()
 
@@ -225,6 +234,9 @@ async def test_the_deployed_worker_grows_a_raycluster_and_outlives_its_token(
     # one at its end: the worker keeps working with the new one
     first = w.runtime.rotations[0]
     await eventually(lambda: first.revoked is not None, 2 * TOKEN_LIFE_S)
+    # the server caches a token's authentication for a few seconds: wait until it
+    # refuses the old token itself
+    await eventually(lambda: refused(w, first.token), 30)
     assert token_now(w, pod) != first_token
     w.rays["deployed"].add_demands(
         {"CPU": 2.0}, 1
