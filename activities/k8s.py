@@ -101,7 +101,7 @@ def follow_token_file(cfg: client.Configuration, path: Path) -> None:
             c.api_key["BearerToken"] = "bearer " + token  # as the in-cluster loader sets it
             seen[0] = key
 
-    cfg.refresh_api_key_hook = refresh
+    cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
 
 
 class Kube:

@@ -199,7 +199,8 @@ class ProcessRuntime:
         """The container starts unready and its readiness probe says when it is ready."""
         if not self._ours(pod):
             return False
-        spec = next((c for c in pod["spec"].get("containers") or [] if c["name"] == container), {})
+        containers: list[Obj] = pod["spec"].get("containers") or []
+        spec: Obj = next((c for c in containers if c["name"] == container), {})
         return bool((spec.get("readinessProbe") or {}).get("exec"))
 
     def restart(self, pod: Obj, container: str) -> None:
@@ -490,8 +491,6 @@ class ProcessRuntime:
                 s = state.get(kind)
                 if s is None or s[0] != gen:  # a new container: its initial delay again
                     s = (gen, started + float(probe.get("initialDelaySeconds", 0)), 0, 0, None)
-                    if kind == "readiness" and self._ready is not None:
-                        pass  # the kubelet starts a probed container unready
                 g, at, fails, oks, reported = s
                 if now >= at and proc is not None and proc.poll() is None:
                     ok = self._exec_probe(p, name, proc.pid, probe)
