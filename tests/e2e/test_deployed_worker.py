@@ -218,8 +218,15 @@ async def test_the_deployed_worker_grows_a_raycluster_and_outlives_its_token(
     print(f"worker pod Ready {time.monotonic() - started:.1f} s after kubectl apply")
     first_token = token_now(w, pod)
     # in-cluster config, nothing else: no kubeconfig in its env, the token at the pod's path
-    env = w.runtime._env(w.runtime._pods[w.pod("raysize", WORKER).metadata.uid], {})
+    pid = w.runtime.pid("raysize", pod, "worker")
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
     assert "KUBECONFIG" not in env and "RAYSIZE_KUBECONFIG" not in env
+    assert env["KUBERNETES_SERVICE_PORT"] == str(w.cp.port)
+    assert env["RAYSIZE_TASK_QUEUE"] == w.queue  # from the ConfigMap (envFrom)
+    in_pod = Path(f"/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount")
+    assert (in_pod / "token").read_text() == first_token
+    assert (in_pod / "namespace").read_text() == "raysize"
 
     w.custom.create_namespaced_custom_object(
         "ray.io", "v1", "default", "rayclusters",
