@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -32,6 +33,7 @@ from bench.fleet_bench import Registrar
 from raysize.sandbox.apistore import ApiStore, KubeHttp
 from raysize.sandbox.errors import ApiError
 from raysize.sandbox.kubelet import Kubelet, KubeletTiming, NodeSpec
+from raysize.sandbox.podnet import SA_PATH
 from raysize.sandbox.podprocs import ProcessRuntime, pods_of_deployment
 from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn
@@ -205,6 +207,15 @@ def refused(w: World, token: str) -> bool:
     return False
 
 
+def in_container(pid: int, path: str) -> str:
+    """A file as the container's process sees it (its own mount namespace)."""
+    done = subprocess.run(
+        ["nsenter", f"--target={pid}", "--mount", "cat", path],
+        capture_output=True, text=True, timeout=10, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
 def token_now(w: World, pod: str) -> str:
     return (w.runtime.token_dir("raysize", pod) / "token").read_text()
 
@@ -224,9 +235,8 @@ async def test_the_deployed_worker_grows_a_raycluster_and_outlives_its_token(
     assert "KUBECONFIG" not in env and "RAYSIZE_KUBECONFIG" not in env
     assert env["KUBERNETES_SERVICE_PORT"] == str(w.cp.port)
     assert env["RAYSIZE_TASK_QUEUE"] == w.queue  # from the ConfigMap (envFrom)
-    in_pod = Path(f"/proc/{pid}/root/var/run/secrets/kubernetes.io/serviceaccount")
-    assert (in_pod / "token").read_text() == first_token
-    assert (in_pod / "namespace").read_text() == "raysize"
+    assert in_container(pid, f"{SA_PATH}/token") == first_token
+    assert in_container(pid, f"{SA_PATH}/namespace") == "raysize"
 
     w.custom.create_namespaced_custom_object(
         "ray.io", "v1", "default", "rayclusters",
@@ -374,8 +384,6 @@ def _helm_deployment(w: World) -> str:
 
 
 def _run(args: list[str], settings: dict[str, str]) -> Any:
-    import subprocess
-
     values = {
         "temporal.address": settings["RAYSIZE_TEMPORAL_ADDRESS"],
         "temporal.taskQueue": settings["RAYSIZE_TASK_QUEUE"],
