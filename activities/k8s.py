@@ -10,6 +10,7 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client, config
@@ -75,6 +76,34 @@ def short_cause(exc: BaseException) -> str:
     return text[:200]
 
 
+SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def follow_token_file(cfg: client.Configuration, path: Path) -> None:
+    """Send the token the file holds now. The kubelet rewrites a pod's projected token
+    before 80 % of its life, and the old one stops working when that life ends; the
+    client's in-cluster loader re-reads the file only once a minute, so a token rotated
+    less than a minute before its end would be sent after it (401). This re-reads the file
+    whenever it changes (a `stat` per request; the kubelet replaces it, so its inode or
+    mtime changes)."""
+    seen: list[tuple[int, int, int] | None] = [None]
+
+    def refresh(c: client.Configuration) -> None:
+        try:
+            st = path.stat()
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if key == seen[0]:
+                return
+            token = path.read_text().strip()
+        except OSError:  # mid-swap, or gone: keep the token we have
+            return
+        if token:
+            c.api_key["BearerToken"] = "bearer " + token  # as the in-cluster loader sets it
+            seen[0] = key
+
+    cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
+
+
 class Kube:
     """The Kubernetes calls raysize makes, with typed errors and a timeout on every call."""
 
@@ -88,10 +117,13 @@ class Kube:
     def from_kubeconfig(cls, path: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Kube:
         if path is None:
             try:
-                config.load_incluster_config()
-                return cls(client.ApiClient(), timeout_s)
+                cfg = client.Configuration()
+                config.load_incluster_config(client_configuration=cfg)
             except config.ConfigException:
                 pass
+            else:
+                follow_token_file(cfg, SERVICE_ACCOUNT_TOKEN)
+                return cls(client.ApiClient(cfg), timeout_s)
         try:
             api = config.new_client_from_config(config_file=path)
         except Exception as exc:  # the client's errors range from ConfigException to TypeError

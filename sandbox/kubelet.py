@@ -304,6 +304,13 @@ class Kubelet:
                 lambda: self._container_exited((ns, name), uid, container, code)
             )
         )
+        on_ready = getattr(self.runtime, "on_ready", None)
+        if on_ready is not None:  # the runtime runs the readiness probes
+            on_ready(
+                lambda ns, name, uid, container, ready: self.call(
+                    lambda: self._readiness((ns, name), uid, container, ready)
+                )
+            )
         on_init = getattr(self.runtime, "on_init", None)
         if on_init is not None:
             on_init(
@@ -551,7 +558,7 @@ class Kubelet:
                     "image": c.get("image", ""),
                     "imageID": f"docker.io/library/{c.get('image', '')}@sha256:" + "0" * 64,
                     "containerID": "containerd://" + secrets.token_hex(32),
-                    "ready": True,
+                    "ready": not self._probed(p, c["name"]),
                     "started": True,
                     "restartCount": 0,
                     "state": {"running": {"startedAt": now}},
@@ -581,6 +588,16 @@ class Kubelet:
             status["containerStatuses"] = [
                 container_status(c) for c in p["spec"].get("containers") or []
             ]
+            unready = [cs["name"] for cs in status["containerStatuses"] if not cs["ready"]]
+            if unready:  # until their readiness probes pass
+                for ctype in ("ContainersReady", "Ready"):
+                    _set_condition(
+                        p,
+                        ctype,
+                        "False",
+                        "ContainersNotReady",
+                        f"containers with unready status: [{' '.join(unready)}]",
+                    )
             return p
 
         self.store.update("pods", *key, run)
@@ -754,7 +771,8 @@ class Kubelet:
                     cs["restartCount"] = int(cs.get("restartCount", 0)) + 1
                     cs["containerID"] = "containerd://" + secrets.token_hex(32)
                     cs["state"] = {"running": {"startedAt": now}}
-                    cs["ready"] = cs["started"] = True
+                    cs["started"] = True
+                    cs["ready"] = not self._probed(p, name)
             if all(cs.get("ready") for cs in statuses):
                 for ctype in ("ContainersReady", "Ready"):
                     _set_condition(p, ctype, "True")
@@ -762,6 +780,42 @@ class Kubelet:
 
         self._write_status(key, started)
         self._event(pod, "Normal", "Started", f"Started container {name}")
+
+    def _probed(self, pod: Obj, container: str) -> bool:
+        """The runtime runs this container's readiness probe: it starts unready."""
+        probes = getattr(self.runtime, "probes_readiness", None)
+        return bool(probes is not None and probes(pod, container))
+
+    def _readiness(self, key: tuple[str, str], uid: str, name: str, ready: bool) -> None:
+        """A readiness probe's verdict changed: the container's `ready`, and the pod's
+        ContainersReady and Ready conditions with it."""
+        state = self._pods.get(key)
+        pod = self.store.find("pods", *key)
+        if state is None or state.finished or pod is None or pod["metadata"]["uid"] != uid:
+            return
+
+        def change(p: Obj) -> Obj:
+            statuses = p["status"].get("containerStatuses") or []
+            for cs in statuses:
+                if cs["name"] == name and "running" in (cs.get("state") or {}):
+                    cs["ready"] = ready
+            unready = [cs["name"] for cs in statuses if not cs.get("ready")]
+            for ctype in ("ContainersReady", "Ready"):
+                if unready:
+                    _set_condition(
+                        p,
+                        ctype,
+                        "False",
+                        "ContainersNotReady",
+                        f"containers with unready status: [{' '.join(unready)}]",
+                    )
+                else:
+                    _set_condition(p, ctype, "True")
+            return p
+
+        self._write_status(key, change)
+        if not ready:
+            self._event(pod, "Warning", "Unhealthy", f"Readiness probe failed: container {name}")
 
     def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
         self._forget(key, pod)
