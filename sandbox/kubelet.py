@@ -590,14 +590,7 @@ class Kubelet:
             ]
             unready = [cs["name"] for cs in status["containerStatuses"] if not cs["ready"]]
             if unready:  # until their readiness probes pass
-                for ctype in ("ContainersReady", "Ready"):
-                    _set_condition(
-                        p,
-                        ctype,
-                        "False",
-                        "ContainersNotReady",
-                        f"containers with unready status: [{' '.join(unready)}]",
-                    )
+                _not_ready(p, unready)
             return p
 
         self.store.update("pods", *key, run)
@@ -723,15 +716,7 @@ class Kubelet:
                 for ctype in ("ContainersReady", "Ready"):
                     _set_condition(p, ctype, "False", "PodCompleted" if ok else "PodFailed")
                 return p
-            unready = [cs["name"] for cs in statuses if not cs.get("ready")]
-            for ctype in ("ContainersReady", "Ready"):
-                _set_condition(
-                    p,
-                    ctype,
-                    "False",
-                    "ContainersNotReady",
-                    f"containers with unready status: [{' '.join(unready)}]",
-                )
+            _not_ready(p, [cs["name"] for cs in statuses if not cs.get("ready")])
             return p
 
         self._write_status(key, exited)
@@ -1430,6 +1415,18 @@ def _condition(pod: Obj, ctype: str) -> Obj | None:
         if c.get("type") == ctype:
             return dict(c)
     return None
+
+
+def _not_ready(pod: Obj, unready: list[str]) -> None:
+    """ContainersReady and Ready False, naming the containers, as the kubelet says it."""
+    for ctype in ("ContainersReady", "Ready"):
+        _set_condition(
+            pod,
+            ctype,
+            "False",
+            "ContainersNotReady",
+            f"containers with unready status: [{' '.join(unready)}]",
+        )
 
 
 def _remove_condition(pod: Obj, ctype: str) -> Obj:
