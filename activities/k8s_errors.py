@@ -8,6 +8,8 @@
 |               | resize.md §1 *UID preconditions*)       |           |
 | `ClusterGone` | 404 on a RayCluster                     | no        |
 | `Conflict`    | 409 (stale resourceVersion)             | yes       |
+| `Unauthorized`| 401: the credentials were refused; says | yes       |
+|               | which (a pod's token, or a kubeconfig)  |           |
 | `Forbidden`   | 403; names the missing RBAC rule        | no        |
 | `NoRoom`      | 403 from 1.36+ resize admission: the    | no        |
 |               | node's allocatable is too small         |           |
@@ -91,6 +93,27 @@ class Forbidden(KubeError):
         super().__init__(message, status=status)
 
 
+SA_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+
+
+class Unauthorized(KubeError):
+    """401: the API server does not know who is calling. Retried: the kubelet rewrites a
+    pod's token before it expires, and the worker follows the file (activities/k8s.py)."""
+
+    retryable = True
+    error_type = "KubernetesUnauthorized"
+
+    def __init__(self, message: str, *, status: int = 401) -> None:
+        super().__init__(
+            f"the API server refused raysize's credentials (401 {message or 'Unauthorized'}): "
+            f"in a pod, its ServiceAccount token ({SA_TOKEN}) is missing or expired, or the "
+            "ServiceAccount was deleted (check automountServiceAccountToken and that the "
+            "ServiceAccount exists); with RAYSIZE_KUBECONFIG or KUBECONFIG, that file's "
+            "credentials expired",
+            status=status,
+        )
+
+
 class NoRoom(KubeError):
     """Kubernetes 1.36+ refuses a resize above the node's allocatable at admission
     (`PodResizeValidator`, cause `NodeCapacity`), where 1.33–1.35 accept it and the kubelet
@@ -155,6 +178,8 @@ def from_api_exception(exc: Any, *, kind: str = "") -> KubeError:
         return NotFound(message, status=status)
     if status == 409:
         return Conflict(message, status=status)
+    if status == 401:
+        return Unauthorized(message, status=status)
     if status == 403 and ("NodeCapacity" in _causes(doc) or _NO_ROOM_MARK in message):
         return NoRoom(message, status=status)
     if status == 403:
