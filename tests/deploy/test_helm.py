@@ -230,8 +230,9 @@ def test_mtls_and_image_values(tmp_path: Path):
         [],
         [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"],
         ["--set", "clusterWide=true"],
+        ["--set", "temporal.apiKeyFile=true"],
     ],
-    ids=["defaults", "namespaced-monitoring-mtls", "cluster-wide"],
+    ids=["defaults", "namespaced-monitoring-mtls", "cluster-wide", "api-key-file"],
 )
 def test_the_real_api_server_accepts_the_chart(dry_run_api, values):
     for ns in ("team-a", "team-b"):  # a namespaced install grants in existing namespaces
@@ -420,3 +421,34 @@ def test_a_cluster_name_scopes_the_task_queue_unless_one_is_given(monkeypatch):
     assert data["RAYSIZE_CLUSTER_NAME"] == "prod-eu1" and queue == "raysize-prod-eu1"
     _, queue = queue_of("--set", "clusterName=prod-eu1,temporal.taskQueue=mine")
     assert queue == "mine"
+
+
+def test_the_api_key_as_a_file_renders_the_component(tmp_path: Path):
+    """`temporal.apiKeyFile` (Helm) and `components/temporal-api-key-file` (kustomize) mount
+    the key the worker re-reads when it rotates, instead of the variable that cannot change;
+    the pod waits for the secret, and the worker's settings take the path."""
+    from raysize.worker.settings import Settings
+
+    chart = docs_of("--set", "temporal.apiKeyFile=true")
+    component = render(overlay_of(tmp_path, ["base"], ["components/temporal-api-key-file"]))
+    key = ("Deployment", "raysize", "raysize-worker")
+    ours, theirs = by_key(chart)[key], by_key(component)[key]
+    same_pod(ours, theirs)
+    pod = theirs["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert "RAYSIZE_TEMPORAL_API_KEY" not in env
+    path = env["RAYSIZE_TEMPORAL_API_KEY_FILE"]["value"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "temporal-api-key"]
+    assert path == f"{mount['mountPath']}/api-key" and mount["readOnly"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "temporal-api-key"]
+    assert volume["secret"] == {"secretName": "raysize-temporal", "optional": False,
+                                "defaultMode": 0o440}  # fmt: skip
+    # the worker takes it as its key file (here, a file standing in for the mount)
+    key_file = tmp_path / "api-key"
+    key_file.write_text("k1\n")
+    settings = Settings(temporal_api_key_file=key_file)
+    assert settings.temporal_api_key_file == key_file and settings.temporal_api_key is None
+    # the default keeps the optional variable
+    (default,) = by_key(docs_of())[key]["spec"]["template"]["spec"]["containers"]
+    assert "RAYSIZE_TEMPORAL_API_KEY" in {e["name"] for e in default["env"]}
