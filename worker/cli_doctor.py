@@ -33,7 +33,12 @@ from raysize.worker.cli_common import OPS_PANEL
 from raysize.worker.cli_ops import _settings
 from raysize.worker.run import ray_settings
 from raysize.worker.settings import Settings
-from raysize.worker.temporal import SetupError, connect, ensure_search_attributes
+from raysize.worker.temporal import (
+    SearchAttributesUnknown,
+    SetupError,
+    connect,
+    ensure_search_attributes,
+)
 from raysize.workflows.ippr import IPPR_ANNOTATION, NOT_REQUIRED
 from raysize.workflows.model import HEAD_GROUP
 from raysize.workflows.pod_template import template_container
@@ -347,6 +352,8 @@ class Doctor:
                 "search attributes",
                 f"Temporal at {where} did not list them within {self.timeout_s:g} s",
             )
+        except SearchAttributesUnknown as exc:
+            self.add(Status.WARN, "search attributes", str(exc))
         except SetupError as exc:
             self.add(Status.FAIL, "search attributes", str(exc))
         else:

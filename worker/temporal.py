@@ -284,22 +284,35 @@ def search_attribute_command(namespace: str) -> str:
     return f"temporal operator search-attribute create --namespace {namespace} {flags}"
 
 
+class SearchAttributesUnknown(SetupError):
+    """Temporal would not list the search attributes (no operator rights): they may be
+    registered or not; `raysize doctor` warns instead of failing."""
+
+
 async def ensure_search_attributes(client: Client, *, register: bool = True) -> list[str]:
     """Make sure raysize's search attributes exist; returns those it added.
 
     An unregistered attribute would wedge every resize workflow's first task, so a worker
     that cannot register them stops and prints the exact command to run instead."""
+    unlisted = ""  # why the server would not list them (then they may well be there)
     try:
         listed = await client.operator_service.list_search_attributes(
             ListSearchAttributesRequest(namespace=client.namespace)
         )
         have = set(listed.custom_attributes) | set(listed.system_attributes)
-    except RPCError:
-        have = set()
+    except RPCError as exc:
+        have, unlisted = set(), f"{exc.status.name if exc.status else 'error'}: {exc.message}"
     missing = [k.name for k in SEARCH_ATTRIBUTES if k.name not in have]
     if not missing:
         return []
     if not register:
+        if unlisted:
+            raise SearchAttributesUnknown(
+                f"cannot tell whether raysize's search attributes are registered in namespace "
+                f"{client.namespace!r}: Temporal would not list them ({unlisted}); an API key "
+                "without operator rights may not. If they are missing, an admin runs: "
+                f"{search_attribute_command(client.namespace)}"
+            )
         raise SetupError(
             f"search attributes {', '.join(missing)} are not registered in namespace "
             f"{client.namespace!r}. Run: {search_attribute_command(client.namespace)}"
