@@ -44,6 +44,7 @@ import contextlib
 import itertools
 import logging
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -538,28 +539,41 @@ class ProcessRuntime:
         return done.returncode == 0
 
 
-def _in_own_mounts(mounts: list[tuple[Path, str]]) -> list[str]:
+def image_paths() -> list[Path]:
+    """What stands for the container image here: the install (`sys.prefix`) and the
+    checkout it runs from (an editable install). A volume mounted over a folder above
+    them (the Deployment's emptyDir at /tmp, with a checkout under /tmp) must not hide
+    them, as a real volume never hides the image's own files."""
+    import raysize
+
+    return [Path(sys.prefix).resolve(), Path(raysize.__file__).resolve().parent.parent]
+
+
+def _in_own_mounts(mounts: list[tuple[Path, str]], keep: list[Path] | None = None) -> list[str]:
     """A command prefix: a mount namespace of its own with each folder bound over its
-    path (the mount points made if missing), then exec the command."""
+    path (the mount points made if missing), then exec the command.
+
+    Every source, and every path of `keep` that a mount would hide, is first bound into
+    a staging tmpfs private to the namespace (at /mnt): a mount over /tmp would otherwise
+    hide the sources that live under /tmp, and the install if it lives there too; the
+    kept paths are bound back on top afterwards."""
     if not mounts:
         return []
-    script = (
-        'while [ "$1" != -- ]; do mkdir -p "$2" && mount --bind "$1" "$2" || exit 125; '
-        'shift 2; done; shift; exec "$@"'
-    )
-    pairs = [str(x) for host, path in mounts for x in (host, path)]
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        script,
-        "sh",
-        *pairs,
-        "--",
-    ]
+    keep = keep if keep is not None else image_paths()
+    targets = [Path(path) for _, path in mounts]
+    hidden = [k for k in keep if any(k == t or t in k.parents for t in targets)]
+    q = shlex.quote
+    steps = ["mount -t tmpfs rsz-stage /mnt"]
+    steps += [f"mkdir /mnt/s{i} && mount --bind {q(str(src))} /mnt/s{i}" for i, (src, _) in
+              enumerate(mounts)]  # fmt: skip
+    steps += [f"mkdir /mnt/k{i} && mount --bind {q(str(k))} /mnt/k{i}" for i, k in
+              enumerate(hidden)]  # fmt: skip
+    steps += [f"mkdir -p {q(path)} && mount --bind /mnt/s{i} {q(path)}" for i, (_, path) in
+              enumerate(mounts)]  # fmt: skip
+    steps += [f"mkdir -p {q(str(k))} && mount --bind /mnt/k{i} {q(str(k))}" for i, k in
+              enumerate(hidden)]  # fmt: skip
+    script = " && ".join(steps) + ' || exit 125; exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
 
 
 def pods_of_deployment(admin: KubeHttp, namespace: str, name: str) -> list[str]:
