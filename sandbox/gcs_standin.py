@@ -20,9 +20,8 @@ from typing import Any
 import grpc
 
 from raysize.activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
-from raysize.activities.ray_proto import ray_autoscaler_pb2_grpc as autoscaler_grpc
 from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
-from raysize.activities.ray_proto import ray_rpc_pb2_grpc as rpc_grpc
+from raysize.sandbox.grpc_services import add_service
 
 # what Ray 2.60 answers a call without the right token (docs/ray-protocol.md §3(d))
 INVALID_TOKEN = "InvalidAuthToken: Authentication token is missing or incorrect"
@@ -39,7 +38,7 @@ class _State:
         self.state_reads = 0  # GetClusterResourceState calls answered
 
 
-class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
+class _Autoscaler:
     def __init__(self, state: _State) -> None:
         self.state = state
 
@@ -67,7 +66,7 @@ class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
         return autoscaler_pb2.DrainNodeReply(is_accepted=True)
 
 
-class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):
+class _NodeInfo:
     def GetAllNodeInfo(self, request: Any, context: Any) -> Any:
         return rpc_pb2.GetAllNodeInfoReply()
 
@@ -104,10 +103,8 @@ class GcsStandIn:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8), interceptors=[_TokenCheck(self.state)]
         )
-        autoscaler_grpc.add_AutoscalerStateServiceServicer_to_server(
-            _Autoscaler(self.state), self._server
-        )
-        rpc_grpc.add_NodeInfoGcsServiceServicer_to_server(_NodeInfo(), self._server)
+        add_service(self._server, autoscaler_pb2, "AutoscalerStateService", _Autoscaler(self.state))
+        add_service(self._server, rpc_pb2, "NodeInfoGcsService", _NodeInfo())
         self.port = self._server.add_insecure_port(f"{host}:0")
         self.address = f"{host}:{self.port}"
 

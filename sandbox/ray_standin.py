@@ -25,9 +25,8 @@ from typing import Any
 import grpc
 
 from raysize.activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
-from raysize.activities.ray_proto import ray_autoscaler_pb2_grpc as autoscaler_grpc
 from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
-from raysize.activities.ray_proto import ray_rpc_pb2_grpc as rpc_grpc
+from raysize.sandbox.grpc_services import add_service
 
 
 @dataclass
@@ -73,7 +72,7 @@ class _Model:
         self.waiting = still
 
 
-class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
+class _Autoscaler:
     def __init__(self, model: _Model) -> None:
         self.model = model
 
@@ -152,12 +151,12 @@ class _Autoscaler(autoscaler_grpc.AutoscalerStateServiceServicer):
         return autoscaler_pb2.DrainNodeReply(is_accepted=True)
 
 
-class _NodeInfo(rpc_grpc.NodeInfoGcsServiceServicer):
+class _NodeInfo:
     def GetAllNodeInfo(self, request: Any, context: Any) -> Any:
         return rpc_pb2.GetAllNodeInfoReply()
 
 
-class _InternalKV(rpc_grpc.InternalKVGcsServiceServicer):
+class _InternalKV:
     """The cluster metadata a Ray head records at start (the Ray and Python versions);
     any other key is not there, as Ray answers it (GcsStatus NotFound, code 17)."""
 
@@ -179,11 +178,9 @@ class RayStandIn:
     ) -> None:
         self.model = _Model()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads))
-        autoscaler_grpc.add_AutoscalerStateServiceServicer_to_server(
-            _Autoscaler(self.model), self._server
-        )
-        rpc_grpc.add_NodeInfoGcsServiceServicer_to_server(_NodeInfo(), self._server)
-        rpc_grpc.add_InternalKVGcsServiceServicer_to_server(_InternalKV(ray_version), self._server)
+        add_service(self._server, autoscaler_pb2, "AutoscalerStateService", _Autoscaler(self.model))
+        add_service(self._server, rpc_pb2, "NodeInfoGcsService", _NodeInfo())
+        add_service(self._server, rpc_pb2, "InternalKVGcsService", _InternalKV(ray_version))
         self.port = self._server.add_insecure_port(f"{host}:0")
         self.address = f"{host}:{self.port}"
         self._next_id = 1

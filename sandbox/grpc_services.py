@@ -1,0 +1,36 @@
+"""Serving a service of raysize's Ray protocol (`activities/ray_proto/*.proto`) from a
+stand-in: the handlers come from the service's descriptor, so the product ships no
+generated server code (it only calls Ray; `scripts/gen_ray_proto.py` generates messages).
+
+    add_service(server, rpc_pb2, "NodeInfoGcsService", impl)
+
+registers each method of the service that `impl` defines (`Method(request, context)`);
+a method it leaves out answers UNIMPLEMENTED, as gRPC answers a method nobody serves.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+
+
+def add_service(server: grpc.Server, pb2: ModuleType, service: str, impl: object) -> None:
+    desc = pb2.DESCRIPTOR.services_by_name[service]
+    handlers: dict[str, Any] = {}
+    for method in desc.methods:
+        fn = getattr(impl, method.name, None)
+        if fn is None:
+            continue
+        handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+            fn,
+            request_deserializer=message_factory.GetMessageClass(method.input_type).FromString,
+            response_serializer=message_factory.GetMessageClass(
+                method.output_type
+            ).SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(desc.full_name, handlers),)
+    )
