@@ -283,6 +283,12 @@ class ClusterRead(Value):
         default=(), description="pods with a resize in flight (conditions or resizing-at)"
     )
 
+    @property
+    def ray_autoscaler_acts(self) -> bool:
+        """Ray's own autoscaler owns the cluster (the flag, or its sidecar still running in
+        the head): an acting raysize stands by; observe-only plans beside it."""
+        return self.in_tree_autoscaling or bool(self.ray_autoscaler_pod)
+
 
 class Observation(ClusterRead):
     """The whole read, snapshot included: it stays inside the observe activity."""

@@ -58,7 +58,7 @@ def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -
     tick = _facts(obs, inp.memory).model_copy(update={"observe_only": observe_only})
     # Ray's own autoscaler acting: raysize stands by, except observe-only, which writes
     # nothing and so may plan beside it (to compare the two)
-    stand_by = (obs.in_tree_autoscaling or bool(obs.ray_autoscaler_pod)) and not observe_only
+    stand_by = obs.ray_autoscaler_acts and not observe_only
     if not obs.found or stand_by or obs.config_errors or obs.snapshot is None:
         return tick
     now = inp.now

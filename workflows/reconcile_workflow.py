@@ -236,6 +236,11 @@ class ReconcileWorkflow:
     def memory(self) -> Memory:
         return self.carry.memory
 
+    def _decided(self, summary: str, reasons: tuple[str, ...] = ()) -> None:
+        """Add a decision to those the status query shows (the newest KEEP_DECISIONS)."""
+        self.decisions.append(Decision(tick=self.carry.ticks, summary=summary, reasons=reasons))
+        del self.decisions[:-KEEP_DECISIONS]
+
     def _remember(self, **update: object) -> None:
         self.carry = self.carry.model_copy(
             update={"memory": self.carry.memory.model_copy(update=update)}
@@ -283,7 +288,7 @@ class ReconcileWorkflow:
         # state either one picks up from the other. The flag off is not enough: KubeRay
         # does not restart a running head, so Ray's sidecar may still run in it
         sidecar = tick.ray_autoscaler_pod
-        stand_by = tick.in_tree_autoscaling or bool(sidecar)
+        stand_by = tick.ray_autoscaler_acts
         if stand_by != self.carry.stood_down or sidecar != self.carry.ray_autoscaler_pod:
             self.carry = self.carry.model_copy(
                 update={"stood_down": stand_by, "ray_autoscaler_pod": sidecar}
@@ -346,10 +351,7 @@ class ReconcileWorkflow:
         if lines:
             shown = _first(lines, KEEP_REASONS)
             summary = f"tick {self.carry.ticks}: " + "; ".join(shown)
-            self.decisions.append(
-                Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(shown))
-            )
-            del self.decisions[:-KEEP_DECISIONS]
+            self._decided(summary, tuple(shown))
             telemetry.log_decisions(
                 inp.namespace, inp.cluster, self.carry.ticks, acted, scaled=scaled, kept=kept
             )
@@ -375,8 +377,7 @@ class ReconcileWorkflow:
             reason = "ObserveOnlyEnded"
             line = f"observe-only is off ({OBSERVE_ONLY_VAR} not set): raysize acts on its plans"
         workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, line)
-        self.decisions.append(Decision(tick=self.carry.ticks, summary=line))
-        del self.decisions[:-KEEP_DECISIONS]
+        self._decided(line)
         await self._event(inp, reason, line[:1000])
 
     async def _would(self, inp: ReconcileInput, tick: Tick, would: WouldDo) -> None:
@@ -393,10 +394,7 @@ class ReconcileWorkflow:
         summary = f"tick {self.carry.ticks}, observe-only (nothing was changed): " + "; ".join(
             shown
         )
-        self.decisions.append(
-            Decision(tick=self.carry.ticks, summary=summary, reasons=tuple(shown))
-        )
-        del self.decisions[:-KEEP_DECISIONS]
+        self._decided(summary, tuple(shown))
         for line in would.lines:
             workflow.logger.info("%s/%s: observe-only: %s", inp.namespace, inp.cluster, line)
         for e in would.events:
@@ -515,12 +513,8 @@ class ReconcileWorkflow:
         # the tick holds no more new resizes than may start (`decide.within_budget`)
         todo = [r for r in p.resize if r.pod not in in_flight]
         if tick.held_resizes:
-            self.decisions.append(
-                Decision(
-                    tick=self.carry.ticks,
-                    summary=f"held {tick.held_resizes} resize(s): "
-                    f"{inp.max_concurrent_resizes} already running",
-                )
+            self._decided(
+                f"held {tick.held_resizes} resize(s): {inp.max_concurrent_resizes} already running"
             )
         # a grow in flight taken further is for its saga alone: if that saga ended since the
         # observe, the next tick plans on what it left (a new saga would act on a stale
@@ -546,7 +540,7 @@ class ReconcileWorkflow:
             if started:
                 line = f"settle {r.pod}: {r.reason}"
                 workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, line)
-                self.decisions.append(Decision(tick=self.carry.ticks, summary=line))
+                self._decided(line)
                 self.carry = self.carry.model_copy(
                     update={"resizes_started": self.carry.resizes_started + 1}
                 )
@@ -738,9 +732,7 @@ class ReconcileWorkflow:
         # or one Ray's own autoscaler owns, waits on Kubernetes alone (the fix of the
         # annotation, the hand-over) and costs its GCS nothing
         # (observe-only plans beside Ray's autoscaler: its demands count)
-        acting = not tick.config_errors and (
-            tick.observe_only or not (tick.in_tree_autoscaling or tick.ray_autoscaler_pod)
-        )
+        acting = not tick.config_errors and (tick.observe_only or not tick.ray_autoscaler_acts)
         watch = workflow.start_activity(
             Act.WAIT_FOR_CHANGE,
             WaitInput(
