@@ -109,13 +109,12 @@ def tls_config(settings: Settings) -> TLSConfig | bool:
 
 
 # --- what went wrong, named ------------------------------------------------------------------
-UNREACHABLE, REFUSED = STATE_UNREACHABLE, STATE_REFUSED
 
 
 @dataclass(frozen=True)
 class Trouble:
-    """Why Temporal cannot be used: `kind` UNREACHABLE (nothing answers: a restart of
-    either side may help) or REFUSED (it answers, but the TLS or the credentials do not
+    """Why Temporal cannot be used: `kind` STATE_UNREACHABLE (nothing answers: a restart of
+    either side may help) or STATE_REFUSED (it answers, but the TLS or the credentials do not
     match: the settings or the files must change); `reason` names the RAYSIZE_* variable
     to fix; `why` is the short cause."""
 
@@ -149,13 +148,13 @@ def diagnose(settings: Settings, message: str, status: RPCStatusCode | None = No
         detail = message.rpartition('message: "')[2].partition('"')[0] or message
         if has_key:
             return Trouble(
-                REFUSED,
+                STATE_REFUSED,
                 f"{key_var}: Temporal at {address} refused the API key ({detail}): give a valid "
                 f"key in {key_var}",
                 "API key refused",
             )
         return Trouble(
-            REFUSED,
+            STATE_REFUSED,
             f"{API_KEY_FILE}: Temporal at {address} asks for credentials ({detail}): set "
             f"{API_KEY_FILE} (or {API_KEY}), or a client certificate ({TLS_CERT}, {TLS_KEY})",
             "credentials refused",
@@ -163,14 +162,14 @@ def diagnose(settings: Settings, message: str, status: RPCStatusCode | None = No
     if "permissiondenied" in low.replace(" ", "") or status == RPCStatusCode.PERMISSION_DENIED:
         creds = key_var if has_key else f"{TLS_CERT} (the client certificate)"
         return Trouble(
-            REFUSED,
+            STATE_REFUSED,
             f"{creds}: Temporal at {address} denies these credentials access to namespace "
             f"{namespace!r} ({message}): give them access, or set RAYSIZE_TEMPORAL_NAMESPACE",
             "permission denied",
         )
     if "invalidcontenttype" in low or "corrupt message" in low or "wrong_version" in low:
         return Trouble(
-            REFUSED,
+            STATE_REFUSED,
             f"{TLS_ON}: TLS is on, but Temporal at {address} answers in plain text: unset "
             f"{TLS_ON}, {TLS_CA}, {SERVER_NAME} and the client certificate (an API key turns "
             "TLS on too), or check RAYSIZE_TEMPORAL_ADDRESS",
@@ -179,7 +178,7 @@ def diagnose(settings: Settings, message: str, status: RPCStatusCode | None = No
     if "notvalidforname" in low:
         presented = ", ".join(re.findall(r'DnsName\(\\?"([^"\\]+)', message)) or "other names"
         return Trouble(
-            REFUSED,
+            STATE_REFUSED,
             f"{SERVER_NAME}: the certificate of Temporal at {address} is for {presented}, not "
             f"for {settings.temporal_tls_server_name or address.rpartition(':')[0]}: set "
             f"{SERVER_NAME} to the name it is for",
@@ -194,7 +193,7 @@ def diagnose(settings: Settings, message: str, status: RPCStatusCode | None = No
             else f"set {TLS_CA} to the CA bundle that signed it"
         )
         return Trouble(
-            REFUSED,
+            STATE_REFUSED,
             f"{TLS_CA}: the certificate of Temporal at {address} is not trusted (certificate "
             f"verify failed: {cause}): {fix}",
             f"certificate verify failed: {cause}",
@@ -202,21 +201,21 @@ def diagnose(settings: Settings, message: str, status: RPCStatusCode | None = No
     if any(word in low for word in _TRANSPORT_CLOSED) and "tcp connect" not in low:
         if not tls:
             return Trouble(
-                REFUSED,
+                STATE_REFUSED,
                 f"{TLS_ON}: Temporal at {address} closed a plain-text connection: it expects "
                 f"TLS: set {TLS_ON}=true (the system's CAs) or {TLS_CA}",
                 "TLS off, the server expects TLS",
             )
         if settings.temporal_tls_cert:
             return Trouble(
-                REFUSED,
+                STATE_REFUSED,
                 f"{TLS_CERT}: Temporal at {address} refused this worker's client certificate "
                 f"({settings.temporal_tls_cert}): give {TLS_CERT} and {TLS_KEY} a certificate "
                 "signed by a CA the server trusts",
                 "client certificate refused",
             )
         return Trouble(
-            REFUSED,
+            STATE_REFUSED,
             f"{TLS_CERT}: Temporal at {address} closed the TLS connection: it may want a client "
             f"certificate (mTLS): set {TLS_CERT} and {TLS_KEY}",
             "no client certificate",
@@ -228,7 +227,7 @@ def diagnose(settings: Settings, message: str, status: RPCStatusCode | None = No
     if "404" in low and "unimplemented" in low:
         why = "something that is not a Temporal frontend answered (HTTP 404)"
     return Trouble(
-        UNREACHABLE,
+        STATE_UNREACHABLE,
         f"cannot reach Temporal at {address} (namespace {namespace!r}): {why}. Set "
         f"{ADDRESS} or start a dev server with `temporal server start-dev`.",
         why,
@@ -434,7 +433,7 @@ class TemporalWatch:
 
     async def _connection(self) -> None:
         trouble = await self._probe()
-        if trouble is not None and trouble.kind == REFUSED:  # once more, on a fresh
+        if trouble is not None and trouble.kind == STATE_REFUSED:  # once more, on a fresh
             trouble = await self._probe()  # connection: a server going away can close a
         self.observe(trouble)  # call in a way that looks like a TLS mismatch
 
