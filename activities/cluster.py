@@ -122,6 +122,14 @@ class RaySettings:
     tls: TlsConfig | None = None
     timeout_s: float = 10.0
 
+    def dial_address(
+        self, namespace: str, name: str, reported: str, override: str | None = None
+    ) -> str:
+        """Where a RayCluster's GCS is dialled: the loop's own address, else the worker's
+        RAYSIZE_GCS_ADDRESS, else what the RayCluster's status reports, else KubeRay's
+        head Service."""
+        return override or self.gcs_override or reported or default_gcs_address(namespace, name)
+
 
 @dataclass
 class ClusterActivities:
@@ -216,9 +224,7 @@ class ClusterActivities:
             self._clients.clear()
 
     def _address(self, kube: KubeCluster, override: str | None) -> str:
-        address = override or self.ray.gcs_override or kube.gcs_address
-        if not address:
-            address = default_gcs_address(kube.namespace, kube.name)
+        address = self.ray.dial_address(kube.namespace, kube.name, kube.gcs_address, override)
         self._addresses[(kube.namespace, kube.name)] = address
         return address
 

@@ -26,9 +26,10 @@ from raysize.activities.cluster import RaySettings
 from raysize.activities.discovery import is_managed
 from raysize.activities.k8s import Kube, KubeconfigError
 from raysize.activities.k8s_errors import KubeError, Unavailable
-from raysize.activities.k8s_objects import Obj, default_gcs_address, gcs_address
+from raysize.activities.k8s_objects import Obj, gcs_address
 from raysize.activities.ray_errors import RayError
 from raysize.activities.ray_gcs import RayGcsClient
+from raysize.activities.ray_tokens import RayTokens, token_source
 from raysize.worker.cli_common import OPS_PANEL
 from raysize.worker.cli_ops import _settings
 from raysize.worker.run import ray_settings
@@ -144,7 +145,7 @@ class Doctor:
             await self.temporal()
             ray = self.ray()
             if kube is not None and ray is not None:
-                await self.clusters(namespaces, ray)
+                await self.clusters(kube, namespaces, ray)
         finally:
             self.pool.shutdown(wait=False, cancel_futures=True)
         return self.checks
@@ -387,7 +388,7 @@ class Doctor:
                 continue
             self.managed += [rc for rc in items if is_managed(rc)]
 
-    async def clusters(self, namespaces: list[str], ray: RaySettings) -> None:
+    async def clusters(self, kube: Kube, namespaces: list[str], ray: RaySettings) -> None:
         self.checks += self.listing
         if not self.managed and not self.listing:
             self.add(
@@ -397,21 +398,32 @@ class Doctor:
                 "raysize.io/enabled=true: raysize manages none yet",
             )
             return
-        results = await asyncio.gather(*(self.cluster(rc, ray) for rc in self.managed))
+        # each cluster's own Ray token, found as the worker finds it (activities/ray_tokens.py)
+        tokens = RayTokens(kube.read_secret, ray.token)
+        results = await asyncio.gather(*(self.cluster(rc, ray, tokens) for rc in self.managed))
         for checks in results:
             self.checks += checks
 
-    async def cluster(self, rc: Obj, ray: RaySettings) -> list[Check]:
+    async def cluster(self, rc: Obj, ray: RaySettings, tokens: RayTokens) -> list[Check]:
         meta = rc.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         ref = f"{ns}/{name}"
-        address = ray.gcs_override or gcs_address(rc) or default_gcs_address(ns, name)
-        checks = [await self.gcs(ref, rc, address, ray), resize_policy_check(ref, rc)]
-        return checks
+        address = ray.dial_address(ns, name, gcs_address(rc))
+        return [await self.gcs(ref, rc, address, ray, tokens), resize_policy_check(ref, rc)]
 
-    async def gcs(self, ref: str, rc: Obj, address: str, ray: RaySettings) -> Check:
+    async def gcs(
+        self, ref: str, rc: Obj, address: str, ray: RaySettings, tokens: RayTokens | None = None
+    ) -> Check:
+        """The GCS at `address` answers (the read every observe makes) with the token the
+        worker would send: the cluster's own (`tokens`), else the worker's."""
+        source = token_source(rc)
+
         def read() -> tuple[int, str]:
-            with RayGcsClient(address, ray.token, ray.tls, timeout=self.timeout_s) as gcs:
+            token = tokens.token(source) if tokens is not None else ray.token
+            where = source.describe() if source is not None and tokens is not None else ""
+            with RayGcsClient(
+                address, token, ray.tls, timeout=self.timeout_s, token_from=where
+            ) as gcs:
                 # the read every observe makes (Ray 2.60's autoscaler state), then the
                 # version the head recorded
                 alive = len(gcs.cluster_state().alive_nodes)

@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
 from raysize.activities.cluster import RaySettings
+from raysize.activities.ray_tokens import RayTokens
 from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.gcs_standin import GcsStandIn
 from raysize.sandbox.kubelet import KubeletTiming
@@ -113,6 +114,32 @@ async def test_a_ray_older_than_2_60_fails_and_an_unknown_one_warns() -> None:
         del rc["spec"]["rayVersion"]
         check = await doctor.gcs("default/x", rc, silent_on_version.address, RaySettings())
     assert check.status == "warn" and "Ray version unknown" in check.detail
+
+
+async def test_a_cluster_with_its_own_token_is_read_with_it() -> None:
+    """A RayCluster with KubeRay's token auth (`authOptions.mode: token`) is read with the
+    token in its Secret, as the worker reads it (activities/ray_tokens.py), not with the
+    worker's own: doctor said FAIL (RayUnauthenticated) for a cluster the worker reads."""
+    rc = yaml.safe_load(EXAMPLE.read_text())
+    rc["metadata"].update(name="x", namespace="default")
+    rc["spec"]["authOptions"] = {"mode": "token"}
+    secret = {"metadata": {"resourceVersion": "1"}, "data": {"auth_token": "b3du"}}  # "own"
+    read: list[tuple[str, str]] = []
+
+    def read_secret(ns: str, name: str) -> dict[str, Any]:
+        read.append((ns, name))
+        return secret
+
+    doctor = Doctor(Settings(), timeout_s=5.0)
+    with GcsStandIn(token="own") as gcs:
+        ray = RaySettings(gcs_override=gcs.address, token="the-workers")
+        gcs_check, _ = await doctor.cluster(rc, ray, RayTokens(read_secret, ray.token))
+        assert gcs_check.status == "ok", gcs_check
+        assert read == [("default", "x")]  # KubeRay's Secret, named after the cluster
+        # the worker's own token is refused by that Ray, and doctor says whose token it was
+        secret["data"] = {"auth_token": "d3Jvbmc="}  # "wrong"
+        refused, _ = await doctor.cluster(rc, ray, RayTokens(read_secret, ray.token))
+    assert refused.status == "FAIL" and "Secret default/x, key auth_token" in refused.detail
 
 
 def test_help_explains_the_checks() -> None:
