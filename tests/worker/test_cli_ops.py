@@ -121,6 +121,18 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_OBSERVE_ONLY": "maybe"},
             "RAYSIZE_OBSERVE_ONLY: Input should be a valid boolean",
         ),
+        (
+            {"RAYSIZE_TEMPORAL_CHECK_S": "0"},
+            "RAYSIZE_TEMPORAL_CHECK_S: Input should be greater than 0",
+        ),
+        (
+            {"RAYSIZE_TEMPORAL_API_KEY_FILE": "/nonexistent/api-key"},
+            "RAYSIZE_TEMPORAL_API_KEY_FILE: '/nonexistent/api-key' is not a file",
+        ),
+        (
+            {"RAYSIZE_CLUSTER_NAME": "Prod_EU"},
+            "RAYSIZE_CLUSTER_NAME: 'Prod_EU' is not a DNS label",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_by_name(env: dict[str, str], message: str) -> None:
