@@ -73,3 +73,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(tier_of(Path(str(item.path))))
         if "[real" in item.nodeid or "-real]" in item.nodeid or "-real-" in item.nodeid:
             item.add_marker("real")
+
+
+# Each tier's time, printed at the end of every run (`make test` ends with it): the time
+# of a test is its setup, call and teardown, so a shared fixture counts where it starts.
+_TIER_TIMES: dict[str, list[float]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    tier = next((t for t in TIERS if t in report.keywords), "unit")
+    if "real" in report.keywords:
+        tier = "real"
+    spent = _TIER_TIMES.setdefault(tier, [0.0, 0.0])
+    spent[0] += report.duration
+    if report.when == "call":
+        spent[1] += 1
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if not _TIER_TIMES:
+        return
+    terminalreporter.section("time per tier")
+    total = sum(s for s, _ in _TIER_TIMES.values())
+    for tier in TIERS:
+        if tier in _TIER_TIMES:
+            seconds, tests = _TIER_TIMES[tier]
+            terminalreporter.write_line(f"{tier:<9} {int(tests):>5} tests {seconds:>8.1f} s")
+    terminalreporter.write_line(f"{'all':<9} {'':>11} {total:>8.1f} s")
