@@ -8,7 +8,6 @@ fails raises: the workflow treats it as "unknown", never as "nothing".
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import threading
@@ -38,6 +37,7 @@ from raysize.activities.ray_errors import (
 from raysize.activities.ray_gcs import DrainReply, RayGcsClient, TlsConfig
 from raysize.activities.ray_tokens import RayTokens, TokenSource, token_source
 from raysize.activities.snapshot import join
+from raysize.activities.targets import Targets
 from raysize.workflows.contracts import (
     PLAN_DURATION,
     RAY_STATE_READS,
@@ -74,14 +74,16 @@ def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
         ).add(n, {"cluster": cluster, "k8s_namespace": namespace})
 
 
-async def plan_tick(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -> Tick:
+async def plan_tick(
+    obs: Observation, inp: ObserveInput, targets: Targets, *, observe_only: bool = False
+) -> Tick:
     """The tick of what was read (`workflows/decide.py`), with the plan's wall time in
     `raysize_plan_duration_seconds`. In an activity only (its metric meter).
     `observe_only`: the worker's RAYSIZE_OBSERVE_ONLY, recorded in the tick."""
     start = time.perf_counter()
-    # the planner is pure Python: in a thread, so this worker's other activities (and
-    # their heartbeats) go on meanwhile
-    tick = await asyncio.to_thread(functools.partial(decide, observe_only=observe_only), obs, inp)
+    # the planner is pure Python: in a thread (the planner's own, activities/targets.py),
+    # so this worker's other activities (and their heartbeats) go on meanwhile
+    tick = await targets.plan(functools.partial(decide, observe_only=observe_only), obs, inp)
     elapsed = time.perf_counter() - start
     if tick.plan is not None or tick.would is not None:
         activity.metric_meter().create_histogram_float(
@@ -148,6 +150,9 @@ class ClusterActivities:
     tokens: RayTokens | None = None  # set in __post_init__: each cluster's own Ray token
     # RAYSIZE_OBSERVE_ONLY: plan and say, never write (activities/observe_only.py)
     observe_only: ObserveOnly = field(default_factory=ObserveOnly)
+    # the threads of the blocking calls, per API server and GCS (activities/targets.py);
+    # the worker passes its own and closes it
+    targets: Targets = field(default_factory=Targets)
 
     def __post_init__(self) -> None:
         if self.pods is None:
@@ -164,10 +169,18 @@ class ClusterActivities:
             self.resize_raylet,
             self.finish_resize,
             self.drain_raylets,
-            *K8sActivities(self.kube, self.pods, self.observe_only).activities(),
+            *K8sActivities(self.kube, self.pods, self.observe_only, self.targets).activities(),
         ]
 
     # --- helpers --------------------------------------------------------------------
+    async def _kube(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the threads of the worker's Kubernetes API server."""
+        return await self.targets.kube(self.kube.host, self.kube.timeout_s, fn, *args)
+
+    async def _gcs(self, address: str, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the threads of the GCS at `address`."""
+        return await self.targets.gcs(address, self.ray.timeout_s, fn, *args)
+
     def gcs(self, address: str, source: TokenSource | None = None) -> RayGcsClient:
         """The client for the GCS at `address` with the token at `source` (None: the
         fallback). Blocking: the first call for a Secret reads it."""
@@ -191,7 +204,7 @@ class ClusterActivities:
         RayCluster now (a worker that restarted mid-resize)."""
         key = (namespace, cluster)
         if key not in self._sources:
-            kube = await asyncio.to_thread(self.kube.read_cluster, namespace, cluster)
+            kube = await self._kube(self.kube.read_cluster, namespace, cluster)
             self._sources[key] = token_source(kube.raycluster)
         return self._sources[key]
 
@@ -206,14 +219,14 @@ class ClusterActivities:
             return call(self.gcs(address, source))
 
         try:
-            return await asyncio.to_thread(ask)
+            return await self._gcs(address, ask)
         except RayUnauthenticated:
             assert self.tokens is not None
-            if source is None or not await asyncio.to_thread(self.tokens.refresh, source):
+            if source is None or not await self._kube(self.tokens.refresh, source):
                 raise
         assert source is not None
         log.info("the Ray token at %s changed: asking %s again with it", source.describe(), address)
-        return await asyncio.to_thread(ask)
+        return await self._gcs(address, ask)
 
     def close(self) -> None:
         if self.pods is not None:
@@ -234,7 +247,7 @@ class ClusterActivities:
         known = self._addresses.get((namespace, cluster))
         if known:
             return known
-        kube = await asyncio.to_thread(self.kube.read_cluster, namespace, cluster)
+        kube = await self._kube(self.kube.read_cluster, namespace, cluster)
         self._sources.setdefault((namespace, cluster), token_source(kube.raycluster))
         return self._address(kube, None)
 
@@ -244,12 +257,12 @@ class ClusterActivities:
         """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
         records the decision (`workflows/decide.py`), never the snapshot."""
         obs = await self.observe(inp)
-        return await plan_tick(obs, inp, observe_only=self.observe_only.on)
+        return await plan_tick(obs, inp, self.targets, observe_only=self.observe_only.on)
 
     async def observe(self, inp: ObserveInput) -> Observation:
         """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`)."""
         try:
-            kube = await asyncio.to_thread(self.kube.read_cluster, inp.namespace, inp.cluster)
+            kube = await self._kube(self.kube.read_cluster, inp.namespace, inp.cluster)
         except ClusterGone:
             return Observation(found=False)
         except KubeError as exc:
@@ -321,7 +334,7 @@ class ClusterActivities:
             if inp.watch_ray:
                 try:
                     source = await self._source_of(inp.namespace, inp.cluster)
-                    gcs = await asyncio.to_thread(self.gcs, inp.gcs_address, source)
+                    gcs = await self._gcs(inp.gcs_address, self.gcs, inp.gcs_address, source)
                 except (RayError, KubeError):
                     return True  # let the next observe say what is wrong
             try:
@@ -406,9 +419,7 @@ class ClusterActivities:
         if self.pods.cluster_pods_mark(inp.namespace, inp.cluster) == inp.pods_version:
             return False
         try:
-            _, now = await asyncio.to_thread(
-                self.kube.list_cluster_pods, inp.namespace, inp.cluster
-            )
+            _, now = await self._kube(self.kube.list_cluster_pods, inp.namespace, inp.cluster)
         except KubeError:
             return False  # unknown: wait; the watch still wakes this wait, the tick ends it
         return now != inp.pods_version
@@ -427,7 +438,7 @@ class ClusterActivities:
         await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
         applied = await self._resize_raylet(inp)
         try:
-            await asyncio.to_thread(
+            await self._kube(
                 self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid
             )
         except (Invalid, Forbidden) as exc:
@@ -462,7 +473,7 @@ class ClusterActivities:
 
     async def _raise_if_pod_gone(self, inp: RayletResizeInput) -> None:
         try:
-            pod = await asyncio.to_thread(self.kube.find_pod, inp.namespace, inp.pod, inp.pod_uid)
+            pod = await self._kube(self.kube.find_pod, inp.namespace, inp.pod, inp.pod_uid)
         except KubeError:
             return  # unknown: the Ray error stands, and the next attempt looks again
         if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):

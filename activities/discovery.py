@@ -3,7 +3,6 @@ reconcile workflow (`start_reconciler`, which `raysize start` uses too)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from raysize.activities.k8s import Kube
 from raysize.activities.k8s_errors import Forbidden, KubeError, NotFound
+from raysize.activities.targets import Targets
 from raysize.workflows.contracts import (
     Act,
     ReconcileInput,
@@ -82,6 +82,8 @@ class DiscoveryActivities:
     # reconcile ids seen running (or canceled), and when: a hundred clusters need not be
     # described every round; one that ended is restarted within RECHECK_AFTER_S
     _seen: dict[str, float] = field(default_factory=dict)
+    # the worker's threads for blocking calls (activities/targets.py)
+    targets: Targets = field(default_factory=Targets)
 
     @activity.defn(name=Act.LIST_CLUSTERS)
     async def list_rayclusters(self, namespaces: list[str]) -> list[tuple[str, str]]:
@@ -89,7 +91,9 @@ class DiscoveryActivities:
         out: list[tuple[str, str]] = []
         for ns in namespaces or [""]:
             try:
-                items = await asyncio.to_thread(list_rayclusters, self.kube, ns)
+                items = await self.targets.kube(
+                    self.kube.host, self.kube.timeout_s, list_rayclusters, self.kube, ns
+                )
             except (Forbidden, NotFound) as exc:
                 # one namespace raysize may not read (no Role there, or not created yet)
                 # must not stop discovery in the others: say so, and go on

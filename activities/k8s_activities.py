@@ -1,7 +1,7 @@
 """Kubernetes activities: resize pods and watch the kubelet, write a pod's
 `ray.io/ippr-status`, scale groups, record events. `K8sActivities` exposes `Kube` to
-Temporal under the activity names of `workflows.contracts.Act`, run in a thread so the
-worker's event loop never blocks on HTTP.
+Temporal under the activity names of `workflows.contracts.Act`, run on the API server's
+threads (`activities/targets.py`) so the worker's event loop never blocks on HTTP.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from temporalio import activity
@@ -26,6 +26,7 @@ from raysize.activities.k8s_objects import (
 )
 from raysize.activities.observe_only import ObserveOnly
 from raysize.activities.pod_watch import PodWatch
+from raysize.activities.targets import Targets
 from raysize.workflows.contracts import (
     HEARTBEAT_TIMEOUT,
     Act,
@@ -48,18 +49,27 @@ class K8sActivities:
     """The Temporal face of `Kube`: typed errors become non-retryable where they must."""
 
     def __init__(
-        self, kube: Kube, pods: PodWatch | None = None, observe_only: ObserveOnly | None = None
+        self,
+        kube: Kube,
+        pods: PodWatch | None = None,
+        observe_only: ObserveOnly | None = None,
+        targets: Targets | None = None,
     ) -> None:
         """`pods`: the worker's shared pod watch; without it, waits poll the pod.
         `observe_only`: the worker's switch; on, every write here is refused (Events
-        excepted)."""
+        excepted). `targets`: the worker's threads for blocking calls (its own if None)."""
         self.kube = kube
         self.pods = pods
         self.observe_only = observe_only or ObserveOnly()
+        self.targets = targets or Targets()
+
+    def _call(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
+        """`fn(*args)` on the threads of the API server (activities/targets.py)."""
+        return self.targets.kube(self.kube.host, self.kube.timeout_s, fn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await self._call(fn, *args)
         except KubeError as exc:
             raise exc.to_application_error() from None
 
@@ -78,7 +88,7 @@ class K8sActivities:
         ray.io/ippr-status, then watch the kubelet for up to the window."""
         await self.observe_only.refuse(f"resize of pod {inp.namespace}/{inp.pod}")
         sent = asyncio.ensure_future(
-            asyncio.to_thread(
+            self._call(
                 self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory, inp.pod_uid
             )
         )

@@ -185,6 +185,11 @@ class RayStandIn:
         self.address = f"{host}:{self.port}"
         self._next_id = 1
 
+    def listen(self, host: str = "127.0.0.1") -> int:
+        """One more port this stand-in answers on (call before `__enter__`): one server
+        stands in for the GCS of many clusters, each at an address of its own."""
+        return int(self._server.add_insecure_port(f"{host}:0"))
+
     def add_node(self, pod: str, group: str, cpu: float, memory: float) -> bool:
         """A Raylet registers for `pod` (False: it already had one)."""
         m = self.model

@@ -23,6 +23,7 @@ from raysize.activities.k8s import Kube, KubeconfigError
 from raysize.activities.observe_only import ObserveOnly
 from raysize.activities.ray_errors import RayError
 from raysize.activities.ray_gcs import TlsConfig, resolve_token
+from raysize.activities.targets import Targets
 from raysize.worker.deployment import (
     deployment_config,
     describe_versioning,
@@ -164,14 +165,23 @@ def ray_settings(settings: Settings) -> RaySettings:
 
 
 def build_worker(
-    client: Client, settings: Settings, kube: Kube, ray: RaySettings | None = None
+    client: Client,
+    settings: Settings,
+    kube: Kube,
+    ray: RaySettings | None = None,
+    targets: Targets | None = None,
 ) -> tuple[Worker, ClusterActivities]:
+    """The worker and its cluster activities. `targets`: the threads of every blocking
+    call (activities/targets.py), shared by all the activities; the caller closes it
+    (`cluster.targets`) after the worker stops."""
     ray = ray or ray_settings(settings)
+    targets = targets or Targets()
     cluster = ClusterActivities(
         kube=kube,
         ray=ray,
         settings=settings.planner(),
         observe_only=ObserveOnly(on=settings.observe_only),
+        targets=targets,
     )
     discovery = DiscoveryActivities(
         kube=kube,
@@ -179,6 +189,7 @@ def build_worker(
         task_queue=settings.task_queue,
         start_input=reconcile_input(settings),
         kube_cluster=settings.cluster_name,
+        targets=targets,
     )
     activities: list[Any] = [
         *cluster.activities(),
@@ -272,8 +283,16 @@ async def _serve(
     added = await ensure_search_attributes(client, register=settings.register_search_attributes)
     if added:
         log.info("registered search attributes: %s", ", ".join(added))
-    await asyncio.to_thread(warn_about_watched_namespaces, kube, settings.namespace_list())
-    worker, cluster = build_worker(client, settings, kube, ray)
+    # the worker's threads for blocking calls, per API server and GCS: closed on the way out
+    targets = Targets()
+    try:
+        await targets.kube(
+            kube.host, None, warn_about_watched_namespaces, kube, settings.namespace_list()
+        )
+        worker, cluster = build_worker(client, settings, kube, ray, targets)
+    except BaseException:
+        targets.close()
+        raise
     if settings.discover:
         await client.start_workflow(
             DiscoveryWorkflow.run,
@@ -337,3 +356,4 @@ async def _serve(
             log.info("shutting down: finishing running activities (up to 10 s)")
     finally:
         cluster.close()
+        targets.close()

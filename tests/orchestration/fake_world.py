@@ -10,6 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from raysize.activities.cluster import plan_tick
+from raysize.activities.targets import Targets
 from raysize.workflows.contracts import (
     Act,
     DrainInput,
@@ -56,6 +57,7 @@ class FakeWorld:
         self.uids: dict[str, str] = {}  # pod → its UID, given at its first observe
         self.memories: list[Memory] = []  # what the loop remembered, at each observe
         self.observe_only = False  # the worker's RAYSIZE_OBSERVE_ONLY, as the observe reports it
+        self.targets = Targets()  # the planner's threads, as the worker's (idle ones end)
 
     def set_demands(self, *demands: tuple[Resources, int]) -> None:
         self.snapshot = self.snapshot.model_copy(
@@ -89,7 +91,9 @@ class FakeWorld:
             # the product's own decision on the scripted read (`workflows/decide.py`), as
             # the real observe makes it (its plan-duration metric included)
             self.memories.append(inp.memory)
-            return await plan_tick(await read(inp), inp, observe_only=self.observe_only)
+            return await plan_tick(
+                await read(inp), inp, self.targets, observe_only=self.observe_only
+            )
 
         async def read(inp: ObserveInput) -> Observation:
             self.observed += 1
