@@ -76,7 +76,7 @@ class RecordingKube(Kube):
         self.calls: list[str] = []
 
     def __getattribute__(self, name: str) -> Any:
-        if name in ("calls", "core", "custom") or name.startswith("__"):
+        if name in ("calls", "core", "custom", "host", "timeout_s") or name.startswith("__"):
             return object.__getattribute__(self, name)
 
         def call(*args: Any, **kw: Any) -> Any:
@@ -87,6 +87,8 @@ class RecordingKube(Kube):
 
     core = None
     custom = None
+    host = "https://recording"  # where the calls would go: their threads' key
+    timeout_s = 10.0
 
 
 class RecordingRay:

@@ -26,6 +26,9 @@ class NoRaylet:
 class OnePod(Kube):
     """The API server's answer for pod ns/p: one pod with `uid`, or none."""
 
+    host = "https://fake"  # the key of its calls' threads (activities/targets.py)
+    timeout_s = 10.0
+
     def __init__(self, uid: str | None) -> None:
         self.uid = uid
 
