@@ -166,6 +166,9 @@ class Writes:
 
 
 class StatusRecorder(Kube):
+    host = "https://recorder"  # the key of its calls' threads (activities/targets.py)
+    timeout_s = 10.0
+
     def __init__(self) -> None:
         self.written: list[str] = []
 
