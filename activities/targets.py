@@ -227,6 +227,8 @@ class Targets:
                 return False
             with contextlib.suppress(ValueError):
                 target.queue.remove(call)
+            if not target.queue:
+                target.crowded = False
             return True
 
     def _expire(

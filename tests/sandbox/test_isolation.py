@@ -11,8 +11,9 @@ every blackholed call still hangs. On the shared default executor the healthy ob
 queued behind the blackholed calls and ended only after those timed out (the ordering
 assertion below failed).
 
-No timed assertion: the blackholed calls' timeout (30 s) only bounds how long the test
-could take if isolation broke; the listener is closed at the end, which ends them at once.
+No timed assertion: the blackholed calls' own limits (gRPC gives up on a connection that
+sends no SETTINGS after 20 s; the call timeout is 30 s) only bound how long the test takes
+when isolation breaks; the listeners are closed at the end, which ends the calls at once.
 """
 
 from __future__ import annotations
