@@ -61,6 +61,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -87,6 +88,7 @@ WRITE_WAIT_S = 2.0
 # so (`PodWatch.wrote`); thousands of events in the moment between a write's answer and
 # that call never happen
 RECENT_VERSIONS = 1024
+RESUME_FRESH_S = 1.0
 
 
 def _kept_meta(obj: Obj) -> Obj:
@@ -190,6 +192,11 @@ class PodWatch:
         self.core = core
         self.custom = custom
         self.timeout_s = timeout_s
+        # how long a cached read waits for the watch to deliver this process's own write
+        self.write_wait_s = WRITE_WAIT_S
+        # a watch resumed within this long after the server ended the last one is caught up
+        # at once (else after the first thing the server sends on it)
+        self.resume_fresh_s = RESUME_FRESH_S
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a sync or a write delivered
         self._subs: dict[Key, list[Subscription]] = {}
@@ -248,14 +255,14 @@ class PodWatch:
             return namespace in self._synced
 
     def cluster_pods(
-        self, namespace: str, cluster: str, wait_s: float = WRITE_WAIT_S
+        self, namespace: str, cluster: str, wait_s: float | None = None
     ) -> tuple[list[Obj], str] | None:
         """The cluster's pods from the cache (`compact_pod` records: what `KubeCluster`
         reads) and their `pods_mark`; None when the cache cannot answer and the caller
         must list: the namespace's watch is not synced (starting, dropped, or listing
         again after a 410), or a pod of the cluster this process wrote has not come back
-        through the watch within `wait_s`. Starts the namespace's watch. Blocking (it may
-        wait for the watch): call it from a thread."""
+        through the watch within `wait_s` (default `write_wait_s`). Starts the
+        namespace's watch. Blocking (it may wait for the watch): call it from a thread."""
         self._ensure(namespace)
         key = (namespace, cluster)
 
@@ -266,7 +273,8 @@ class PodWatch:
 
         with self._changed:
             synced = namespace in self._synced
-            if synced and self._changed.wait_for(ready, wait_s):
+            wait = self.write_wait_s if wait_s is None else wait_s
+            if synced and self._changed.wait_for(ready, wait):
                 pods = list((self._by_cluster.get(key) or {}).values())
                 self.cached_reads += 1
             else:
@@ -387,16 +395,19 @@ class PodWatch:
         known: dict[str, Obj] = {}  # each object as kept (`_kept_pod`), as last delivered
         version = ""  # "": list first; else where the next watch resumes (never ordered)
         backoff = 0.5
-        # the cache is current once the watch is connected from a list just made; a watch
-        # resumed from an older version only once the server has sent something on it
-        # (a 410 would come first)
-        fresh = [False]
+        # The cache is current (synced) while the watch is connected and caught up: at once
+        # when it connects from a list just made, or resumes within `resume_fresh_s` of
+        # a connection that ended as the server meant it to (it ends with a bookmark of
+        # how far it got); a watch resumed after longer (a drop, a slow reconnect) only
+        # once the server has sent something on it, as a 410 would come first.
+        listed, ended_at = [False], [0.0]
 
         def connect(*a: Any, **kw: Any) -> Any:
             """The watch request: its answer's headers mean the watch is connected."""
             resp = list_fn(*a, **kw)
-            if pods and fresh[0]:
+            if pods and (listed[0] or 0 < ended_at[0] >= time.monotonic() - self.resume_fresh_s):
                 self._set_synced(namespace, True)
+            listed[0] = False
             return resp
 
         while not self._stop.is_set():
@@ -406,7 +417,8 @@ class PodWatch:
             try:
                 if not version:
                     version = self._list(namespace, list_fn, args, deliver, known, pods)
-                    fresh[0] = True
+                    listed[0] = True
+                ended_at[0] = 0.0
                 for ev in w.stream(
                     connect,
                     *args,
@@ -418,8 +430,8 @@ class PodWatch:
                     kind, obj = ev.get("type"), ev.get("object") or {}
                     meta = obj.get("metadata") or {}
                     version = meta.get("resourceVersion") or version
-                    if pods and not fresh[0] and kind != "ERROR":
-                        fresh[0] = True  # the server took the version: caught up from here
+                    if pods and kind != "ERROR" and namespace not in self._synced:
+                        # the server took the version: caught up from here
                         self._set_synced(namespace, True)
                     if not meta.get("name") or kind == "BOOKMARK":
                         continue
@@ -438,8 +450,11 @@ class PodWatch:
                     told = (before or kept)["metadata"] if kind == "DELETED" else kept["metadata"]
                     deliver(namespace, meta["name"], obj, told, kind == "DELETED")
                     backoff = 0.5
+                # the server ended the watch (its timeout): caught up to here, reconnecting
+                if pods:
+                    self._set_synced(namespace, False)
+                ended_at[0] = time.monotonic()
             except ApiException as exc:
-                fresh[0] = False
                 if pods:
                     self._set_synced(namespace, False)
                 if exc.status != GONE_STATUS:
@@ -456,7 +471,6 @@ class PodWatch:
                 )
                 version = ""
             except Exception as exc:  # the connection dropped: resume from `version`
-                fresh[0] = False
                 if pods:
                     self._set_synced(namespace, False)
                 if self._stop.is_set():
