@@ -152,7 +152,7 @@ class ClusterActivities:
     def __post_init__(self) -> None:
         if self.pods is None:
             self.pods = PodWatch(self.kube.core, self.kube.custom)
-        if self.kube.pod_watch is None:
+        if isinstance(self.kube, Kube) and self.kube.pod_watch is None:
             self.kube.pod_watch = self.pods  # observes read its cache, writes tell it
         if self.tokens is None:
             self.tokens = RayTokens(

@@ -107,14 +107,15 @@ def follow_token_file(cfg: client.Configuration, path: Path) -> None:
 class Kube:
     """The Kubernetes calls raysize makes, with typed errors and a timeout on every call."""
 
+    # the pod watch whose cache `read_cluster` may read: told of every pod write, so a
+    # cached read sees this process's own writes (`PodWatch.wrote`)
+    pod_watch: PodWatch | None = None
+
     def __init__(self, api: client.ApiClient, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.timeout_s = timeout_s
-        # the pod watch whose cache `read_cluster` may read: told of every pod write, so a
-        # cached read sees this process's own writes (`PodWatch.wrote`)
-        self.pod_watch: PodWatch | None = None
 
     @classmethod
     def from_kubeconfig(cls, path: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Kube:

@@ -137,7 +137,7 @@ def _s(value: Any) -> Any:
 
 
 # Parts of records that are the same in many pods (a group's labels, its container's
-# resources, a start time) are kept once and shared: records are never changed, so a
+# spec and status resources) are kept once and shared: records are never changed, so a
 # shared part is never changed either. Bounded: past SHARED_MAX parts it starts over.
 SHARED_MAX = 10_000
 _shared: dict[str, Any] = {}

@@ -23,9 +23,11 @@ then needs no periodic re-read to notice anything.
 Ray pod (label `ray.io/cluster`) of its namespace as a record of only what `KubeCluster`
 reads (`k8s_objects.compact_pod`: a few hundred bytes instead of the pod's kilobytes), by
 cluster. The observe (`Kube.read_cluster(..., cached=True)`) reads a cluster's pods from
-it once the namespace is *synced* — listed, and the watch connected since (from that
-list, or resumed and heard from: a 410 would come first) — and LISTs while it is not:
-at the start, while a dropped watch reconnects, and after a 410 until the new list is in.
+it once the namespace is *synced* — listed, and the watch connected and caught up: from
+a list just made, or resumed within `resume_fresh_s` of a watch the server ended (with
+a bookmark of how far it got), or resumed after longer and heard from (a 410 would come
+first) — and LISTs while it is not: at the start, while a dropped watch reconnects, and
+after a 410 until the new list is in.
 So a LIST happens to start and after a 410; the RayCluster itself is still a GET per
 observe. A cached view lags the server by the watch's delay (milliseconds), which is
 safe for what is decided from it:
@@ -93,7 +95,7 @@ RESUME_FRESH_S = 1.0
 
 def _kept_meta(obj: Obj) -> Obj:
     """What the watch keeps of an object it needs no more of: its name and version (for
-    a list's comparison), and for a pod its labels (which Ray cluster it is of)."""
+    a list's comparison)."""
     meta = obj.get("metadata") or {}
     return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}}
 

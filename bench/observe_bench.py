@@ -66,7 +66,7 @@ def kuberay_pod(cluster: str, group: str, i: int, *, node: str = "bench-node") -
         "ray.io/node-type": "worker",
     }
     at = "2026-11-27T20:00:00Z"
-    env = [
+    env: list[Obj] = [
         {"name": "FQ_RAY_IP", "value": f"{cluster}-head-svc.{NS}.svc.cluster.local"},
         {"name": "RAY_IP", "value": f"{cluster}-head-svc"},
         {
@@ -101,7 +101,7 @@ def kuberay_pod(cluster: str, group: str, i: int, *, node: str = "bench-node") -
         "successThreshold": 1,
         "timeoutSeconds": 2,
     }
-    fields = {
+    fields: Obj = {
         "f:metadata": {"f:labels": {f"f:{k}": {} for k in labels}, "f:ownerReferences": {}},
         "f:spec": {
             "f:containers": {
@@ -116,7 +116,7 @@ def kuberay_pod(cluster: str, group: str, i: int, *, node: str = "bench-node") -
             "f:volumes": {'k:{"name":"shared-mem"}': {}},
         },
     }
-    status_fields = {
+    status_fields: Obj = {
         "f:status": {
             "f:conditions": {},
             "f:containerStatuses": {},
