@@ -157,6 +157,8 @@ class ClusterActivities:
     def __post_init__(self) -> None:
         if self.pods is None:
             self.pods = PodWatch(self.kube.core, self.kube.custom)
+        if isinstance(self.kube, Kube) and self.kube.pod_watch is None:
+            self.kube.pod_watch = self.pods  # observes read its cache, writes tell it
         if self.tokens is None:
             self.tokens = RayTokens(
                 lambda ns, name: self.kube.read_secret(ns, name), self.ray.token
@@ -262,7 +264,10 @@ class ClusterActivities:
     async def observe(self, inp: ObserveInput) -> Observation:
         """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`)."""
         try:
-            kube = await self._kube(self.kube.read_cluster, inp.namespace, inp.cluster)
+            # the pods from the pod watch's cache once it is synced (a LIST until then)
+            kube = await self._kube(
+                functools.partial(self.kube.read_cluster, cached=True), inp.namespace, inp.cluster
+            )
         except ClusterGone:
             return Observation(found=False)
         except KubeError as exc:
@@ -411,13 +416,18 @@ class ClusterActivities:
     async def _pods_changed_since_observe(self, inp: WaitInput) -> bool:
         """Did a pod of the cluster change between the observe and this wait? Its pods'
         mark (`pods_mark`: names and resourceVersions, compared for equality only, as
-        resourceVersions are opaque) against the watch's copy; where that differs (the
-        watch may be a moment behind) or has not listed yet, against a list."""
+        resourceVersions are opaque) against the watch's copy. The observe read that copy
+        when the watch was synced, so a mark that differs now is news; otherwise (the
+        observe listed, and the watch may be a moment behind, or has not listed yet) it
+        is checked against a list."""
         if not inp.pods_version:
             return False  # the observe did not list the pods
         assert self.pods is not None
-        if self.pods.cluster_pods_mark(inp.namespace, inp.cluster) == inp.pods_version:
+        mark = self.pods.cluster_pods_mark(inp.namespace, inp.cluster)
+        if mark == inp.pods_version:
             return False
+        if mark is not None and self.pods.synced(inp.namespace):
+            return True
         try:
             _, now = await self._kube(self.kube.list_cluster_pods, inp.namespace, inp.cluster)
         except KubeError:

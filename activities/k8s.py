@@ -38,7 +38,7 @@ from raysize.activities.k8s_objects import (
     ray_autoscaler_running,
     resize_patch,
 )
-from raysize.activities.pod_watch import pods_mark, raycluster_mark
+from raysize.activities.pod_watch import PodWatch, pods_mark, raycluster_mark
 from raysize.workflows.contracts import (
     ProgressState,
     ResizeProgress,
@@ -106,6 +106,10 @@ def follow_token_file(cfg: client.Configuration, path: Path) -> None:
 
 class Kube:
     """The Kubernetes calls raysize makes, with typed errors and a timeout on every call."""
+
+    # the pod watch whose cache `read_cluster` may read: told of every pod write, so a
+    # cached read sees this process's own writes (`PodWatch.wrote`)
+    pod_watch: PodWatch | None = None
 
     def __init__(self, api: client.ApiClient, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.api = api
@@ -223,9 +227,24 @@ class Kube:
         # cannot say whether a pod the watch reports is newer than this list
         return items, pods_mark(item.get("metadata") or {} for item in items)
 
-    def read_cluster(self, namespace: str, name: str) -> KubeCluster:
+    def cluster_pods(
+        self, namespace: str, cluster: str, cached: bool = False
+    ) -> tuple[list[Obj], str]:
+        """The cluster's pods and their `pods_mark`: with `cached`, from the pod watch's
+        cache once it is synced (`PodWatch.cluster_pods`: records of what `read_cluster`
+        reads), else (and until then) a LIST."""
+        if cached and self.pod_watch is not None:
+            found = self.pod_watch.cluster_pods(namespace, cluster)
+            if found is not None:
+                return found
+        return self.list_cluster_pods(namespace, cluster)
+
+    def read_cluster(self, namespace: str, name: str, cached: bool = False) -> KubeCluster:
+        """The RayCluster (a GET) and its pods: a LIST, or with `cached` the pod watch's
+        cache when it can answer (`cluster_pods`; see `activities/pod_watch.py` for which
+        decisions that is safe for)."""
         rc = self.get_raycluster(namespace, name)
-        pods, pods_version = self.list_cluster_pods(namespace, name)
+        pods, pods_version = self.cluster_pods(namespace, name, cached)
         spec = rc.get("spec") or {}
         views = tuple(pod_view(p) for p in pods if not p["metadata"].get("deletionTimestamp"))
         replicas, to_delete = {}, []
@@ -305,11 +324,14 @@ class Kube:
         self, namespace: str, pod: str, uid: str, fn: Callable[..., Any], body: Any, kind: str
     ) -> Obj:
         try:
-            return self._raw("Pod", fn, pod, namespace, body, _content_type=kind)
+            written = self._raw("Pod", fn, pod, namespace, body, _content_type=kind)
         except Invalid:
             if uid:
                 check_same_pod(self.find_pod(namespace, pod), namespace, pod, uid)
             raise
+        if self.pod_watch is not None:
+            self.pod_watch.wrote(namespace, written)
+        return written
 
     def scale(
         self,

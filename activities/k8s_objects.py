@@ -8,6 +8,9 @@ pods. The calls are `activities/k8s.py`'s; the activities `activities/k8s_activi
 
 from __future__ import annotations
 
+import json
+import sys
+import threading
 import time
 from collections.abc import Iterable
 from datetime import datetime
@@ -117,6 +120,112 @@ def ray_autoscaler_running(pods: Iterable[Obj]) -> str:
             if cs.get("name") == RAY_AUTOSCALER_CONTAINER and "running" in (cs.get("state") or {}):
                 return str(pod["metadata"]["name"])
     return ""
+
+
+# What of a pod `KubeCluster` (`Kube.read_cluster`: `pod_view`, `ray_autoscaler_running`,
+# `pods_mark`, the stale and resizing names) reads, and nothing else: the pod watch keeps
+# this record of each Ray pod (`compact_pod`), so a cached observe holds kilobytes of a
+# pod's JSON as a few hundred bytes. A field `KubeCluster` starts reading must be added here
+# (tests/activities/test_pod_view.py checks that a record reads as its pod does).
+KEPT_CONDITIONS = (PENDING, IN_PROGRESS)
+
+
+def _s(value: Any) -> Any:
+    """A string interned (the same label keys and values, quantities, phases and
+    condition words recur in every pod: one copy each); anything else as it is."""
+    return sys.intern(value) if isinstance(value, str) else value
+
+
+# Parts of records that are the same in many pods (a group's labels, its container's
+# spec and status resources) are kept once and shared: records are never changed, so a
+# shared part is never changed either. Bounded: past SHARED_MAX parts it starts over.
+SHARED_MAX = 10_000
+_shared: dict[str, Any] = {}
+_shared_lock = threading.Lock()
+
+
+def _share(part: Any) -> Any:
+    """`part` (plain JSON: dicts, lists, strings), or an equal one already kept."""
+    key = json.dumps(part, sort_keys=True, separators=(",", ":"))
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is None:
+            if len(_shared) >= SHARED_MAX:
+                _shared.clear()
+            _shared[key] = found = part
+    return found
+
+
+def compact_pod(pod: Obj) -> Obj:
+    """The pod as `KubeCluster` reads it, in the pod's own shape: metadata (name, uid,
+    resourceVersion, labels, the `ray.io/ippr-status` annotation, deletionTimestamp), the
+    Ray container's name and resources (the first container), status.phase, startTime,
+    the resize conditions (type, status, reason), and of the container statuses the Ray
+    container's resources and the `autoscaler` container's state (which states, not
+    their details). Everything else (managedFields, env, volumes, probes, other
+    containers, podIP, the node, restart counts, …) is left out. The record is never
+    changed after it is made: a change of the pod is a new record. Not for `progress_of`
+    (a resize's progress reads the whole pod: observedGeneration, messages, the other
+    containers), which the saga reads from the pod itself or the watch's event."""
+    meta = pod.get("metadata") or {}
+    kept_meta: Obj = {
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+    labels = meta.get("labels")
+    if labels:
+        kept_meta["labels"] = _share({_s(k): _s(v) for k, v in labels.items()})
+    ippr = (meta.get("annotations") or {}).get(IPPR_STATUS_ANNOTATION)
+    if ippr is not None:
+        kept_meta["annotations"] = {IPPR_STATUS_ANNOTATION: ippr}
+    if meta.get("deletionTimestamp"):
+        kept_meta["deletionTimestamp"] = meta["deletionTimestamp"]
+    out: Obj = {"metadata": kept_meta}
+    containers = (pod.get("spec") or {}).get("containers") or []
+    first = containers[0] if containers else None
+    if first is not None:
+        out["spec"] = _share({"containers": [{"name": _s(first.get("name")), **_resources(first)}]})
+    status = pod.get("status") or {}
+    kept_status: Obj = {}
+    for key in ("phase", "startTime"):
+        if status.get(key) is not None:
+            kept_status[key] = _s(status[key])
+    conditions = [
+        {k: _s(c[k]) for k in ("type", "status", "reason") if k in c}
+        for c in status.get("conditions") or []
+        if c.get("type") in KEPT_CONDITIONS
+    ]
+    if conditions:
+        kept_status["conditions"] = _share(conditions)
+    statuses = []
+    for cs in status.get("containerStatuses") or []:
+        name = cs.get("name")
+        if first is not None and name == first.get("name"):
+            statuses.append(_share({"name": _s(name), **_resources(cs)}))
+        elif name == RAY_AUTOSCALER_CONTAINER:
+            statuses.append(
+                _share({"name": _s(name), "state": {_s(k): {} for k in cs.get("state") or {}}})
+            )
+    if statuses:
+        kept_status["containerStatuses"] = _share(statuses)
+    if kept_status:
+        out["status"] = kept_status
+    return out
+
+
+def _resources(container: Obj) -> Obj:
+    """{"resources": …} of a container (spec or status), interned; {} when it has none."""
+    res = container.get("resources")
+    if res is None:
+        return {}
+    return {
+        "resources": {
+            _s(kind): {_s(k): _s(v) for k, v in (values or {}).items()}
+            for kind, values in res.items()
+            if kind in ("requests", "limits")
+        }
+    }
 
 
 def _condition(pod: Obj, ctype: str) -> Obj | None:

@@ -18,6 +18,41 @@ With a `custom` API client it also watches the namespace's RayClusters, so a rec
 waiting on its cluster wakes when the RayCluster's spec or annotations change (an edited
 `ray.io/ippr`, a new maximum, a deletion) and not only when a pod does: an idle cluster
 then needs no periodic re-read to notice anything.
+
+**The pod cache: which reads are cached, and why that is safe.** The watch keeps each
+Ray pod (label `ray.io/cluster`) of its namespace as a record of only what `KubeCluster`
+reads (`k8s_objects.compact_pod`: a few hundred bytes instead of the pod's kilobytes), by
+cluster. The observe (`Kube.read_cluster(..., cached=True)`) reads a cluster's pods from
+it once the namespace is *synced* — listed, and the watch connected and caught up: from
+a list just made, or resumed within `resume_fresh_s` of a watch the server ended (with
+a bookmark of how far it got), or resumed after longer and heard from (a 410 would come
+first) — and LISTs while it is not: at the start, while a dropped watch reconnects, and
+after a 410 until the new list is in.
+So a LIST happens to start and after a 410; the RayCluster itself is still a GET per
+observe. A cached view lags the server by the watch's delay (milliseconds), which is
+safe for what is decided from it:
+
+- *raysize's own writes are seen.* Every pod write of this process (`Kube._write_pod`:
+  the resize patch, `ray.io/ippr-status`) is told to the watch (`wrote`), and a cached
+  read of that cluster waits (at most `WRITE_WAIT_S`) until the watch has delivered that
+  version of the pod, or the pod's deletion or replacement, or a list made after the
+  write; else it LISTs. So a tick is never planned on a pod from before a resize or
+  status this worker wrote. Another worker's writes are seen as soon as this watch
+  delivers them; a decision made in that moment is caught by the checks below.
+- *a resize acts on the pod as it is.* The saga reads the pod it changes (`patch_resize`
+  GETs it and builds the patch from that read), every pod write carries the UID it was
+  decided on (a replaced pod is `PodGone`), targets are absolute (a repeated resize is a
+  no-op), and a running saga keeps its pod (one workflow id per pod: a second decision
+  is a retarget signal).
+- *scale-in names only pods that exist.* `Kube.scale` LISTs the cluster's pods itself
+  (fresh, not from the cache) and names a pod only while it exists with the UID decided
+  on, under the RayCluster's generation.
+- *the wait's mark matches.* The observe's `pods_version` is the `pods_mark` of the
+  records it read, the same that `cluster_pods_mark` computes on the cache, so the wait
+  compares like with like (`ClusterActivities._pods_changed_since_observe`).
+
+The saga's progress (`progress_of`) never reads the cache: it reads the pod, or the
+whole object of the watch's event.
 """
 
 from __future__ import annotations
@@ -28,12 +63,16 @@ import hashlib
 import json
 import logging
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+
+from raysize.activities.k8s_objects import compact_pod
 
 log = logging.getLogger("raysize.activities")
 
@@ -44,6 +83,32 @@ Key = tuple[str, str]  # (namespace, pod), or (namespace, CLUSTER + cluster) for
 CLUSTER = "cluster:"  # pod names never contain ':'
 CLUSTER_LABEL = "ray.io/cluster"
 GONE = "gone"  # the mark of a RayCluster that was deleted
+# how long a cached read waits for the watch to deliver a pod write of this process
+# before it lists instead (the watch is normally milliseconds behind)
+WRITE_WAIT_S = 2.0
+# pod versions delivered last, to tell a write the watch delivered before its writer said
+# so (`PodWatch.wrote`); thousands of events in the moment between a write's answer and
+# that call never happen
+RECENT_VERSIONS = 1024
+RESUME_FRESH_S = 1.0
+
+
+def _kept_meta(obj: Obj) -> Obj:
+    """What the watch keeps of an object it needs no more of: its name and version (for
+    a list's comparison)."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta}}
+
+
+def _kept_pod(obj: Obj) -> Obj:
+    """A Ray pod as `KubeCluster` reads it (`compact_pod`); of any other pod, its name and
+    version only."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return compact_pod(obj) if CLUSTER_LABEL in labels else _kept_meta(obj)
+
+
+def _cluster_of(record: Obj | None) -> str:
+    return str(((record or {}).get("metadata") or {}).get("labels", {}).get(CLUSTER_LABEL) or "")
 
 
 def raycluster_mark(obj: Obj) -> str:
@@ -110,17 +175,45 @@ class Subscription:
         return True
 
 
+@dataclass(frozen=True)
+class _Written:
+    """A pod this process wrote, until the watch delivers that version of it (or the pod
+    is gone or replaced, or a list made after the write is in)."""
+
+    version: str
+    uid: str
+    cluster: str
+    seq: int  # the write's place among this process's writes
+
+
 class PodWatch:
-    """Namespaces are watched from the first wait on one of their pods until `close`."""
+    """Namespaces are watched from the first wait on one of their pods (or the first
+    cached read, `cluster_pods`) until `close`."""
 
     def __init__(self, core: Any, custom: Any = None, *, timeout_s: int = 300) -> None:
         self.core = core
         self.custom = custom
         self.timeout_s = timeout_s
+        # how long a cached read waits for the watch to deliver this process's own write
+        self.write_wait_s = WRITE_WAIT_S
+        # a watch resumed within this long after the server ended the last one is caught up
+        # at once (else after the first thing the server sends on it)
+        self.resume_fresh_s = RESUME_FRESH_S
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a sync or a write delivered
         self._subs: dict[Key, list[Subscription]] = {}
-        # each namespace's pods as the watch has them (name → metadata), once listed
+        # each namespace's pods as the watch has them (name → `_kept_pod`), once listed
         self._pods: dict[str, dict[str, Obj]] = {}
+        # the same records by Ray cluster: (namespace, cluster) → name → record
+        self._by_cluster: dict[tuple[str, str], dict[str, Obj]] = {}
+        # namespaces whose pod cache is current: listed, and the watch connected since
+        self._synced: set[str] = set()
+        # pods this process wrote that the watch has not delivered yet
+        self._written: dict[Key, _Written] = {}
+        self._writes = 0
+        self._recent: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self.cached_reads = 0  # `cluster_pods` answered from the cache
+        self.uncached_reads = 0  # `cluster_pods` answered None: the caller lists
         # how many changes of each cluster's pods the watch delivered after its first list
         # (a count of this process's own, so ordering it is sound)
         self._cluster_changes: dict[tuple[str, str], int] = {}
@@ -152,11 +245,72 @@ class PodWatch:
         """`pods_mark` of the cluster's pods as the watch has them; None until its first
         list (then the watch cannot tell)."""
         with self._lock:
-            pods = self._pods.get(namespace)
-            if pods is None:
+            if namespace not in self._pods:
                 return None
-            return pods_mark(
-                m for m in pods.values() if (m.get("labels") or {}).get(CLUSTER_LABEL) == cluster
+            pods = self._by_cluster.get((namespace, cluster)) or {}
+            return pods_mark(p["metadata"] for p in pods.values())
+
+    def synced(self, namespace: str) -> bool:
+        """Is the namespace's pod cache current: listed, and its watch connected since
+        (and not dropped or answered 410 after)?"""
+        with self._lock:
+            return namespace in self._synced
+
+    def cluster_pods(
+        self, namespace: str, cluster: str, wait_s: float | None = None
+    ) -> tuple[list[Obj], str] | None:
+        """The cluster's pods from the cache (`compact_pod` records: what `KubeCluster`
+        reads) and their `pods_mark`; None when the cache cannot answer and the caller
+        must list: the namespace's watch is not synced (starting, dropped, or listing
+        again after a 410), or a pod of the cluster this process wrote has not come back
+        through the watch within `wait_s` (default `write_wait_s`). Starts the
+        namespace's watch. Blocking (it may wait for the watch): call it from a thread."""
+        self._ensure(namespace)
+        key = (namespace, cluster)
+
+        def ready() -> bool:
+            return namespace in self._synced and not any(
+                k[0] == namespace and w.cluster == cluster for k, w in self._written.items()
+            )
+
+        with self._changed:
+            synced = namespace in self._synced
+            wait = self.write_wait_s if wait_s is None else wait_s
+            if synced and self._changed.wait_for(ready, wait):
+                pods = list((self._by_cluster.get(key) or {}).values())
+                self.cached_reads += 1
+            else:
+                self.uncached_reads += 1
+                if synced and namespace in self._synced:
+                    # the caller lists, and that list holds every write made up to here:
+                    # writes a connected watch has not delivered in `wait_s` are not waited
+                    # for again (a watch that is away keeps them: it resumes before them)
+                    mine = [k for k, w in self._written.items() if k[0] == namespace]
+                    for k in mine:
+                        if self._written[k].cluster == cluster:
+                            del self._written[k]
+                return None
+        return pods, pods_mark(p["metadata"] for p in pods)
+
+    def wrote(self, namespace: str, pod: Obj) -> None:
+        """This process wrote `pod` (the server's answer): a cached read of its cluster
+        waits until the watch has delivered that version (read-your-writes)."""
+        meta = pod.get("metadata") or {}
+        name, version = meta.get("name"), meta.get("resourceVersion")
+        if not name or not version:
+            return
+        with self._changed:
+            self._writes += 1
+            if (
+                f"pod-watch-{namespace}" not in self._threads
+                or (namespace, name, str(version)) in self._recent
+            ):
+                return  # no cache of it, or the watch was first
+            self._written[(namespace, name)] = _Written(
+                version=str(version),
+                uid=str(meta.get("uid") or ""),
+                cluster=str((meta.get("labels") or {}).get(CLUSTER_LABEL) or ""),
+                seq=self._writes,
             )
 
     def cluster_changed_since(
@@ -240,9 +394,24 @@ class PodWatch:
         deliver: Callable[[str, str, Obj, Obj, bool], None],
         pods: bool,
     ) -> None:
-        known: dict[str, Obj] = {}  # each object's metadata, as last delivered
+        known: dict[str, Obj] = {}  # each object as kept (`_kept_pod`), as last delivered
         version = ""  # "": list first; else where the next watch resumes (never ordered)
         backoff = 0.5
+        # The cache is current (synced) while the watch is connected and caught up: at once
+        # when it connects from a list just made, or resumes within `resume_fresh_s` of
+        # a connection that ended as the server meant it to (it ends with a bookmark of
+        # how far it got); a watch resumed after longer (a drop, a slow reconnect) only
+        # once the server has sent something on it, as a 410 would come first.
+        listed, ended_at = [False], [0.0]
+
+        def connect(*a: Any, **kw: Any) -> Any:
+            """The watch request: its answer's headers mean the watch is connected."""
+            resp = list_fn(*a, **kw)
+            if pods and (listed[0] or 0 < ended_at[0] >= time.monotonic() - self.resume_fresh_s):
+                self._set_synced(namespace, True)
+            listed[0] = False
+            return resp
+
         while not self._stop.is_set():
             w = _RawWatch()
             with self._lock:
@@ -250,8 +419,10 @@ class PodWatch:
             try:
                 if not version:
                     version = self._list(namespace, list_fn, args, deliver, known, pods)
+                    listed[0] = True
+                ended_at[0] = 0.0
                 for ev in w.stream(
-                    list_fn,
+                    connect,
                     *args,
                     resource_version=version,
                     allow_watch_bookmarks=True,  # the server says how far it got: fewer 410s
@@ -261,16 +432,33 @@ class PodWatch:
                     kind, obj = ev.get("type"), ev.get("object") or {}
                     meta = obj.get("metadata") or {}
                     version = meta.get("resourceVersion") or version
+                    if pods and kind != "ERROR" and namespace not in self._synced:
+                        # the server took the version: caught up from here
+                        self._set_synced(namespace, True)
                     if not meta.get("name") or kind == "BOOKMARK":
                         continue
+                    kept = (
+                        _kept_meta(obj)
+                        if kind == "DELETED"
+                        else (_kept_pod(obj) if pods else _kept_meta(obj))
+                    )
                     with self._lock:
-                        if kind == "DELETED":
-                            known.pop(meta["name"], None)
-                        else:
-                            known[meta["name"]] = meta
-                    deliver(namespace, meta["name"], obj, meta, kind == "DELETED")
+                        before = known.pop(meta["name"], None)
+                        if kind != "DELETED":
+                            known[meta["name"]] = kept
+                        if pods:
+                            self._index(namespace, meta["name"], before, known.get(meta["name"]))
+                    # a deletion is told with the labels the pod had (which cluster it was of)
+                    told = (before or kept)["metadata"] if kind == "DELETED" else kept["metadata"]
+                    deliver(namespace, meta["name"], obj, told, kind == "DELETED")
                     backoff = 0.5
+                # the server ended the watch (its timeout): caught up to here, reconnecting
+                if pods:
+                    self._set_synced(namespace, False)
+                ended_at[0] = time.monotonic()
             except ApiException as exc:
+                if pods:
+                    self._set_synced(namespace, False)
                 if exc.status != GONE_STATUS:
                     self._dropped(namespace, name, exc, backoff)
                     backoff = min(backoff * 2, 10.0)
@@ -285,12 +473,36 @@ class PodWatch:
                 )
                 version = ""
             except Exception as exc:  # the connection dropped: resume from `version`
+                if pods:
+                    self._set_synced(namespace, False)
                 if self._stop.is_set():
                     return
                 self._dropped(namespace, name, exc, backoff)
                 backoff = min(backoff * 2, 10.0)
             finally:
                 w.stop()
+        if pods:
+            self._set_synced(namespace, False)
+
+    def _set_synced(self, namespace: str, synced: bool) -> None:
+        with self._changed:
+            if synced and not self._stop.is_set():
+                self._synced.add(namespace)
+                self._changed.notify_all()
+            else:
+                self._synced.discard(namespace)
+
+    def _index(self, namespace: str, name: str, before: Obj | None, after: Obj | None) -> None:
+        """Keep `_by_cluster` in step with a pod's record (under the lock)."""
+        old, new = _cluster_of(before), _cluster_of(after)
+        if old and old != new:
+            group = self._by_cluster.get((namespace, old))
+            if group is not None:
+                group.pop(name, None)
+                if not group:
+                    del self._by_cluster[(namespace, old)]
+        if new and after is not None:
+            self._by_cluster.setdefault((namespace, new), {})[name] = after
 
     def _dropped(self, namespace: str, name: str, exc: Exception, backoff: float) -> None:
         """The connection (or the list) failed: everyone looks again, then a pause."""
@@ -309,9 +521,14 @@ class PodWatch:
     ) -> str:
         """LIST; deliver every object that is new or has another resourceVersion than the
         one delivered last, and the deletion of each one gone; the list's resourceVersion
-        (where the watch starts)."""
+        (where the watch starts). For pods, the cache is replaced by the list's records."""
+        with self._lock:
+            writes = self._writes  # every write up to here is in the list (a quorum read)
         resp = list_fn(*args, _preload_content=False, _request_timeout=self.timeout_s + 30)
-        doc = json.loads(resp.data)
+        try:
+            doc = json.loads(resp.data)
+        finally:
+            resp.release_conn()
         version = str((doc.get("metadata") or {}).get("resourceVersion") or "")
         if not version:
             raise ValueError(f"a list of {namespace} without a resourceVersion")
@@ -320,22 +537,35 @@ class PodWatch:
             meta = item.get("metadata") or {}
             if meta.get("name"):
                 now[meta["name"]] = item
+        del doc
         with self._lock:
             gone = {n: known.pop(n) for n in [n for n in known if n not in now]}
             changed = [
                 (n, item)
                 for n, item in sorted(now.items())
-                if (known.get(n) or {}).get("resourceVersion")
+                if (known.get(n) or {}).get("metadata", {}).get("resourceVersion")
                 != item["metadata"].get("resourceVersion")
             ]
-            known.update((n, item["metadata"]) for n, item in changed)
-        for n, meta in gone.items():
-            deliver(namespace, n, {"metadata": meta}, meta, True)
+            keep = _kept_pod if pods else _kept_meta
+            kept = {n: keep(item) for n, item in changed}
+            known.update(kept)
+            if pods:
+                for n, record in gone.items():
+                    self._index(namespace, n, record, None)
+                for n, record in kept.items():
+                    self._index(namespace, n, None, record)
+        for n, record in gone.items():
+            deliver(namespace, n, {"metadata": record["metadata"]}, record["metadata"], True)
         for n, item in changed:
-            deliver(namespace, n, item, item["metadata"], False)
+            deliver(namespace, n, item, kept[n]["metadata"], False)
         if pods:
-            with self._lock:
+            with self._changed:
                 self._pods[namespace] = known  # from now on a change of a pod counts
+                for key in [
+                    k for k, w in self._written.items() if k[0] == namespace and w.seq <= writes
+                ]:
+                    del self._written[key]
+                self._changed.notify_all()
         return version
 
     def _deliver_cluster(
@@ -353,13 +583,24 @@ class PodWatch:
 
     def _deliver(self, namespace: str, name: str, obj: Obj, meta: Obj, deleted: bool) -> None:
         cluster = (meta.get("labels") or {}).get(CLUSTER_LABEL)
-        with self._lock:
+        with self._changed:
             subs = list(self._subs.get((namespace, name), ()))
             if cluster:
                 subs += self._subs.get((namespace, CLUSTER + cluster), ())
                 if namespace in self._pods:  # the first list is how things are, no change
                     key = (namespace, cluster)
                     self._cluster_changes[key] = self._cluster_changes.get(key, 0) + 1
+            self._recent[(namespace, name, str(meta.get("resourceVersion") or ""))] = None
+            if len(self._recent) > RECENT_VERSIONS:
+                self._recent.popitem(last=False)
+            written = self._written.get((namespace, name))
+            uid = ((obj.get("metadata") or {}).get("uid")) or ""
+            if written is not None and (
+                deleted or meta.get("resourceVersion") == written.version or uid != written.uid
+            ):
+                # the watch has come as far as our write (or past the pod it was of)
+                del self._written[(namespace, name)]
+                self._changed.notify_all()
         for sub in subs:
             sub._wake(obj, deleted)
 

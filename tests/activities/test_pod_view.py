@@ -71,3 +71,80 @@ def test_the_head_whose_autoscaler_container_runs_is_named() -> None:
 )
 def test_no_running_autoscaler_container_names_no_pod(pods: list[dict]) -> None:
     assert ray_autoscaler_running(pods) == ""
+
+
+# --- the pod watch's record of a pod (`compact_pod`): what an observe reads, and no more ----
+def _variants() -> list[dict]:
+    """Pods in each state an observe tells apart: running, pending, resizing (each
+    condition, and asked but not reported), failed, being deleted, a head with Ray's
+    autoscaler running or not, a pod without containers' status or resources."""
+    from bench.observe_bench import kuberay_pod
+
+    base = kuberay_pod("big", "cpu", 7)
+    status = base["status"]
+    ray = status["containerStatuses"][0]
+    variants = [base]
+    for ctype, reason in (
+        ("PodResizePending", "Deferred"),
+        ("PodResizePending", "Infeasible"),
+        ("PodResizeInProgress", ""),
+        ("PodResizeInProgress", "Error"),
+    ):
+        cond = {"type": ctype, "status": "True", "reason": reason, "message": "m"}
+        variants.append({**base, "status": {**status, "conditions": [cond]}})
+    grown = {"requests": {"cpu": "3", "memory": "4Gi"}, "limits": {"cpu": "3", "memory": "4Gi"}}
+    spec = {**base["spec"], "containers": [{**base["spec"]["containers"][0], "resources": grown}]}
+    variants.append({**base, "spec": spec})  # asked: spec ≠ status.resources
+    noted = {"resizing-at": NOW - 5, "last-failed-at": NOW - 30, "suggested-max-cpu": "2"}
+    meta = {**base["metadata"], "annotations": {"ray.io/ippr-status": json.dumps(noted)}}
+    variants.append({**base, "metadata": meta})
+    variants.append({**base, "status": {"phase": "Pending"}})  # no container statuses yet
+    gone = {**base["metadata"], "deletionTimestamp": "2026-11-24T05:59:00Z"}
+    variants.append({**base, "metadata": gone})
+    head_meta = {
+        **base["metadata"],
+        "labels": {**base["metadata"]["labels"], "ray.io/node-type": "head"},
+    }
+    for state in ({"running": {"startedAt": "x"}}, {"waiting": {"reason": "CrashLoopBackOff"}}):
+        sidecar = {"name": "autoscaler", "state": state, "restartCount": 3, "ready": True}
+        head_status = {**status, "containerStatuses": [ray, sidecar]}
+        variants.append({**base, "metadata": head_meta, "status": head_status})
+    bare = {**base, "spec": {"containers": [{"name": "ray-worker"}]}}
+    variants.append(
+        {**bare, "status": {"phase": "Running", "containerStatuses": [{"name": "ray-worker"}]}}
+    )
+    return variants
+
+
+@pytest.mark.parametrize("pod", _variants(), ids=lambda p: str(len(json.dumps(p))))
+def test_the_watch_s_record_of_a_pod_reads_as_the_pod(pod: dict) -> None:
+    """An observe from the cache sees each pod exactly as a LIST would show it: its view,
+    whether it runs Ray's autoscaler, its name, UID and resourceVersion (the mark)."""
+    from raysize.activities.k8s_objects import compact_pod
+
+    record = compact_pod(pod)
+    assert pod_view(record, now=NOW) == pod_view(pod, now=NOW)
+    assert ray_autoscaler_running([record]) == ray_autoscaler_running([pod])
+    for key in ("name", "uid", "resourceVersion", "deletionTimestamp"):
+        assert record["metadata"].get(key) == pod["metadata"].get(key)
+    assert len(json.dumps(record)) < len(json.dumps(pod))  # managedFields, env, … left out
+
+
+def test_records_share_what_pods_have_in_common() -> None:
+    """A group's pods keep one copy of their labels and container sizes: records hold
+    under 1 KB a pod (a LIST's objects about 40 KB: `bench.observe_bench`), measured."""
+    import tracemalloc
+
+    from bench.observe_bench import kuberay_pod
+    from raysize.activities.k8s_objects import compact_pod
+
+    pods = [json.loads(json.dumps(kuberay_pod("big", "cpu", i))) for i in range(500)]
+    tracemalloc.start()
+    try:
+        records = [compact_pod(p) for p in pods]
+        kept, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert records[0]["metadata"]["labels"] is records[1]["metadata"]["labels"]
+    assert records[0]["spec"] is records[1]["spec"]
+    assert kept / len(pods) < 1024, kept / len(pods)

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from raysize.activities.pod_watch import PodWatch
+from raysize.activities.pod_watch import PodWatch, pods_mark
 from raysize.sandbox.realworld import RealControlPlane
 
 from .conftest import KUBERNETES_VERSION, pod_body, wait_for
@@ -67,7 +67,7 @@ def test_a_watch_the_real_server_answers_410_lists_again_and_hears_what_changed(
     its waiter, a patched pod is seen as the patches left it, and the watch goes on."""
     core = uncached
     for name in ("a", "b"):
-        core.create_namespaced_pod(NS, pod_body(name))
+        core.create_namespaced_pod(NS, pod_body(name, labels={"ray.io/cluster": "c"}))
     held = HeldWatches(core)
     pods = PodWatch(held, timeout_s=1)  # each watch ends after a second, and is resumed
     answer: list[dict[str, Any]] = []
@@ -79,11 +79,14 @@ def test_a_watch_the_real_server_answers_410_lists_again_and_hears_what_changed(
         answer[:] = [e for e in events if e.get("type") == "ERROR"]
         return bool(answer)
 
+    cached: list[Any] = []  # the pod cache: away, then after the 410's list
+
     async def run() -> tuple[bool, str, str, float]:
         with pods.subscribe(NS, "a") as a, pods.subscribe(NS, "b") as b:
             await asyncio.to_thread(wait_for, lambda: held.watches >= 1)
             held.open.clear()  # the next connection waits: the watch is away
             await asyncio.to_thread(wait_for, held.held.is_set, 10)
+            cached.append(pods.cluster_pods(NS, "c"))  # away: no answer from the cache
             core.delete_namespaced_pod("a", NS, grace_period_seconds=0)
             for i in range(3):
                 core.patch_namespaced_pod("b", NS, {"metadata": {"labels": {"i": str(i)}}})
@@ -101,6 +104,8 @@ def test_a_watch_the_real_server_answers_410_lists_again_and_hears_what_changed(
             # and the watch goes on from the list
             core.patch_namespaced_pod("b", NS, {"metadata": {"labels": {"i": "after"}}})
             after = await heard(b, "after")
+            # (each watch here lasts a second: between two, the cache does not answer)
+            cached.append(await asyncio.to_thread(wait_for, lambda: pods.cluster_pods(NS, "c")))
             return deleted, seen, after, compacted_after
 
     with caplog.at_level(logging.INFO, logger="raysize.activities"):
@@ -129,6 +134,18 @@ def test_a_watch_the_real_server_answers_410_lists_again_and_hears_what_changed(
     # what changed while the watch was away was delivered, and the watch went on
     assert deleted is True, said
     assert (seen, after) == ("2", "after"), said
+    # and the observe's cache: no answer while the watch was away (the observe lists),
+    # then the list's pods as the server has them, the watch's changes after it included
+    assert cached[0] is None
+    records, mark = cached[1]
+    assert [(r["metadata"]["name"], r["metadata"]["labels"].get("i")) for r in records] == [
+        ("b", "after")
+    ]
+    listed = core.list_namespaced_pod(NS, label_selector="ray.io/cluster=c")
+    assert mark == pods_mark(
+        {"name": p.metadata.name, "resourceVersion": p.metadata.resource_version}
+        for p in listed.items
+    )
     # PodWatch heard the 410 too, and listed again (its second list)
     gone = f"resourceVersion {held.version} is gone (410 Expired: The resourceVersion"
     assert any(m.startswith(f"pod-watch-{NS}: {gone}") for m in said), said

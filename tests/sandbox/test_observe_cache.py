@@ -1,0 +1,206 @@
+"""The observe reads a cluster's pods from the pod watch's cache, in both worlds (the real
+kube-apiserver and KubeRay decide): no pod LIST once the watch is synced, every change
+seen, this process's own writes never missed, a LIST while the watch cannot answer."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kubernetes import client
+
+from bench.clusters import small_raycluster
+from raysize.activities.k8s import Kube
+from raysize.activities.k8s_objects import KubeCluster
+from raysize.activities.pod_watch import PodWatch
+from raysize.workflows.ippr_status import IpprStatus
+
+from .conftest import client_for, pod_body, wait_for
+from .test_pod_watch import HeldWatches
+
+RC = "cached"
+
+
+class Gated:
+    """A watch's answer whose events reach the client only while `flowing` is set: the
+    watch stays connected but falls behind the server (as a slow one does)."""
+
+    def __init__(self, resp: Any, flowing: threading.Event) -> None:
+        self.resp, self.flowing = resp, flowing
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        for segment in self.resp.stream(*args, **kwargs):
+            self.flowing.wait(60)
+            yield segment
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.resp, name)
+
+
+class CountedPods:
+    """The client's pod calls, counted: LISTs (what the cache replaces) and watches; the
+    watches' events held back while `flowing` is clear."""
+
+    def __init__(self, core: client.CoreV1Api) -> None:
+        self.core = core
+        self.lists = 0
+        self.watches = 0
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.connecting = threading.Event()  # clear: a watch waits before it connects
+        self.connecting.set()
+
+    def list_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("watch"):
+            self.lists += 1
+            return self.core.list_namespaced_pod(*args, **kwargs)
+        self.connecting.wait(60)
+        self.watches += 1
+        return Gated(self.core.list_namespaced_pod(*args, **kwargs), self.flowing)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.core, name)
+
+
+def view(cluster: KubeCluster) -> list[tuple[str, str, str, str, int, str]]:
+    """What an observe plans on of each pod (and its raysize record)."""
+    return sorted(
+        (p.name, p.uid, p.group, p.phase.value, p.total.cpu, str(p.raylet_id)) for p in cluster.pods
+    )
+
+
+def settled(kube: Kube, plain: Kube, ns: str) -> KubeCluster:
+    """The cluster from a LIST (`plain`'s, not counted) once `kube`'s cached read agrees
+    with it (the watch is a few milliseconds behind a change)."""
+    fresh: list[KubeCluster] = []
+
+    def same() -> bool:
+        fresh[:] = [plain.read_cluster(ns, RC)]
+        return kube.read_cluster(ns, RC, cached=True).pods_version == fresh[0].pods_version
+
+    wait_for(same, 20, 0.1)
+    return fresh[0]
+
+
+def test_a_synced_watch_serves_the_observe_without_a_pod_list(kube, ns) -> None:
+    """The first observe LISTs (the watch is starting); once it is synced, observes list
+    no pods, and a pod created, changed or deleted by anyone is seen without one. A pod
+    this process writes is in the very next observe even while the watch has not
+    delivered it: that read LISTs rather than answer from before the write."""
+    custom = client.CustomObjectsApi(kube)
+    custom.create_namespaced_custom_object(
+        "ray.io", "v1", ns, "rayclusters", small_raycluster(RC, workers=2)
+    )
+    counted = CountedPods(client.CoreV1Api(kube))
+    plain = Kube(kube)  # the test's own reads: not counted
+    k = Kube(kube)
+    k.core = counted  # type: ignore[assignment]
+    watch = PodWatch(counted)
+    k.pod_watch = watch
+    try:
+        wait_for(lambda: len(plain.read_cluster(ns, RC).pods) == 3, 60, 0.2)  # head + 2
+        counted.connecting.clear()  # the watch lists, and does not connect yet
+        first = k.read_cluster(ns, RC, cached=True)  # starts the watch: not synced
+        assert watch.uncached_reads == 1 and len(first.pods) == 3  # from a LIST
+        wait_for(lambda: counted.lists == 2)  # the fallback's, and the watch's own
+        assert not watch.synced(ns)
+        assert len(k.read_cluster(ns, RC, cached=True).pods) == 3
+        assert (watch.uncached_reads, counted.lists) == (2, 3)  # listed, not connected
+        counted.connecting.set()
+        wait_for(lambda: watch.synced(ns), 20)
+        listed = settled(k, plain, ns)
+
+        lists = counted.lists
+        cached = [k.read_cluster(ns, RC, cached=True) for _ in range(3)]
+        assert counted.lists == lists  # no pod LIST for a synced watch's observes
+        assert all(view(c) == view(listed) for c in cached)
+        assert cached[0].pods_version == listed.pods_version  # the wait's mark: the same
+        assert watch.cluster_pods_mark(ns, RC) == listed.pods_version
+
+        # created, changed, deleted by someone else: seen, with no LIST
+        counted.core.create_namespaced_pod(ns, pod_body("extra", labels={"ray.io/cluster": RC}))
+
+        def names() -> set[str]:
+            return {p.name for p in k.read_cluster(ns, RC, cached=True).pods}
+
+        wait_for(lambda: "extra" in names())
+        counted.core.patch_namespaced_pod("extra", ns, {"metadata": {"labels": {"i": "1"}}})
+        wait_for(
+            lambda: any(p.labels.get("i") == "1" for p in k.read_cluster(ns, RC, cached=True).pods)
+        )
+        counted.core.delete_namespaced_pod("extra", ns, grace_period_seconds=0)
+        wait_for(lambda: "extra" not in names())
+        assert counted.lists == lists
+        listed = settled(k, plain, ns)
+        assert counted.lists == lists
+
+        # our own write while the watch is behind: the next observe must not answer from
+        # before it (it waits for the watch a moment, then LISTs)
+        watch.write_wait_s = 0.3
+        worker = next(p for p in listed.pods if p.group == "small")
+        counted.flowing.clear()
+        k.set_ippr_status(ns, worker.name, IpprStatus(raylet_id="ab" * 28), worker.uid)
+        after_write = k.read_cluster(ns, RC, cached=True)
+        seen = next(p for p in after_write.pods if p.name == worker.name)
+        assert seen.raylet_id == "ab" * 28  # not the cache's copy from before the write
+        assert counted.lists == lists + 1  # from a LIST: the watch was behind
+        counted.flowing.set()
+        wait_for(lambda: watch.cluster_pods_mark(ns, RC) == after_write.pods_version)
+        again = k.read_cluster(ns, RC, cached=True)  # the watch has it: from the cache
+        assert next(p for p in again.pods if p.name == worker.name).raylet_id == "ab" * 28
+        assert counted.lists == lists + 1
+    finally:
+        counted.flowing.set()
+        counted.connecting.set()
+        watch.close()
+        custom.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", RC)
+
+
+def test_after_a_410_the_cache_lists_again_and_is_right(make_sandbox, tmp_path) -> None:
+    """While the watch is away the observe LISTs; the watch comes back to a 410 (its
+    version is out of the server's window), lists again, and the cache then answers as
+    the server does, a deletion and the last of many patches included."""
+    sb = make_sandbox(watch_history=5)  # a watch from before the last 5 events is 410
+    core = client.CoreV1Api(client_for(sb, tmp_path))
+    labels = {"ray.io/cluster": RC, "ray.io/group": "g"}
+    for name in ("a", "b"):
+        core.create_namespaced_pod("default", pod_body(name, labels=dict(labels)))
+    held = HeldWatches(core)
+    k = Kube(core.api_client)
+    k.core = held  # type: ignore[assignment]
+    watch = PodWatch(held, timeout_s=1)  # each watch ends after a second, and is resumed
+    k.pod_watch = watch
+    try:
+
+        def agrees() -> bool:
+            return (
+                k.cluster_pods("default", RC, cached=True)[1]
+                == (k.list_cluster_pods("default", RC)[1])
+            )
+
+        assert k.cluster_pods("default", RC, cached=True)[0]  # a LIST: starting
+        wait_for(lambda: watch.synced("default") and agrees(), 20)
+        held.open.clear()  # the next connection waits: the watch is away
+        wait_for(held.held.is_set, 10)
+        assert not watch.synced("default")
+        core.delete_namespaced_pod("a", "default", grace_period_seconds=0)
+        for i in range(8):  # more than the window holds
+            core.patch_namespaced_pod("b", "default", {"metadata": {"labels": {"i": str(i)}}})
+        misses = watch.uncached_reads
+        pods, _ = k.cluster_pods("default", RC, cached=True)  # away: a LIST, and right
+        assert watch.uncached_reads == misses + 1
+        assert [p["metadata"]["name"] for p in pods] == ["b"]
+        assert pods[0]["metadata"]["labels"]["i"] == "7"
+
+        lists = held.lists
+        watch.timeout_s = 300  # the watches from here on last: no reconnect in the reads
+        held.open.set()  # back to a 410, then a list
+        wait_for(lambda: held.lists > lists and watch.synced("default"), 20)
+        lists, hits = held.lists, watch.cached_reads
+        pods, mark = k.cluster_pods("default", RC, cached=True)
+        assert (held.lists, watch.cached_reads) == (lists, hits + 1)  # the cache's answer
+        assert [p["metadata"]["name"] for p in pods] == ["b"]
+        assert pods[0]["metadata"]["labels"]["i"] == "7"
+        assert mark == k.list_cluster_pods("default", RC)[1]
+    finally:
+        watch.close()
