@@ -151,7 +151,10 @@ class ClusterActivities:
 
     def __post_init__(self) -> None:
         if self.pods is None:
-            self.pods = PodWatch(self.kube.core, self.kube.custom)
+            # its lists and (re)connects take tokens of the same server's budget
+            self.pods = PodWatch(
+                self.kube.core, self.kube.custom, limits=getattr(self.kube, "limits", None)
+            )
         if self.tokens is None:
             self.tokens = RayTokens(
                 lambda ns, name: self.kube.read_secret(ns, name), self.ray.token

@@ -21,7 +21,9 @@ from raysize.activities.k8s_errors import (
     Invalid,
     KubeError,
     PodGone,
+    Throttled,
     Unavailable,
+    error_kind,
     from_api_exception,
 )
 from raysize.activities.k8s_objects import (
@@ -38,6 +40,7 @@ from raysize.activities.k8s_objects import (
     ray_autoscaler_running,
     resize_patch,
 )
+from raysize.activities.kube_limits import DEFAULT_BURST, DEFAULT_QPS, KubeLimits
 from raysize.activities.pod_watch import pods_mark, raycluster_mark
 from raysize.workflows.contracts import (
     ProgressState,
@@ -105,16 +108,30 @@ def follow_token_file(cfg: client.Configuration, path: Path) -> None:
 
 
 class Kube:
-    """The Kubernetes calls raysize makes, with typed errors and a timeout on every call."""
+    """The Kubernetes calls raysize makes, with typed errors and a timeout on every call,
+    within the server's request budget (`limits`: QPS, burst, and the server's
+    Retry-After; activities/kube_limits.py)."""
 
-    def __init__(self, api: client.ApiClient, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        limits: KubeLimits | None = None,
+    ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.timeout_s = timeout_s
+        self.limits = limits or KubeLimits(self.host)
 
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Kube:
+    def from_kubeconfig(
+        cls,
+        path: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+    ) -> Kube:
         if path is None:
             try:
                 cfg = client.Configuration()
@@ -123,7 +140,7 @@ class Kube:
                 pass
             else:
                 follow_token_file(cfg, SERVICE_ACCOUNT_TOKEN)
-                return cls(client.ApiClient(cfg), timeout_s)
+                return cls._with_limits(client.ApiClient(cfg), timeout_s, qps, burst)
         try:
             api = config.new_client_from_config(config_file=path)
         except Exception as exc:  # the client's errors range from ConfigException to TypeError
@@ -136,19 +153,39 @@ class Kube:
                 "KUBECONFIG) at a valid kubeconfig file; in a pod, raysize uses its "
                 "ServiceAccount instead"
             ) from None
-        return cls(api, timeout_s)
+        return cls._with_limits(api, timeout_s, qps, burst)
+
+    @classmethod
+    def _with_limits(cls, api: client.ApiClient, timeout_s: float, qps: float, burst: int) -> Kube:
+        host = str(getattr(api.configuration, "host", "") or "?")
+        return cls(api, timeout_s, KubeLimits(host, qps, burst))
 
     def _call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        self.limits.acquire()  # blocks this thread (never the event loop: calls run in threads)
         try:
-            return fn(*args, _request_timeout=self.timeout_s, **kwargs)
+            result = fn(*args, _request_timeout=self.timeout_s, **kwargs)
         except ApiException as exc:
-            raise from_api_exception(exc, kind=kind) from exc
+            err = from_api_exception(exc, kind=kind, server=self.host)
+            self._failed(err)
+            raise err from exc
         except KubeError:
             raise
         except Exception as exc:  # timeouts, refused connections, TLS: all "unknown"
-            raise Unavailable(
-                f"cannot reach the Kubernetes API at {self.host}: {short_cause(exc)}"
-            ) from exc
+            err = Unavailable(f"cannot reach the Kubernetes API at {self.host}: {short_cause(exc)}")
+            self._failed(err)
+            raise err from exc
+        self.limits.answered()
+        return result
+
+    def _failed(self, err: KubeError) -> None:
+        """Count the error by kind; a 429 holds every call to this server for its
+        Retry-After, another answer may end a throttling episode."""
+        if isinstance(err, Throttled):
+            self.limits.throttled(err.retry_after)
+            return
+        self.limits.count_error(error_kind(err))
+        if err.status:  # the server answered
+            self.limits.answered()
 
     def call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Any call of the `kubernetes` client beyond the methods here (`raysize doctor`'s

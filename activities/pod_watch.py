@@ -35,9 +35,12 @@ from typing import Any
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
+from raysize.activities.kube_limits import KubeLimits, retry_after_of
+
 log = logging.getLogger("raysize.activities")
 
 GONE_STATUS = 410  # the watch's resourceVersion is too old: list again
+THROTTLED_STATUS = 429  # the server's APF turned the list or watch away: its Retry-After holds
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, pod), or (namespace, CLUSTER + cluster) for a cluster
@@ -113,10 +116,20 @@ class Subscription:
 class PodWatch:
     """Namespaces are watched from the first wait on one of their pods until `close`."""
 
-    def __init__(self, core: Any, custom: Any = None, *, timeout_s: int = 300) -> None:
+    def __init__(
+        self,
+        core: Any,
+        custom: Any = None,
+        *,
+        timeout_s: int = 300,
+        limits: KubeLimits | None = None,
+    ) -> None:
+        """`limits`: the API server's request budget (activities/kube_limits.py): each
+        list and each (re)connect takes a token, the events none."""
         self.core = core
         self.custom = custom
         self.timeout_s = timeout_s
+        self.limits = limits
         self._lock = threading.Lock()
         self._subs: dict[Key, list[Subscription]] = {}
         # each namespace's pods as the watch has them (name → metadata), once listed
@@ -249,7 +262,9 @@ class PodWatch:
                 self._watches[name] = w
             try:
                 if not version:
+                    self._take()
                     version = self._list(namespace, list_fn, args, deliver, known, pods)
+                self._take()
                 for ev in w.stream(
                     list_fn,
                     *args,
@@ -271,6 +286,9 @@ class PodWatch:
                     deliver(namespace, meta["name"], obj, meta, kind == "DELETED")
                     backoff = 0.5
             except ApiException as exc:
+                if exc.status == THROTTLED_STATUS and self.limits is not None:
+                    # every call to this server waits out its Retry-After, this one too
+                    self.limits.throttled(retry_after_of(exc.headers))
                 if exc.status != GONE_STATUS:
                     self._dropped(namespace, name, exc, backoff)
                     backoff = min(backoff * 2, 10.0)
@@ -291,6 +309,11 @@ class PodWatch:
                 backoff = min(backoff * 2, 10.0)
             finally:
                 w.stop()
+
+    def _take(self) -> None:
+        """A token of the server's budget, before a list or a watch's (re)connect."""
+        if self.limits is not None:
+            self.limits.acquire()
 
     def _dropped(self, namespace: str, name: str, exc: Exception, backoff: float) -> None:
         """The connection (or the list) failed: everyone looks again, then a pause."""

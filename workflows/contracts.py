@@ -49,6 +49,8 @@ class Err:
     RAY_INVALID = "RayInvalidArgument"
     RAY_AUTH = "RayUnauthenticated"
     OBSERVE_ONLY = "ObserveOnly"  # a write refused: the worker runs with RAYSIZE_OBSERVE_ONLY
+    # 429 from the Kubernetes API server; its Retry-After is the failure's next_retry_delay
+    KUBE_THROTTLED = "KubernetesThrottled"
 
 
 # the worker's setting (`worker/settings.py` `observe_only`): plan, say, change nothing
