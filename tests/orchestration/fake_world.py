@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -35,6 +36,11 @@ class FakeWorld:
         self.in_tree_autoscaling = False
         self.ray_autoscaler_pod = ""  # a head pod whose `autoscaler` container runs
         self.fail_observe = 0
+        # called as each observe attempt reads, before anything else: may raise (a failed
+        # read) or change the world
+        self.on_read: Callable[[], None] | None = None
+        # every observe attempt: (its attempt number, when it started, in the server's time)
+        self.observe_attempts: list[tuple[int, datetime]] = []
         self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
         self.resizing: set[str] = set()
         # Every pod whose resize began, in order: `resizing` is only the ones running now.
@@ -93,6 +99,10 @@ class FakeWorld:
 
         async def read(inp: ObserveInput) -> Observation:
             self.observed += 1
+            info = activity.info()
+            self.observe_attempts.append((info.attempt, info.started_time))
+            if self.on_read is not None:
+                self.on_read()
             if self.fail_observe:
                 self.fail_observe -= 1
                 raise ApplicationError("list pods: timed out", type="K8sUnavailable")
