@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client, config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 from raysize.activities.k8s_errors import (
     Conflict,
@@ -107,6 +109,25 @@ def follow_token_file(cfg: client.Configuration, path: Path) -> None:
     cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
 
 
+def surface_throttling(api: client.ApiClient) -> None:
+    """Let a 429 (or 503) with a Retry-After reach raysize. urllib3, under the
+    `kubernetes` client, retries such an answer by itself (up to three times, sleeping its
+    Retry-After in the calling thread): a throttled call held one of the shared threads
+    for up to three Retry-Afters, and nobody saw the throttling. Its other retries
+    (connections) stay as they were. Then the limiter holds every call to the server, and
+    Temporal retries the activity, for the server's Retry-After (activities/kube_limits.py)."""
+    cfg = api.configuration
+    retries = cfg.retries
+    base = retries if isinstance(retries, Retry) else Retry.DEFAULT
+    if isinstance(retries, int) and not isinstance(retries, bool):
+        base = Retry.from_int(retries)
+    if retries is False or not base.respect_retry_after_header:
+        return
+    cfg.retries = base.new(respect_retry_after_header=False)
+    old, api.rest_client = api.rest_client, rest.RESTClientObject(cfg)
+    old.close()
+
+
 class Kube:
     """The Kubernetes calls raysize makes, with typed errors and a timeout on every call,
     within the server's request budget (`limits`: QPS, burst, and the server's
@@ -118,6 +139,7 @@ class Kube:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         limits: KubeLimits | None = None,
     ) -> None:
+        surface_throttling(api)
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
