@@ -36,6 +36,7 @@ class FakeWorld:
         self.in_tree_autoscaling = False
         self.ray_autoscaler_pod = ""  # a head pod whose `autoscaler` container runs
         self.fail_observe = 0
+        self.fail_wait = 0  # the next waits fail (the watch broke)
         # called as each observe attempt reads, before anything else: may raise (a failed
         # read) or change the world
         self.on_read: Callable[[], None] | None = None
@@ -125,6 +126,9 @@ class FakeWorld:
         @activity.defn(name=Act.WAIT_FOR_CHANGE)
         async def wait(inp: WaitInput) -> bool:
             self.waits.append(inp)
+            if self.fail_wait:
+                self.fail_wait -= 1
+                raise ApplicationError("the pod watch broke", type="KubernetesUnavailable")
             loop = asyncio.get_running_loop()
             until = loop.time() + min(inp.timeout_s, 0.3)
             while loop.time() < until:

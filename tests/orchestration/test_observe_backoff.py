@@ -137,3 +137,18 @@ async def test_a_throttled_observe_waits_out_the_retry_after(ts_env: WorkflowEnv
     times = [at for _, at in world.observe_attempts]
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
     assert all(7.0 <= g <= 7.0 + SLACK_S for g in gaps), gaps
+
+
+async def test_failed_waits_back_off_too(ts_env: WorkflowEnvironment) -> None:
+    """A wait (the watch) that fails again and again, while the reads work: the pause
+    before the next observe grows as after failed reads."""
+    world = _world()
+    world.fail_wait = 4
+    _script(world, "ooooo", _timed_out)  # five reads, then the RayCluster is gone
+    async with reconciling(ts_env, world, retry_s=2.0, retry_max_s=16.0) as handle:
+        assert await handle.result() == "RayCluster deleted"
+    starts = [at for _, at in world.observe_attempts]
+    gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(starts)]
+    assert len(gaps) == 5, gaps
+    for gap, full in zip(gaps, (2.0, 4.0, 8.0, 16.0), strict=False):
+        assert full / 2 <= gap <= full + SLACK_S, gaps
