@@ -156,7 +156,10 @@ class ClusterActivities:
 
     def __post_init__(self) -> None:
         if self.pods is None:
-            self.pods = PodWatch(self.kube.core, self.kube.custom)
+            # its lists and (re)connects take tokens of the same server's budget
+            self.pods = PodWatch(
+                self.kube.core, self.kube.custom, limits=getattr(self.kube, "limits", None)
+            )
         if isinstance(self.kube, Kube) and self.kube.pod_watch is None:
             self.kube.pod_watch = self.pods  # observes read its cache, writes tell it
         if self.tokens is None:
@@ -177,7 +180,10 @@ class ClusterActivities:
     # --- helpers --------------------------------------------------------------------
     async def _kube(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the threads of the worker's Kubernetes API server."""
-        return await self.targets.kube(self.kube.host, self.kube.timeout_s, fn, *args)
+        kube = self.kube
+        return await self.targets.kube(
+            kube.host, kube.timeout_s, fn, *args, limits=getattr(kube, "limits", None)
+        )
 
     async def _gcs(self, address: str, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the threads of the GCS at `address`."""

@@ -92,7 +92,12 @@ class DiscoveryActivities:
         for ns in namespaces or [""]:
             try:
                 items = await self.targets.kube(
-                    self.kube.host, self.kube.timeout_s, list_rayclusters, self.kube, ns
+                    self.kube.host,
+                    self.kube.timeout_s,
+                    list_rayclusters,
+                    self.kube,
+                    ns,
+                    limits=getattr(self.kube, "limits", None),
                 )
             except (Forbidden, NotFound) as exc:
                 # one namespace raysize may not read (no Role there, or not created yet)

@@ -14,14 +14,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client, config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 from raysize.activities.k8s_errors import (
     Conflict,
     Invalid,
     KubeError,
     PodGone,
+    Throttled,
     Unavailable,
+    error_kind,
     from_api_exception,
 )
 from raysize.activities.k8s_objects import (
@@ -38,6 +42,7 @@ from raysize.activities.k8s_objects import (
     ray_autoscaler_running,
     resize_patch,
 )
+from raysize.activities.kube_limits import DEFAULT_BURST, DEFAULT_QPS, KubeLimits
 from raysize.activities.pod_watch import PodWatch, pods_mark, raycluster_mark
 from raysize.workflows.contracts import (
     ProgressState,
@@ -104,21 +109,55 @@ def follow_token_file(cfg: client.Configuration, path: Path) -> None:
     cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
 
 
+def surface_throttling(api: client.ApiClient) -> None:
+    """Let a 429 (or 503) with a Retry-After reach raysize. urllib3, under the
+    `kubernetes` client, retries such an answer by itself (up to three times, sleeping its
+    Retry-After in the calling thread): a throttled call held one of the shared threads
+    for up to three Retry-Afters, and nobody saw the throttling. Its other retries
+    (connections) stay as they were. Then the limiter holds every call to the server, and
+    Temporal retries the activity, for the server's Retry-After (activities/kube_limits.py)."""
+    cfg = api.configuration
+    retries = cfg.retries
+    base = retries if isinstance(retries, Retry) else Retry.DEFAULT
+    if isinstance(retries, int) and not isinstance(retries, bool):
+        base = Retry.from_int(retries)
+    if retries is False or not base.respect_retry_after_header:
+        return
+    cfg.retries = base.new(respect_retry_after_header=False)
+    old, api.rest_client = api.rest_client, rest.RESTClientObject(cfg)
+    old.close()
+
+
 class Kube:
-    """The Kubernetes calls raysize makes, with typed errors and a timeout on every call."""
+    """The Kubernetes calls raysize makes, with typed errors and a timeout on every call,
+    within the server's request budget (`limits`: QPS, burst, and the server's
+    Retry-After; activities/kube_limits.py)."""
 
     # the pod watch whose cache `read_cluster` may read: told of every pod write, so a
     # cached read sees this process's own writes (`PodWatch.wrote`)
     pod_watch: PodWatch | None = None
 
-    def __init__(self, api: client.ApiClient, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        limits: KubeLimits | None = None,
+    ) -> None:
+        surface_throttling(api)
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.timeout_s = timeout_s
+        self.limits = limits or KubeLimits(self.host)
 
     @classmethod
-    def from_kubeconfig(cls, path: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Kube:
+    def from_kubeconfig(
+        cls,
+        path: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        qps: float = DEFAULT_QPS,
+        burst: int = DEFAULT_BURST,
+    ) -> Kube:
         if path is None:
             try:
                 cfg = client.Configuration()
@@ -127,7 +166,7 @@ class Kube:
                 pass
             else:
                 follow_token_file(cfg, SERVICE_ACCOUNT_TOKEN)
-                return cls(client.ApiClient(cfg), timeout_s)
+                return cls._with_limits(client.ApiClient(cfg), timeout_s, qps, burst)
         try:
             api = config.new_client_from_config(config_file=path)
         except Exception as exc:  # the client's errors range from ConfigException to TypeError
@@ -140,19 +179,39 @@ class Kube:
                 "KUBECONFIG) at a valid kubeconfig file; in a pod, raysize uses its "
                 "ServiceAccount instead"
             ) from None
-        return cls(api, timeout_s)
+        return cls._with_limits(api, timeout_s, qps, burst)
+
+    @classmethod
+    def _with_limits(cls, api: client.ApiClient, timeout_s: float, qps: float, burst: int) -> Kube:
+        host = str(getattr(api.configuration, "host", "") or "?")
+        return cls(api, timeout_s, KubeLimits(host, qps, burst))
 
     def _call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        self.limits.acquire()  # blocks this thread (never the event loop: calls run in threads)
         try:
-            return fn(*args, _request_timeout=self.timeout_s, **kwargs)
+            result = fn(*args, _request_timeout=self.timeout_s, **kwargs)
         except ApiException as exc:
-            raise from_api_exception(exc, kind=kind) from exc
+            err = from_api_exception(exc, kind=kind, server=self.host)
+            self._failed(err)
+            raise err from exc
         except KubeError:
             raise
         except Exception as exc:  # timeouts, refused connections, TLS: all "unknown"
-            raise Unavailable(
-                f"cannot reach the Kubernetes API at {self.host}: {short_cause(exc)}"
-            ) from exc
+            err = Unavailable(f"cannot reach the Kubernetes API at {self.host}: {short_cause(exc)}")
+            self._failed(err)
+            raise err from exc
+        self.limits.answered()
+        return result
+
+    def _failed(self, err: KubeError) -> None:
+        """Count the error by kind; a 429 holds every call to this server for its
+        Retry-After, another answer may end a throttling episode."""
+        if isinstance(err, Throttled):
+            self.limits.throttled(err.retry_after)
+            return
+        self.limits.count_error(error_kind(err))
+        if err.status:  # the server answered
+            self.limits.answered()
 
     def call(self, kind: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Any call of the `kubernetes` client beyond the methods here (`raysize doctor`'s

@@ -65,7 +65,10 @@ class K8sActivities:
 
     def _call(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """`fn(*args)` on the threads of the API server (activities/targets.py)."""
-        return self.targets.kube(self.kube.host, self.kube.timeout_s, fn, *args)
+        kube = self.kube
+        return self.targets.kube(
+            kube.host, kube.timeout_s, fn, *args, limits=getattr(kube, "limits", None)
+        )
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:

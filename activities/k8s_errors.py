@@ -14,7 +14,11 @@
 | `NoRoom`      | 403 from 1.36+ resize admission: the    | no        |
 |               | node's allocatable is too small         |           |
 | `Invalid`     | 422 / 400; the server's message is kept | no        |
-| `Unavailable` | 429, 5xx, timeouts, connection errors   | yes       |
+| `Throttled`   | 429: the server's API Priority and      | yes, not  |
+|               | Fairness (or max-in-flight) turned the  | before    |
+|               | request away; carries its Retry-After   | Retry-    |
+|               | (an `Unavailable`)                      | After     |
+| `Unavailable` | 5xx, timeouts, connection errors        | yes       |
 
 A failed or timed-out read raises; it never looks like an empty answer.
 """
@@ -23,10 +27,12 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from typing import Any
 
 from temporalio.exceptions import ApplicationError
 
+from raysize.activities.kube_limits import RETRY_AFTER_CAP_S, retry_after_of
 from raysize.workflows.contracts import Err
 
 _FORBIDDEN_RE = re.compile(
@@ -80,6 +86,51 @@ class Invalid(KubeError):
 class Unavailable(KubeError):
     retryable = True
     error_type = "KubernetesUnavailable"
+
+
+class Throttled(Unavailable):
+    """429 Too Many Requests: the API server is throttling raysize (API Priority and
+    Fairness, or `--max-requests-inflight`). Retryable as any `Unavailable`, but not before
+    the server's `Retry-After` (`retry_after`, seconds; None when it gave none): Temporal
+    waits that long before the activity's next attempt (`next_retry_delay`, at most
+    RETRY_AFTER_CAP_S)."""
+
+    error_type = Err.KUBE_THROTTLED
+
+    def __init__(
+        self, message: str = "", *, status: int = 429, retry_after: float | None = None,
+        server: str = "",
+    ) -> None:  # fmt: skip
+        self.retry_after = retry_after
+        self.server = server
+        when = (
+            f"it asks to be called again in {retry_after:g} s (Retry-After)"
+            if retry_after is not None
+            else "it gave no Retry-After"
+        )
+        said = f"; it said: {message}" if message else ""
+        super().__init__(
+            f"the Kubernetes API server{f' at {server}' if server else ''} is throttling "
+            "raysize (429 Too Many Requests: its API Priority and Fairness, or its "
+            f"max-requests-inflight limit, turned the request away): {when}; raysize holds "
+            f"its calls to that server until then{said}",
+            status=status,
+        )
+
+    @property
+    def retry_delay(self) -> timedelta | None:
+        """How long Temporal waits before the next attempt: the Retry-After, capped."""
+        if self.retry_after is None:
+            return None
+        return timedelta(seconds=min(self.retry_after, RETRY_AFTER_CAP_S))
+
+    def to_application_error(self) -> ApplicationError:
+        return ApplicationError(
+            self.message,
+            type=self.error_type,
+            non_retryable=False,
+            next_retry_delay=self.retry_delay,
+        )
 
 
 class Forbidden(KubeError):
@@ -157,10 +208,33 @@ def missing_rule(message: str) -> dict[str, Any] | None:
     return rule
 
 
-def from_api_exception(exc: Any, *, kind: str = "") -> KubeError:
-    """Map a `kubernetes.client.ApiException` (or transport error) to a typed error."""
+def error_kind(exc: KubeError) -> str:
+    """The `kind` label of `raysize_kube_api_errors`: what the server (or its absence)
+    said, so a 429 is told from a 5xx and from a server that never answered."""
+    if isinstance(exc, Throttled):
+        return "throttled"
+    if isinstance(exc, Unavailable):
+        return "unavailable" if exc.status >= 500 else "unreachable"
+    kinds: dict[type[KubeError], str] = {
+        PodGone: "not_found",
+        ClusterGone: "not_found",
+        NotFound: "not_found",
+        Conflict: "conflict",
+        Invalid: "invalid",
+        Forbidden: "forbidden",
+        NoRoom: "no_room",
+        Unauthorized: "unauthorized",
+    }
+    return kinds.get(type(exc), "other")
+
+
+def from_api_exception(exc: Any, *, kind: str = "", server: str = "") -> KubeError:
+    """Map a `kubernetes.client.ApiException` (or transport error) to a typed error.
+    `server`: the API server's address, for the messages that name it."""
     status = int(getattr(exc, "status", 0) or 0)
     body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
     message = ""
     doc: Any = None
     if body:
@@ -168,7 +242,7 @@ def from_api_exception(exc: Any, *, kind: str = "") -> KubeError:
             doc = json.loads(body)
             message = str(doc.get("message", "")) if isinstance(doc, dict) else ""
         except (TypeError, ValueError):
-            message = str(body)[:500]
+            message = str(body)[:500].strip()
     message = message or str(getattr(exc, "reason", "") or exc)
     if status == 404:
         if kind == "Pod":
@@ -186,6 +260,16 @@ def from_api_exception(exc: Any, *, kind: str = "") -> KubeError:
         return Forbidden(message, rule=missing_rule(message))
     if status in (400, 415, 422):
         return Invalid(message, status=status)
-    if status == 429 or status >= 500 or status == 0:
+    if status == 429:
+        # kube-apiserver's APF answers in plain text with a Retry-After header; other 429s
+        # are a Status whose details may carry retryAfterSeconds
+        retry_after = retry_after_of(getattr(exc, "headers", None))
+        details = doc.get("details") if isinstance(doc, dict) else None
+        if retry_after is None and isinstance(details, dict):
+            seconds = details.get("retryAfterSeconds")
+            if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds >= 0:
+                retry_after = float(seconds)
+        return Throttled(message, status=status, retry_after=retry_after, server=server)
+    if status >= 500 or status == 0:
         return Unavailable(message or repr(exc), status=status)
     return KubeError(message, status=status)

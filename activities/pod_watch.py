@@ -73,10 +73,12 @@ from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from raysize.activities.k8s_objects import compact_pod
+from raysize.activities.kube_limits import KubeLimits, retry_after_of
 
 log = logging.getLogger("raysize.activities")
 
 GONE_STATUS = 410  # the watch's resourceVersion is too old: list again
+THROTTLED_STATUS = 429  # the server's APF turned the list or watch away: its Retry-After holds
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, pod), or (namespace, CLUSTER + cluster) for a cluster
@@ -190,7 +192,16 @@ class PodWatch:
     """Namespaces are watched from the first wait on one of their pods (or the first
     cached read, `cluster_pods`) until `close`."""
 
-    def __init__(self, core: Any, custom: Any = None, *, timeout_s: int = 300) -> None:
+    def __init__(
+        self,
+        core: Any,
+        custom: Any = None,
+        *,
+        timeout_s: int = 300,
+        limits: KubeLimits | None = None,
+    ) -> None:
+        """`limits`: the API server's request budget (activities/kube_limits.py): each
+        list and each (re)connect takes a token, the events none."""
         self.core = core
         self.custom = custom
         self.timeout_s = timeout_s
@@ -199,6 +210,7 @@ class PodWatch:
         # a watch resumed within this long after the server ended the last one is caught up
         # at once (else after the first thing the server sends on it)
         self.resume_fresh_s = RESUME_FRESH_S
+        self.limits = limits
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a sync or a write delivered
         self._subs: dict[Key, list[Subscription]] = {}
@@ -409,7 +421,7 @@ class PodWatch:
             resp = list_fn(*a, **kw)
             if pods and (listed[0] or 0 < ended_at[0] >= time.monotonic() - self.resume_fresh_s):
                 self._set_synced(namespace, True)
-            listed[0] = False
+            listed[0], ended_at[0] = False, 0.0
             return resp
 
         while not self._stop.is_set():
@@ -418,9 +430,10 @@ class PodWatch:
                 self._watches[name] = w
             try:
                 if not version:
+                    self._take()
                     version = self._list(namespace, list_fn, args, deliver, known, pods)
                     listed[0] = True
-                ended_at[0] = 0.0
+                self._take()
                 for ev in w.stream(
                     connect,
                     *args,
@@ -459,6 +472,9 @@ class PodWatch:
             except ApiException as exc:
                 if pods:
                     self._set_synced(namespace, False)
+                if exc.status == THROTTLED_STATUS and self.limits is not None:
+                    # every call to this server waits out its Retry-After, this one too
+                    self.limits.throttled(retry_after_of(exc.headers))
                 if exc.status != GONE_STATUS:
                     self._dropped(namespace, name, exc, backoff)
                     backoff = min(backoff * 2, 10.0)
@@ -503,6 +519,11 @@ class PodWatch:
                     del self._by_cluster[(namespace, old)]
         if new and after is not None:
             self._by_cluster.setdefault((namespace, new), {})[name] = after
+
+    def _take(self) -> None:
+        """A token of the server's budget, before a list or a watch's (re)connect."""
+        if self.limits is not None:
+            self.limits.acquire()
 
     def _dropped(self, namespace: str, name: str, exc: Exception, backoff: float) -> None:
         """The connection (or the list) failed: everyone looks again, then a pause."""

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from raysize.activities.k8s_errors import Unavailable
+from raysize.activities.kube_limits import KubeLimits
 from raysize.activities.ray_errors import RayUnavailable
 
 log = logging.getLogger("raysize.activities")
@@ -133,8 +134,18 @@ class Targets:
         self._closed = False
 
     # --- the three kinds of target ----------------------------------------------------
-    async def kube(self, host: str, wait_s: float | None, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` on the threads of the Kubernetes API server at `host`."""
+    async def kube(
+        self,
+        host: str,
+        wait_s: float | None,
+        fn: Callable[..., T],
+        *args: Any,
+        limits: KubeLimits | None = None,
+    ) -> T:
+        """`fn(*args)` on the threads of the Kubernetes API server at `host`; while that
+        server's Retry-After runs (`limits`), the call waits on the event loop first."""
+        if limits is not None:
+            await limits.held()
 
         def busy(limit: int, waited: float) -> Exception:
             return Unavailable(

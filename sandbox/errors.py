@@ -95,9 +95,24 @@ class ApiError(Exception):
     message: str
     details: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    # answered as Go's `http.Error` does, not as a Status: plain text, this line
+    text: str | None = None
 
     def __str__(self) -> str:
         return f"{self.code} {self.reason}: {self.message}"
+
+    def answer(self) -> tuple[bytes, dict[str, str]]:
+        """The body and the headers (Content-Type included) the server answers with."""
+        if self.text is not None:
+            plain = {
+                "Content-Type": "text/plain; charset=utf-8",
+                "X-Content-Type-Options": "nosniff",
+            }
+            return (self.text + "\n").encode(), {**self.headers, **plain}
+        return json.dumps(self.status()).encode(), {
+            **self.headers,
+            "Content-Type": "application/json",
+        }
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -302,13 +317,28 @@ def gone(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
 
 
+# the UIDs of the FlowSchema and PriorityLevelConfiguration the sandbox's APF "matched":
+# kube-apiserver names them (not their names) on every answer APF classified
+APF_FLOW_SCHEMA_UID = "5e1dbb2a-0000-4000-8000-00000000a9f5"
+APF_PRIORITY_LEVEL_UID = "5e1dbb2a-0000-4000-8000-0000000001e1"
+
+
 def too_many_requests(retry_after_s: int = 1) -> ApiError:
+    """What kube-apiserver's API Priority and Fairness answers a request it turns away
+    (k8s.io/apiserver, server/filters/priority-and-fairness.go: `tooManyRequests`, after
+    `setResponseHeaders`): 429, `Retry-After` in whole seconds (1, growing to 32 while it
+    keeps rejecting), the matched flow schema's and priority level's UIDs, and a plain-text
+    line from Go's `http.Error`, not a Status."""
     return ApiError(
         429,
         "TooManyRequests",
         "Too many requests, please try again later.",
-        {"retryAfterSeconds": retry_after_s},
-        {"Retry-After": str(retry_after_s)},
+        headers={
+            "Retry-After": str(retry_after_s),
+            "X-Kubernetes-PF-FlowSchema-UID": APF_FLOW_SCHEMA_UID,
+            "X-Kubernetes-PF-PriorityLevel-UID": APF_PRIORITY_LEVEL_UID,
+        },
+        text="Too many requests, please try again later.",
     )
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import logging
 import shutil
 import socket
@@ -139,11 +138,10 @@ class _Handler(BaseHTTPRequestHandler):
         if decision.latency_s:
             time.sleep(decision.latency_s)
         if decision.error is not None:
-            payload = json.dumps(decision.error.status()).encode()
+            payload, headers = decision.error.answer()
             self.send_response(decision.error.code)
-            for k, v in decision.error.headers.items():
+            for k, v in headers.items():
                 self.send_header(k, v)
-            self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)

@@ -28,6 +28,7 @@ class FaultRule:
     latency_s: float = 0.0
     watch_disconnect_after_s: float | None = None
     times: int | None = None  # inject at most this many errors, then stop
+    retry_after_s: int = 1  # a 429's Retry-After (kube-apiserver's APF asks 1 to 32 s)
     injected: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
@@ -40,6 +41,8 @@ class FaultRule:
             raise ValueError(f"fault codes {bad}: expected some of {ERROR_CODES}")
         if self.latency_s < 0:
             raise ValueError(f"fault latency_s {self.latency_s}: expected >= 0")
+        if self.retry_after_s < 0:
+            raise ValueError(f"fault retry_after_s {self.retry_after_s}: expected >= 0")
 
     def matches(self, verb: str, resource: str) -> bool:
         return self.verb in ("*", verb) and (
@@ -57,6 +60,7 @@ class FaultRule:
             "latency_s": self.latency_s,
             "watch_disconnect_after_s": self.watch_disconnect_after_s,
             "times": self.times,
+            "retry_after_s": self.retry_after_s,
             "injected": self.injected,
         }
 
@@ -180,15 +184,15 @@ class Faults:
                     rule.injected += 1
                     self.injected_errors += 1
                     code = self._random.choice(rule.codes)
-                    decision.error = _error(code, resource, name)
+                    decision.error = _error(code, resource, name, rule.retry_after_s)
                 return decision
             return Decision()
 
 
-def _error(code: int, resource: str, name: str) -> ApiError:
+def _error(code: int, resource: str, name: str, retry_after_s: int = 1) -> ApiError:
     if code == 409:
         base = resource.split("/")[0]
         return conflict(base, name or "unknown", "ray.io" if base == "rayclusters" else "")
     if code == 429:
-        return too_many_requests(1)
+        return too_many_requests(retry_after_s)
     return internal_error()

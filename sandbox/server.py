@@ -98,6 +98,9 @@ def _json(code: int, obj: object, headers: dict[str, str] | None = None) -> Resp
 
 
 def _error(e: ApiError) -> Response:
+    if e.text is not None:  # a plain-text answer (APF's 429)
+        body, headers = e.answer()
+        return Response(e.code, body, headers)
     return Response(e.code, dumps(e.status()), dict(e.headers))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -270,9 +271,16 @@ async def _serve(
     settings: Settings, telemetry: Telemetry, *, stop: asyncio.Event | None = None
 ) -> None:
     try:  # before Temporal: a bad kubeconfig is the commoner mistake, and the cheaper check
-        kube = Kube.from_kubeconfig(str(settings.kubeconfig) if settings.kubeconfig else None)
+        kube = Kube.from_kubeconfig(
+            str(settings.kubeconfig) if settings.kubeconfig else None,
+            qps=settings.kube_qps,
+            burst=settings.kube_burst,
+        )
     except KubeconfigError as exc:
         raise SetupError(str(exc)) from None
+    # the Kubernetes errors by kind and the calls held back go out with raysize's other
+    # metrics, through the runtime that exports them
+    kube.limits.meter = (telemetry.runtime or Runtime.default()).metric_meter
     ray = ray_settings(settings)
     client = await connect(settings, telemetry)
     log.info(

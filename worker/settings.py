@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from temporalio.common import WorkerDeploymentVersion
 
 import raysize
+from raysize.activities.kube_limits import DEFAULT_BURST, DEFAULT_QPS
 from raysize.workflows.contracts import POLL_INTERVAL_S
 from raysize.workflows.model import PlannerSettings, ResizePolicy
 from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
@@ -165,6 +166,21 @@ class Settings(BaseSettings):
     discover: bool = Field(True, description="manage every RayCluster with ray.io/ippr")
     discovery_interval_s: float = Field(
         15.0, gt=0, allow_inf_nan=False, description="seconds between discovery rounds"
+    )
+    # the defaults and the busy worker's measured rate: activities/kube_limits.py
+    kube_qps: float = Field(
+        DEFAULT_QPS,
+        gt=0,
+        allow_inf_nan=False,
+        description="requests a second the worker sends the Kubernetes API server at most, "
+        "as client-go's QPS (a token bucket: each call, and each list or (re)connect of a "
+        "watch, takes a token; watch events take none)",
+    )
+    kube_burst: int = Field(
+        DEFAULT_BURST,
+        ge=1,
+        description="requests the worker may send at once, above RAYSIZE_KUBE_QPS, after a "
+        "quiet spell (client-go's burst: the bucket's size)",
     )
 
     # --- Ray ---

@@ -49,6 +49,8 @@ class Err:
     RAY_INVALID = "RayInvalidArgument"
     RAY_AUTH = "RayUnauthenticated"
     OBSERVE_ONLY = "ObserveOnly"  # a write refused: the worker runs with RAYSIZE_OBSERVE_ONLY
+    # 429 from the Kubernetes API server; its Retry-After is the failure's next_retry_delay
+    KUBE_THROTTLED = "KubernetesThrottled"
 
 
 # the worker's setting (`worker/settings.py` `observe_only`): plan, say, change nothing
@@ -533,6 +535,11 @@ class ReconcileStatus(Value):
     would: tuple[str, ...] = Field(
         default=(), description="observe-only: what the last plan would have done, a line each"
     )
+    observe_failures: int = Field(
+        default=0,
+        description="observes failed in a row (0: the last one read the cluster); the loop "
+        "waits longer after each, see ReconcileInput.retry_s and retry_max_s",
+    )
 
 
 class ReconcileCarry(Value):
@@ -552,6 +559,10 @@ class ReconcileCarry(Value):
     memory: Memory = Field(default_factory=Memory)
     # the last tick was observe-only (a change is logged and said in an Event)
     observe_only: bool = False
+    # observes failed in a row: the back-off goes on growing across continue-as-new (a
+    # fleet whose API server is down, moved to a new version together, would otherwise
+    # all retry at the short first wait again, together)
+    observe_failures: int = 0
 
 
 class ReconcileInput(Value):
@@ -561,7 +572,11 @@ class ReconcileInput(Value):
     gcs_address: str | None = None
     # the longest wait: a safety net; changes and the plan's own deadlines wake sooner
     tick_s: float = 300.0
-    retry_s: float = 5.0  # the wait after a failed read
+    # the wait after a failed read (the observe's three attempts, or the watch), doubled
+    # after each further failure in a row up to `retry_max_s`, then jittered: each wait
+    # is between half and all of that (`workflows/waiting.py` `backoff_s`)
+    retry_s: float = 5.0
+    retry_max_s: float = 60.0
     max_concurrent_resizes: int = 100
     resize_poll_interval_s: float = POLL_INTERVAL_S
     resize_poll_window_s: float = 30.0

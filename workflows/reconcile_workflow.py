@@ -71,7 +71,7 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
     from raysize.workflows.summaries import resize_details, resize_summary
     from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due
-    from raysize.workflows.waiting import raise_if_cancelled, until_done_or
+    from raysize.workflows.waiting import backoff_s, raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
 # a decision keeps its first lines (status, the carry over continue-as-new); the log line of
@@ -158,6 +158,9 @@ class ReconcileWorkflow:
         self.next_decision_in: float | None = None
         self.pods: tuple[str, ...] | None = None  # at the last observe that read them
         self.would: tuple[str, ...] = ()  # observe-only: what the last plan would have done
+        # the wait before the next observe after a failed one (`_observe` sets it)
+        self.retry_in = inp.retry_s
+        self.watch_failures = 0  # waits failed in a row (a wait that returns resets it)
 
     @workflow.signal
     def pause(self) -> None:
@@ -192,6 +195,7 @@ class ReconcileWorkflow:
             pods=self.pods,
             observe_only=self.carry.observe_only,
             would=self.would,
+            observe_failures=self.carry.observe_failures,
         )
 
     @workflow.run
@@ -220,6 +224,8 @@ class ReconcileWorkflow:
                 or ticks_this_run >= inp.max_ticks_per_run
                 or upgrade_due()  # to the new current version (workflows/versioning.py)
             ):
+                if tick is None:  # a failed read: the next run's first observe waits too
+                    await self._wait(inp, tick)
                 self._continue_as_new(inp)
             await self._wait(inp, tick)
 
@@ -272,10 +278,24 @@ class ReconcileWorkflow:
         except ActivityError as exc:
             raise_if_cancelled(exc)
             # a failed read is "unknown", never "nothing": no action this tick
-            self.last_error = f"observe failed, no action this tick: {_message(exc)}"
+            failures = self.carry.observe_failures + 1
+            self.carry = self.carry.model_copy(update={"observe_failures": failures})
+            # longer after each failure in a row, jittered (one API server down for every
+            # loop must not see them all retry together), never before the server's
+            # Retry-After (a throttled read: the failure's next_retry_delay)
+            self.retry_in = max(
+                backoff_s(inp.retry_s, failures, inp.retry_max_s, workflow.random().random()),
+                _retry_after(exc),
+            )
+            self.last_error = (
+                f"observe failed {failures} time{'s' if failures > 1 else ''} in a row, next "
+                f"try in {self.retry_in:.1f} s; no action this tick: {_message(exc)}"
+            )
             workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, self.last_error)
             return None
         self.last_error = ""
+        if self.carry.observe_failures:
+            self.carry = self.carry.model_copy(update={"observe_failures": 0})
         return tick
 
     # --- act ---------------------------------------------------------------------------------
@@ -719,8 +739,18 @@ class ReconcileWorkflow:
         (minutes), not every few seconds."""
         if self.woken:
             return
-        if tick is None or not tick.gcs_address:
-            # the read failed: try again soon, not after the long tick
+        if tick is None:
+            # the read failed: try again soon, not after the long tick, and later after
+            # each failure in a row (`_observe` chose when)
+            when = workflow.now() + timedelta(seconds=self.retry_in)
+            workflow.set_current_details(
+                f"{'PAUSED · ' if self.paused else ''}{self.last_error}\n\nnext observe at "
+                f"{when:%H:%M:%S} UTC (tick {self.carry.ticks})"
+            )
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self.woken, timeout=self.retry_in)
+            return
+        if not tick.gcs_address:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(lambda: self.woken, timeout=inp.retry_s)
             return
@@ -758,9 +788,16 @@ class ReconcileWorkflow:
         )
         await until_done_or(watch, lambda: self.woken)
         if watch.done() and watch.exception() is not None:
-            # the watch failed (GCS restarting, the worker stopped): don't spin
+            # the watch failed (GCS restarting, the worker stopped): don't spin, and wait
+            # longer after each failure in a row
+            self.watch_failures += 1
+            pause = backoff_s(
+                inp.retry_s, self.watch_failures, inp.retry_max_s, workflow.random().random()
+            )
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: self.woken, timeout=inp.retry_s)
+                await workflow.wait_condition(lambda: self.woken, timeout=pause)
+        elif watch.done():
+            self.watch_failures = 0
 
 
 def _scale_summary(replicas: dict[str, int], to_delete: dict[str, tuple[str, ...]]) -> str:
@@ -772,6 +809,15 @@ def _scale_summary(replicas: dict[str, int], to_delete: dict[str, tuple[str, ...
 def _size(cpu: int, memory: int) -> str:
     mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
     return f"{units_to_float(cpu, CPU):g} CPU, {mem}"
+
+
+def _retry_after(exc: ActivityError) -> float:
+    """Seconds the failure asked to wait before the next try (a throttled API server's
+    Retry-After, as the activity's `next_retry_delay`); 0 when it did not."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.next_retry_delay is not None:
+        return cause.next_retry_delay.total_seconds()
+    return 0.0
 
 
 def _message(exc: ActivityError) -> str:

@@ -36,6 +36,16 @@ async def until_done_or(task: asyncio.Future[Any], condition: Callable[[], bool]
                 t.cancel()
 
 
+def backoff_s(base_s: float, failures: int, cap_s: float, u: float) -> float:
+    """The wait after `failures` failures in a row: `base_s` doubled after each failure
+    past the first, at most `cap_s`, then jittered to between half and all of it by `u`
+    (in [0, 1): `workflow.random().random()`, so a replay waits the same). Half of it at
+    least, so the waits still grow; loops that failed together (one API server down for
+    all of them) spread out instead of retrying in step."""
+    nominal = min(cap_s, base_s * 2.0 ** min(max(failures, 1) - 1, 30))
+    return nominal * (0.5 + 0.5 * u)
+
+
 def raise_if_cancelled(exc: BaseException) -> None:
     """An activity that failed because the workflow is being canceled is not a failure to
     handle: re-raise it, so the cancel ends the workflow (`raysize stop`, `temporal

@@ -172,3 +172,33 @@ def test_close_fails_waiting_calls_and_refuses_new_ones():
 def test_bad_sizes_are_refused_by_name(kwargs, named):
     with pytest.raises(ValueError, match=named):
         Targets(**kwargs)
+
+
+def test_a_server_s_retry_after_is_waited_out_before_a_thread_is_taken():
+    """A throttling API server's Retry-After holds its calls on the event loop: held in
+    their threads, a server's few threads would all sit out the hold, and the calls
+    queued behind them would fail as the server unreachable, never sent."""
+    from raysize.activities.kube_limits import KubeLimits
+
+    now = [100.0]
+    limits = KubeLimits("h", clock=lambda: now[0])
+    targets = Targets(kube_threads=1)
+    ran: list[int] = []
+
+    async def scenario() -> None:
+        limits.throttled(30.0)  # the server said: not for 30 s
+        held = [
+            asyncio.ensure_future(targets.kube("h", 0.5, ran.append, i, limits=limits))
+            for i in range(3)
+        ]
+        await asyncio.sleep(1.0)  # longer than each call's wait for a thread (0.5 s)
+        assert not any(t.done() for t in held) and ran == []
+        assert "kube h" not in targets.load(), "a held call took a thread"
+        now[0] += 30.0  # the Retry-After passed
+        await asyncio.wait_for(asyncio.gather(*held), timeout=10)
+        assert sorted(ran) == [0, 1, 2]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        targets.close()

@@ -73,7 +73,7 @@ async def test_ray_unreachable_for_30s_the_raylet_is_synced_afterwards(
         await _until(sync_retrying, OUTAGE_S - 5)
         # reads fail too: the reconcile says so and does nothing
         await _until(
-            lambda: _reconcile_says(reconcile, "observe failed, no action this tick"),
+            lambda: _reconcile_says(reconcile, "in a row, next try in"),
             OUTAGE_S - 5,
         )
         assert gcs_proxy.refused > 0

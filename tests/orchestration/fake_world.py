@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -36,6 +37,12 @@ class FakeWorld:
         self.in_tree_autoscaling = False
         self.ray_autoscaler_pod = ""  # a head pod whose `autoscaler` container runs
         self.fail_observe = 0
+        self.fail_wait = 0  # the next waits fail (the watch broke)
+        # called as each observe attempt reads, before anything else: may raise (a failed
+        # read) or change the world
+        self.on_read: Callable[[], None] | None = None
+        # every observe attempt: (its attempt number, when it started, in the server's time)
+        self.observe_attempts: list[tuple[int, datetime]] = []
         self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
         self.resizing: set[str] = set()
         # Every pod whose resize began, in order: `resizing` is only the ones running now.
@@ -97,6 +104,10 @@ class FakeWorld:
 
         async def read(inp: ObserveInput) -> Observation:
             self.observed += 1
+            info = activity.info()
+            self.observe_attempts.append((info.attempt, info.started_time))
+            if self.on_read is not None:
+                self.on_read()
             if self.fail_observe:
                 self.fail_observe -= 1
                 raise ApplicationError("list pods: timed out", type="K8sUnavailable")
@@ -119,6 +130,9 @@ class FakeWorld:
         @activity.defn(name=Act.WAIT_FOR_CHANGE)
         async def wait(inp: WaitInput) -> bool:
             self.waits.append(inp)
+            if self.fail_wait:
+                self.fail_wait -= 1
+                raise ApplicationError("the pod watch broke", type="KubernetesUnavailable")
             loop = asyncio.get_running_loop()
             until = loop.time() + min(inp.timeout_s, 0.3)
             while loop.time() < until:

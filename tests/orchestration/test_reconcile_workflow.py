@@ -302,7 +302,8 @@ async def test_failed_read_takes_no_action(ts_env: WorkflowEnvironment) -> None:
         await until(lambda: world.observed >= 3)
         status = await status_of(handle)
         await until(lambda: world.scales)
-    assert status.last_error.startswith("observe failed, no action this tick")
+    assert status.last_error.startswith("observe failed 1 time in a row, next try in ")
+    assert "s; no action this tick: list pods: timed out" in status.last_error
 
 
 async def test_concurrent_resizes_are_capped(ts_env: WorkflowEnvironment) -> None:

@@ -133,6 +133,16 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_CLUSTER_NAME": "Prod_EU"},
             "RAYSIZE_CLUSTER_NAME: 'Prod_EU' is not a DNS label",
         ),
+        ({"RAYSIZE_KUBE_QPS": "0"}, "RAYSIZE_KUBE_QPS: Input should be greater than 0"),
+        ({"RAYSIZE_KUBE_QPS": "nan"}, "RAYSIZE_KUBE_QPS: Input should be a finite number"),
+        (
+            {"RAYSIZE_KUBE_BURST": "0"},
+            "RAYSIZE_KUBE_BURST: Input should be greater than or equal to 1",
+        ),
+        (
+            {"RAYSIZE_KUBE_BURST": "2.5"},
+            "RAYSIZE_KUBE_BURST: Input should be a valid integer",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_by_name(env: dict[str, str], message: str) -> None:
