@@ -401,15 +401,22 @@ async def run_apf(
                 out.recovery_s = time.monotonic() - t0
             out.placed = ray.counts()[0]
             phase("starved and recovered")
-            # the sagas end (their outcome recorded) after the task that they made room for runs
             await until(lambda: _pods_match(cp, ray, name, out), 30, 0.5)
+            # a saga records its outcome a moment after the task it made room for runs
+            end = time.monotonic() + 30
+            while True:
+                sagas = await resize_sagas(temporal, queue)
+                if time.monotonic() > end or all(o != "Pending" for _, _, o in sagas):
+                    break
+                await asyncio.sleep(0.2)
             stop_group(worker, grace=0.5)  # its log is all that is read from it now
             worker = None
             out.said = log_says(log.read_text(errors="replace"))
-            for wid, change, outcome in await resize_sagas(temporal, queue):
+            for wid, change, outcome in sagas:
                 out.sagas[(wid, change)] += 1
                 if outcome == "Succeeded":
                     out.succeeded[(wid, change)] += 1
+            phase("checks")
     finally:
         if worker is not None:
             stop_group(worker)
@@ -417,7 +424,7 @@ async def run_apf(
         with contextlib.suppress(Exception):
             await asyncio.to_thread(unstarve, cp)
         await asyncio.to_thread(sandbox.close)
-        phase("checks and stopping")
+        phase("stopping")
     return out
 
 

@@ -49,4 +49,5 @@ async def test_server_429s_lose_or_double_no_resize_and_the_loops_recover(
     assert sum(out.raylet_cpu.values()) >= 3 * WORKERS, out.raylet_cpu  # {CPU: 2} + {CPU: 1}
     # nothing doubled: no resize saga succeeded twice for the same pod and change
     assert out.succeeded, "no resize saga succeeded"
+    assert sum(out.succeeded.values()) == sum(out.sagas.values()), out.lines()
     assert not out.doubled, out.lines()
