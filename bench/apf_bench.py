@@ -239,17 +239,17 @@ def rejected(cp: RealControlPlane) -> int:
 
 
 def log_says(log: str) -> dict[str, int]:
-    """What the worker's log said of the 429s: lines with the server's words, and the
-    error types raysize gave them (`KubernetesUnavailable` before #30's throttled type).
-    Fewer lines than 429s: the kubernetes client's urllib3 (its default `Retry(3)`)
-    retries an idempotent call (GET, LIST) that got 429 with a Retry-After by itself,
-    after that pause, without a word; a PATCH's 429 reaches raysize."""
+    """What the worker's log said of the 429s: lines with the server's words, the error
+    types raysize gave them (`KubernetesThrottled`; `KubernetesUnavailable` before 0.2),
+    and `episodes`: the lines that say a throttling began (one per episode, not per 429;
+    activities/kube_limits.py)."""
     lines = [ln for ln in log.splitlines() if "Too many requests" in ln or " 429" in ln]
     kinds: Counter[str] = Counter()
     for ln in lines:
         for kind in re.findall(r"\b(Kubernetes[A-Z][A-Za-z]+)\b", ln):
             kinds[kind] += 1
-    return {"lines": len(lines), **kinds}
+    episodes = sum("is throttling raysize" in ln for ln in lines)
+    return {"lines": len(lines), "episodes": episodes, **kinds}
 
 
 @dataclass

@@ -35,8 +35,10 @@ async def test_server_429s_lose_or_double_no_resize_and_the_loops_recover(
         print(line)
 
     # the 429s were the server's, to raysize's own requests, while the first demand waited
-    # (the worker's log says fewer: see bench.apf_bench.log_says)
     assert out.rejected >= MIN_REJECTED, out.lines()
+    # ... and raysize said so: throttled (once per episode), never a 5xx's "unavailable"
+    assert out.said.get("episodes", 0) >= 1, out.lines()
+    assert "KubernetesUnavailable" not in out.said, out.lines()
 
     # the loops act again within the bound once the FlowSchema is gone
     assert out.recovery_s is not None, f"not every task ran after the FlowSchema went: {out}"
