@@ -576,7 +576,10 @@ class ReconcileInput(Value):
     # after each further failure in a row up to `retry_max_s`, then jittered: each wait
     # is between half and all of that (`workflows/waiting.py` `backoff_s`)
     retry_s: float = 5.0
-    retry_max_s: float = 60.0
+    # at most this long: a loop in its longest back-off acts again within it once the API
+    # server or GCS is back (issue #30: within 30 s of an API server's throttling ending;
+    # at 60 s the APF test's loops took up to a minute after a long enough outage)
+    retry_max_s: float = 20.0
     max_concurrent_resizes: int = 100
     resize_poll_interval_s: float = POLL_INTERVAL_S
     resize_poll_window_s: float = 30.0
