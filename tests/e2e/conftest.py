@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from raysize.activities.k8s_objects import gcs_address
 from raysize.activities.ray_errors import RayError
 from raysize.activities.ray_gcs import RayGcsClient
+from raysize.sandbox import reaper
 from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
 from raysize.sandbox.realworld import RealSandbox
@@ -321,13 +322,15 @@ def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     """`raysize worker` as its own process (in its own process group), so a test can
     SIGKILL it."""
     with log.open("ab") as out:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             [sys.executable, "-m", "raysize.worker.cli", "worker"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    reaper.guard(proc)  # stopped even if pytest is SIGKILLed (CI's timeout)
+    return proc
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -487,7 +490,7 @@ def start_driver(
 
 
 def start_script(source: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-c", source, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -495,6 +498,8 @@ def start_script(source: str, *args: str) -> subprocess.Popen[str]:
         start_new_session=True,
         env={"RAY_USAGE_STATS_ENABLED": "0", "PATH": str(Path(sys.executable).parent)},
     )
+    reaper.guard(proc)
+    return proc
 
 
 def stop_driver(proc: subprocess.Popen[str]) -> None:

@@ -12,6 +12,7 @@ import threading
 import time
 from pathlib import Path
 
+from raysize.sandbox import reaper
 from raysize.sandbox.kubeconfig import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +27,7 @@ class Worker:
             [RAYSIZE, "worker"], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
             text=True, start_new_session=True,
         )  # fmt: skip
+        reaper.guard(self.proc)  # stopped even if pytest is SIGKILLed (CI's timeout)
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()

@@ -169,3 +169,43 @@ def test_a_group_of_zombies_is_not_alive_and_not_reported():
     finally:
         ended.kill()
         ended.wait()
+
+
+# A test's own processes: the raysize worker and the Ray driver scripts of tests/e2e, run
+# by a pytest that is then SIGKILLed (CI's timeout does that). They were left running:
+# the upgrade test's two workers outlived a killed run
+TEST_OWNER = textwrap.dedent(
+    """
+    import sys
+    from tests.e2e.conftest import start_script, start_worker
+    from pathlib import Path
+    script = start_script("import time; time.sleep(300)")
+    worker = start_worker({"PATH": "/nonexistent", "RAYSIZE_TEMPORAL_ADDRESS": "x"},
+                          Path(sys.argv[1]))
+    print(script.pid, worker.pid, flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_killed_pytest_leaves_no_worker_or_driver_of_its_tests(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TEST_OWNER, str(tmp_path / "worker.log")],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        starts = [reaper.start_time(p) or "" for p in pids]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        for pid, start in zip(pids, starts, strict=True):
+            assert wait_gone(pid, start), f"process {pid} outlived the SIGKILLed pytest"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
