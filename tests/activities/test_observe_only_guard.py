@@ -76,7 +76,9 @@ class RecordingKube(Kube):
         self.calls: list[str] = []
 
     def __getattribute__(self, name: str) -> Any:
-        if name in ("calls", "core", "custom", "host", "timeout_s") or name.startswith("__"):
+        if name in ("calls", "core", "custom", "host", "timeout_s", "limits", "pod_watch") or (
+            name.startswith("__")
+        ):
             return object.__getattribute__(self, name)
 
         def call(*args: Any, **kw: Any) -> Any:
@@ -89,6 +91,8 @@ class RecordingKube(Kube):
     custom = None
     host = "https://recording"  # where the calls would go: their threads' key
     timeout_s = 10.0
+    limits = None  # no request budget: the calls are recorded, not sent
+    pod_watch = None
 
 
 class RecordingRay:
