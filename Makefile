@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit suite bench bench-ray clean install demo control-plane conformance-1.33 browser
+.PHONY: test lint typecheck unit suite suite-serial bench bench-ray clean install demo control-plane conformance-1.33 browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +40,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy raysize bench
 
-# every test, every tier (tests/conftest.py): what CI runs
+# every test, every tier (tests/conftest.py): what CI runs. Two halves at once (the tiers
+# that wait on real Ray, the real control plane or a whole world, and the rest), then each
+# tier's time: scripts/run_suite.py. `make suite-serial` runs one pytest, as before
 suite: $(STAMP) control-plane browser
+	$(BIN)/python scripts/run_suite.py
+
+suite-serial: $(STAMP) control-plane browser
 	$(BIN)/pytest
 
 # the unit tier alone: pure code and offline parsing, no server (seconds)
