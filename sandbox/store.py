@@ -163,7 +163,7 @@ class Store:
             ]
             return out, str(self._rv)
 
-    def labelled(self, resource: str, namespace: str, label: str, value: str) -> list[Obj]:
+    def labelled(self, resource: str, namespace: str, label: str, value: str) -> _List[Obj]:
         """The objects of `resource` in `namespace` whose `label` is `value`, by name, from
         the index (`INDEXED_LABELS`): what `list(resource, namespace, accept)` with that
         label's test returns, without a scan."""
