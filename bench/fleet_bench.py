@@ -238,8 +238,10 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             flush=True,
         )
         with StoreRegistrar(sandbox.store, stand_ins) as registrar:
+            logs = args.log_dir or tmp
+            logs.mkdir(parents=True, exist_ok=True)
             workers = start_workers(
-                args.replicas, temporal, queue, kubeconfig, tmp, str(args.discovery_s)
+                args.replicas, temporal, queue, kubeconfig, logs, str(args.discovery_s)
             )
             want_nodes = (args.clusters - 1) * (args.workers + 1)
             while (
@@ -388,6 +390,9 @@ def main() -> None:
     parser.add_argument("--burst-timeout", type=float, default=MAX_BURST_S + 30)
     parser.add_argument(
         "--start-timeout", type=float, default=900.0, help="seconds for the fleet to come up"
+    )
+    parser.add_argument(
+        "--log-dir", type=Path, default=None, help="keep the workers' logs here (worker-N.log)"
     )
     parser.add_argument(
         "--discovery-s", type=float, default=15.0, help="RAYSIZE_DISCOVERY_INTERVAL_S"
