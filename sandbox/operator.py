@@ -135,10 +135,7 @@ class RayOperator:
 
     # --- reconcile --------------------------------------------------------------------
     def _cluster_pods(self, ns: str, name: str) -> list[Obj]:
-        items, _ = self.store.list(
-            "pods", ns, lambda o: (o["metadata"].get("labels") or {}).get("ray.io/cluster") == name
-        )
-        return items
+        return self.store.labelled("pods", ns, "ray.io/cluster", name)
 
     def _collect(self, ns: str, name: str) -> None:
         """Owner-reference garbage collection of a deleted RayCluster's pods."""

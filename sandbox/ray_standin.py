@@ -11,10 +11,15 @@ answers the three RPCs raysize uses, over real gRPC, from a small model:
 - `ResizeRayletResourceInstances` sets the node's totals, as a Raylet does, and the
   waiting demands that now fit are placed.
 
-The state version grows with every change, so raysize's wait sees the change."""
+The state version grows with every change, so raysize's wait sees the change.
+
+`StandInFleet` serves a thousand of them from one process: a `grpc.server` per stand-in
+is a thread per stand-in polling its completion queue (1,000 of them took 9 % of a core
+doing nothing); the fleet's `grpc.aio` servers share one event loop and one poller."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -26,7 +31,7 @@ import grpc
 
 from raysize.activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
 from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
-from raysize.sandbox.grpc_services import add_service
+from raysize.sandbox.grpc_services import Abort, add_service
 
 
 @dataclass
@@ -123,8 +128,7 @@ class _Autoscaler:
         with m.lock:
             node = next((n for n in m.nodes.values() if n.node_id == request.node_id), None)
             if node is None:
-                context.abort(grpc.StatusCode.NOT_FOUND, "Raylet not found")
-            assert node is not None
+                raise Abort(grpc.StatusCode.NOT_FOUND, "Raylet not found")
             node.total.update(dict(request.resources))
             m.resizes += 1
             m.version += 1
@@ -174,20 +178,35 @@ class RayStandIn:
     """`with RayStandIn() as ray: ray.add_node(...)`; its server stops on exit, always."""
 
     def __init__(
-        self, host: str = "127.0.0.1", threads: int = 2, ray_version: str = "2.60.0"
+        self,
+        host: str = "127.0.0.1",
+        threads: int = 2,
+        ray_version: str = "2.60.0",
+        *,
+        serve: bool = True,
     ) -> None:
+        """`serve=False`: no server of its own (`StandInFleet` serves it); `port` is 0."""
         self.model = _Model()
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads))
-        add_service(self._server, autoscaler_pb2, "AutoscalerStateService", _Autoscaler(self.model))
-        add_service(self._server, rpc_pb2, "NodeInfoGcsService", _NodeInfo())
-        add_service(self._server, rpc_pb2, "InternalKVGcsService", _InternalKV(ray_version))
-        self.port = self._server.add_insecure_port(f"{host}:0")
+        self.services: list[tuple[Any, str, object]] = [
+            (autoscaler_pb2, "AutoscalerStateService", _Autoscaler(self.model)),
+            (rpc_pb2, "NodeInfoGcsService", _NodeInfo()),
+            (rpc_pb2, "InternalKVGcsService", _InternalKV(ray_version)),
+        ]
+        self._server: grpc.Server | None = None
+        self.port = 0
+        if serve:
+            self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=threads))
+            for pb2, name, impl in self.services:
+                add_service(self._server, pb2, name, impl)
+            self.port = self._server.add_insecure_port(f"{host}:0")
         self.address = f"{host}:{self.port}"
         self._next_id = 1
 
     def listen(self, host: str = "127.0.0.1") -> int:
         """One more port this stand-in answers on (call before `__enter__`): one server
         stands in for the GCS of many clusters, each at an address of its own."""
+        if self._server is None:
+            raise ValueError("listen: this stand-in has no server (serve=False)")
         return int(self._server.add_insecure_port(f"{host}:0"))
 
     def add_node(self, pod: str, group: str, cpu: float, memory: float) -> bool:
@@ -226,8 +245,62 @@ class RayStandIn:
             return dict(node.total) if node else {}
 
     def __enter__(self) -> RayStandIn:
-        self._server.start()
+        if self._server is not None:
+            self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.stop(grace=None)
+        if self._server is not None:
+            self._server.stop(grace=None)
+
+
+class StandInFleet:
+    """`count` RayStandIns, each at its own port, served by `grpc.aio` servers on one
+    event loop in a thread of its own:
+
+        with StandInFleet(1000) as fleet:
+            fleet.stand_ins[0].port, fleet.stand_ins[0].add_node(...)
+
+    The methods run on the loop (each holds its model's lock a moment); everything it
+    started stops on exit, always."""
+
+    def __init__(self, count: int, host: str = "127.0.0.1") -> None:
+        if count < 1:
+            raise ValueError(f"count: {count}: expected at least 1")
+        self.host = host
+        self.stand_ins = [RayStandIn(host, serve=False) for _ in range(count)]
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="standins")
+        self._servers: list[grpc.aio.Server] = []
+
+    async def _start(self) -> None:
+        for ray in self.stand_ins:
+            server = grpc.aio.server()
+            self._servers.append(server)
+            for pb2, name, impl in ray.services:
+                add_service(server, pb2, name, impl, asynchronous=True)
+            ray.port = server.add_insecure_port(f"{self.host}:0")
+            ray.address = f"{self.host}:{ray.port}"
+            await server.start()
+
+    async def _stop(self) -> None:
+        await asyncio.gather(*(s.stop(grace=None) for s in self._servers))
+
+    def __enter__(self) -> StandInFleet:
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(120)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(60)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(10)
+        if not self._loop.is_running():
+            self._loop.close()

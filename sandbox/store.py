@@ -115,6 +115,12 @@ class Store:
         self._dropped = 0
         self._watchers: list[Watcher] = []
         self._random = random.Random()
+        # (resource, label) → (namespace, value) → names, kept by _publish under the lock:
+        # the KubeRay stand-in reads a cluster's pods without scanning 10,000 of them
+        self._index: dict[tuple[str, str], dict[tuple[str, str], set[str]]] = {
+            key: {} for key in INDEXED_LABELS
+        }
+        self._indexed_as: dict[tuple[str, str, str, str], str] = {}
 
     # --- reads --------------------------------------------------------------------------
     @property
@@ -156,6 +162,17 @@ class Store:
                 if (namespace is None or ns == namespace) and (accept is None or accept(e.obj))
             ]
             return out, str(self._rv)
+
+    def labelled(self, resource: str, namespace: str, label: str, value: str) -> _List[Obj]:
+        """The objects of `resource` in `namespace` whose `label` is `value`, by name, from
+        the index (`INDEXED_LABELS`): what `list(resource, namespace, accept)` with that
+        label's test returns, without a scan."""
+        if (resource, label) not in self._index:
+            raise ValueError(f"label {label!r} of {resource} is not indexed: see INDEXED_LABELS")
+        with self.lock:
+            names = self._index[(resource, label)].get((namespace, value), ())
+            entries = self._objects.get(resource, {})
+            return [entries[(namespace, n)].obj for n in sorted(names)]
 
     def raw(self, obj: Obj) -> bytes:
         """The cached JSON of a stored object (or a fresh encoding of any other)."""
@@ -286,7 +303,26 @@ class Store:
         return self.update(resource, namespace, name, mark)
 
     # --- watch --------------------------------------------------------------------------
+    def _reindex(self, resource: str, kind: str, obj: Obj) -> None:
+        meta = obj["metadata"]
+        ns, name = meta.get("namespace", ""), meta["name"]
+        for res, label in INDEXED_LABELS:
+            if res != resource:
+                continue
+            index = self._index[(res, label)]
+            old = self._indexed_as.pop((res, label, ns, name), None)
+            if old is not None:
+                names = index[(ns, old)]
+                names.discard(name)
+                if not names:
+                    del index[(ns, old)]
+            value = (meta.get("labels") or {}).get(label)
+            if kind != "DELETED" and value is not None:
+                index.setdefault((ns, value), set()).add(name)
+                self._indexed_as[(res, label, ns, name)] = value
+
     def _publish(self, resource: str, kind: str, obj: Obj) -> None:
+        self._reindex(resource, kind, obj)
         rv = int(obj["metadata"]["resourceVersion"])
         if len(self._history) == self._history.maxlen:
             self._dropped = self._history[0][0]
@@ -346,6 +382,9 @@ class Store:
         with self.lock:
             yield from [e.obj for e in self._objects.get(resource, {}).values()]
 
+
+# labels `Store.labelled` answers from an index: (resource, label key)
+INDEXED_LABELS = (("pods", "ray.io/cluster"),)
 
 _GROUPS = {
     "rayclusters": "ray.io",
