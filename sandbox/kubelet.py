@@ -150,6 +150,17 @@ Amounts = dict[str, int]  # "cpu" → millicores, "memory" → bytes
 ContainerAlloc = dict[str, dict[str, Amounts]]  # container → {"requests": .., "limits": ..}
 
 
+def cluster_ip(node_index: int, i: int) -> str:
+    """The pod IP of the kubelet's `i`th pod (counted over all nodes), on its node's /24
+    (10.244.<node>.<i>) while `i` < 256; past that one of 10.245.0.0 and up, counted on:
+    a valid address for each of the next ~700,000 pods (a 5,000-pod cluster's 256th pod
+    was refused by kube-apiserver as 10.244.0.256)."""
+    if i < 256:
+        return f"10.244.{node_index}.{i}"
+    j = i - 256
+    return f"10.{245 + j // 65536}.{(j // 256) % 256}.{j % 256}"
+
+
 def _amounts(rl: dict[str, Any] | None) -> Amounts:
     out: Amounts = {}
     for key, unit in (("cpu", CPU), ("memory", MEMORY)):
@@ -320,7 +331,7 @@ class Kubelet:
             )
 
     def _cluster_ip(self, node: NodeSpec, i: int) -> str:
-        return f"10.244.{list(self.nodes).index(node.name)}.{i}"
+        return cluster_ip(list(self.nodes).index(node.name), i)
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> Kubelet:

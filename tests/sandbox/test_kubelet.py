@@ -8,6 +8,7 @@ static pod's manifest changing on its node.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import threading
 import time
@@ -16,7 +17,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from raysize.sandbox.kubelet import MEMORY_USAGE_ANNOTATION, KubeletTiming, NodeSpec
+from raysize.sandbox.kubelet import MEMORY_USAGE_ANNOTATION, KubeletTiming, NodeSpec, cluster_ip
 from raysize.sandbox.pods import MIRROR_ANNOTATION
 from tests.sandbox.conftest import client_for, pod_body, wait_for
 
@@ -304,3 +305,13 @@ def test_an_ended_container_ends_its_pod_by_restart_policy(small):
     running(core, "done")
     _exited(sb, "done", "c0", 0)
     wait_for(lambda: core.read_namespaced_pod("done", "default").status.phase == "Succeeded")
+
+
+def test_pod_ips_stay_valid_and_distinct_past_the_256th_pod():
+    """kube-apiserver refuses a pod status whose podIP is no address (a 5,000-pod
+    cluster's 256th pod was given 10.244.0.256): every IP the kubelet hands out is one,
+    and no two pods share one."""
+    ips = [cluster_ip(i % 20, i) for i in range(12_000)]
+    assert all(ipaddress.ip_address(ip).version == 4 for ip in ips)
+    assert len(set(ips)) == len(ips)
+    assert cluster_ip(3, 17) == "10.244.3.17"  # a small cluster's pods as before

@@ -1,0 +1,141 @@
+"""`bench.scale_bench`'s pure parts: its arguments, the figures it reads from a reconcile
+history and its verdicts (the run itself needs the real control plane: not in the suite)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+
+from bench.scale_bench import MAX_TICK_BYTES, Memory, TickFigures, parse_args, report, tick_figures
+from raysize.workflows.contracts import Act
+
+
+class History:
+    """A reconcile history, event by event, at given seconds."""
+
+    def __init__(self) -> None:
+        self.events: list[HistoryEvent] = []
+
+    def _add(self, at: float, kind: EventType.ValueType) -> HistoryEvent:
+        e = HistoryEvent(event_id=len(self.events) + 1, event_type=kind)
+        e.event_time.FromMicroseconds(int(at * 1e6))
+        self.events.append(e)
+        return e
+
+    def scheduled(self, at: float, name: str) -> int:
+        e = self._add(at, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+        e.activity_task_scheduled_event_attributes.activity_type.name = name
+        return e.event_id
+
+    def completed(self, at: float, sid: int, result: object = None) -> None:
+        e = self._add(at, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
+        e.activity_task_completed_event_attributes.scheduled_event_id = sid
+        if result is not None:
+            payload = Payload(data=json.dumps(result).encode())
+            e.activity_task_completed_event_attributes.result.payloads.append(payload)
+
+    def child(self, at: float) -> None:
+        self._add(at, EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED)
+
+
+def busy_then_quiet() -> History:
+    h = History()
+    # tick 1: observe 0.5 s (plan 0.1 s), a resize saga, a drain, a scale, then the wait
+    obs = h.scheduled(100.0, Act.OBSERVE)
+    plan = {"resize": [{"pod": "p1"}], "terminate": [{"pod": "p2"}], "launch": []}
+    h.completed(100.5, obs, {"plan_s": 0.1, "plan": plan})
+    h.child(100.6)
+    drain = h.scheduled(100.6, Act.DRAIN)
+    h.completed(100.8, drain)
+    scale = h.scheduled(100.8, Act.SCALE)
+    h.completed(101.1, scale)
+    wait = h.scheduled(101.2, Act.WAIT_FOR_CHANGE)
+    h.completed(130.0, wait)  # the wait's own time is no part of the tick
+    # tick 2: quiet
+    obs = h.scheduled(130.1, Act.OBSERVE)
+    h.completed(130.3, obs, {"plan_s": 0.05, "plan": {}})
+    h.scheduled(130.4, Act.WAIT_FOR_CHANGE)
+    # tick 3 began: not over, left out
+    h.scheduled(140.0, Act.OBSERVE)
+    return h
+
+
+def test_tick_figures_read_observe_plan_act_and_bytes_from_the_history() -> None:
+    h = busy_then_quiet()
+    busy, quiet = tick_figures(h.events)
+    assert busy.observe_s == pytest.approx(0.5)
+    assert busy.plan_s == pytest.approx(0.1)
+    assert busy.act_s == pytest.approx(0.7)  # observe completed → the wait scheduled
+    assert busy.tick_s == pytest.approx(1.2)
+    assert busy.acts == {Act.DRAIN: pytest.approx(0.2), Act.SCALE: pytest.approx(0.3)}
+    assert (busy.resizes, busy.terminates, busy.launches, busy.sagas) == (1, 1, 0, 1)
+    assert busy.busy and not quiet.busy
+    assert quiet.tick_s == pytest.approx(0.3)
+    # every event of a tick counted once, the unfinished tick's not at all
+    sizes = [len(e.SerializeToString()) for e in h.events]
+    assert busy.bytes + quiet.bytes == sum(sizes[:-1])
+
+
+def test_a_failed_observe_is_no_tick() -> None:
+    h = History()
+    h.scheduled(1.0, Act.OBSERVE)  # failed: never completed
+    h.scheduled(5.0, Act.OBSERVE)
+    assert tick_figures(h.events) == []
+
+
+def tick(tick_s: float, nbytes: int, *, busy: bool) -> TickFigures:
+    return TickFigures(
+        observe_s=tick_s / 2, plan_s=0.01, act_s=tick_s / 2, bytes=nbytes, resizes=int(busy)
+    )
+
+
+def test_the_report_judges_each_figure_against_its_target() -> None:
+    memory = Memory(peak_mib=300, steady_mib=250, empty_mib=150)
+    first = tick(9.0, 10**6, busy=False)  # the watch's first list: shown, not judged
+    ticks = [first, tick(0.5, 9000, busy=False), tick(1.5, 30_000, busy=True)]
+    lines, ok = report(5000, ticks, memory)
+    assert ok, lines
+    assert "not judged" in lines[0]
+    assert sum("met" in line for line in lines) == 5
+    # 100 MiB over 5,000 pods
+    assert "20.5 KiB per pod" in lines[-1]
+
+    slow = [first, tick(0.5, 9000, busy=False), tick(2.5, MAX_TICK_BYTES + 1, busy=True)]
+    lines, ok = report(5000, slow, memory)
+    assert not ok
+    assert [line.split(":")[0] for line in lines if "MISSED" in line] == [
+        "busy ticks (1)",
+        "busy ticks",
+    ]
+    fat = Memory(peak_mib=700, steady_mib=250, empty_mib=150)
+    lines, ok = report(5000, ticks, fat)
+    assert not ok and "MISSED" in lines[-1]
+    lines, ok = report(5000, [first, tick(0.5, 9000, busy=False)], memory)
+    assert not ok and "busy ticks: none measured MISSED" in lines
+
+
+def test_arguments() -> None:
+    args = parse_args([])
+    assert (args.pods, args.quiet_ticks, args.grow, args.remove) == (5000, 3, 10, 10)
+    assert parse_args(["--pods", "500"]).pods == 500
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--pods", "0"], "--pods"),
+        (["--quiet-ticks", "0"], "--quiet-ticks"),
+        (["--grow", "0", "--remove", "0"], "--grow and --remove"),
+        (["--pods", "5", "--grow", "3", "--remove", "3"], "is over --pods"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert says in capsys.readouterr().err
