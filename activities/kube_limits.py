@@ -129,7 +129,7 @@ class KubeLimits:
         self._holds = 0  # holds so far: a call that slept through a new one asks again
         self._episode: _Episode | None = None
         self._long_wait_logged = -math.inf
-        self._counters: dict[str, Any] = {}
+        self._counters: dict[str, Any] = _counters(meter)
 
     @property
     def meter(self) -> Any:
@@ -141,7 +141,7 @@ class KubeLimits:
     def meter(self, meter: Any) -> None:
         with self._lock:
             self._meter = meter
-            self._counters = {}
+            self._counters = _counters(meter)
 
     # --- the budget -------------------------------------------------------------------------
     def acquire(self) -> float:
@@ -166,11 +166,7 @@ class KubeLimits:
             # the server said "later" while this call waited for its token: a new one, after
             held_by_server = True
         if waited > 0:
-            self._count(
-                KUBE_CLIENT_WAITS,
-                "Kubernetes calls raysize held back before sending them",
-                {"reason": "retry-after" if held_by_server else "qps"},
-            )
+            self._count(KUBE_CLIENT_WAITS, {"reason": "retry-after" if held_by_server else "qps"})
             if not held_by_server and waited >= LONG_WAIT_S:
                 self._log_long_wait(waited)
         return waited
@@ -257,14 +253,25 @@ class KubeLimits:
 
     def count_error(self, kind: str) -> None:
         """One failed call, by kind (`k8s_errors.error_kind`)."""
-        self._count(KUBE_API_ERRORS, "failed Kubernetes API calls, by kind", {"kind": kind})
+        self._count(KUBE_API_ERRORS, {"kind": kind})
 
-    def _count(self, name: str, description: str, attrs: dict[str, str]) -> None:
+    def _count(self, name: str, attrs: dict[str, str]) -> None:
         with self._lock:
-            meter = self._meter
-            if meter is None:
-                return
             counter = self._counters.get(name)
-            if counter is None:
-                counter = self._counters[name] = meter.create_counter(name, description)
-        counter.add(1, attrs)
+        if counter is not None:  # no meter: no metrics
+            counter.add(1, attrs)
+
+
+def _counters(meter: Any) -> dict[str, Any]:
+    """The limiter's counters on `meter` (none without one), each made by its name's
+    constant, where tests/deploy/test_monitoring.py finds every metric raysize exports."""
+    if meter is None:
+        return {}
+    return {
+        KUBE_API_ERRORS: meter.create_counter(
+            KUBE_API_ERRORS, "failed Kubernetes API calls, by kind"
+        ),
+        KUBE_CLIENT_WAITS: meter.create_counter(
+            KUBE_CLIENT_WAITS, "Kubernetes calls raysize held back before sending them"
+        ),
+    }
