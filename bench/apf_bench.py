@@ -53,7 +53,7 @@ from temporalio.client import Client
 
 from bench.clusters import small_raycluster
 from bench.fleet_bench import Registrar
-from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker
+from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker, until
 from raysize.sandbox.apistore import KubeHttp
 from raysize.sandbox.cluster import SandboxConfig
 from raysize.sandbox.errors import ApiError
@@ -302,15 +302,6 @@ async def resize_sagas(temporal: Client, queue: str) -> list[tuple[str, str, str
         attrs = wf.typed_search_attributes
         out.append((wf.id, attrs.get(RESIZE_CHANGE) or "", attrs.get(RESIZE_OUTCOME) or ""))
     return out
-
-
-async def until(check: Any, timeout: float, every: float = 0.1) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if await asyncio.to_thread(check):
-            return True
-        await asyncio.sleep(every)
-    return False
 
 
 def kubectl(*args: str, kubeconfig: Path) -> None:

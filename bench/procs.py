@@ -4,12 +4,15 @@ this checkout in a session of its own (stopped by its process group:
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -73,3 +76,14 @@ async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
         dev_server_log_level="error",
         dev_server_extra_args=list(extra_args),
     )
+
+
+async def until(check: Any, timeout: float, every: float = 0.1) -> bool:
+    """Whether `check()` (blocking: run in a thread) came true within `timeout` seconds,
+    asked every `every` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if await asyncio.to_thread(check):
+            return True
+        await asyncio.sleep(every)
+    return False

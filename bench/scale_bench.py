@@ -53,7 +53,13 @@ from temporalio.client import Client
 from bench.clusters import small_raycluster
 from bench.history_bench import TARGET_BYTES, _chain, _size
 from bench.idle_bench import rss_mib
-from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker, stop_on_sigterm
+from bench.procs import (
+    ONE_PARTITION,
+    start_dev_server,
+    start_raysize_worker,
+    stop_on_sigterm,
+    until,
+)
 from raysize.sandbox.cluster import SandboxConfig
 from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
 from raysize.sandbox.localray import stop_group
@@ -303,15 +309,6 @@ def running_pods(cp: RealControlPlane) -> list[tuple[str, bool]]:
         for p in items
         if not p["metadata"].get("deletionTimestamp")
     ]
-
-
-async def until(check: Any, timeout: float, every: float = 0.5) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if await asyncio.to_thread(check):
-            return True
-        await asyncio.sleep(every)
-    return False
 
 
 async def ticks_of(temporal: Client) -> int:
