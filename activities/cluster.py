@@ -180,10 +180,7 @@ class ClusterActivities:
     # --- helpers --------------------------------------------------------------------
     async def _kube(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the threads of the worker's Kubernetes API server."""
-        kube = self.kube
-        return await self.targets.kube(
-            kube.host, kube.timeout_s, fn, *args, limits=getattr(kube, "limits", None)
-        )
+        return await self.targets.on_kube(self.kube, fn, *args)
 
     async def _gcs(self, address: str, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the threads of the GCS at `address`."""

@@ -91,14 +91,7 @@ class DiscoveryActivities:
         out: list[tuple[str, str]] = []
         for ns in namespaces or [""]:
             try:
-                items = await self.targets.kube(
-                    self.kube.host,
-                    self.kube.timeout_s,
-                    list_rayclusters,
-                    self.kube,
-                    ns,
-                    limits=getattr(self.kube, "limits", None),
-                )
+                items = await self.targets.on_kube(self.kube, list_rayclusters, self.kube, ns)
             except (Forbidden, NotFound) as exc:
                 # one namespace raysize may not read (no Role there, or not created yet)
                 # must not stop discovery in the others: say so, and go on

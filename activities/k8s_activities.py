@@ -65,10 +65,7 @@ class K8sActivities:
 
     def _call(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """`fn(*args)` on the threads of the API server (activities/targets.py)."""
-        kube = self.kube
-        return self.targets.kube(
-            kube.host, kube.timeout_s, fn, *args, limits=getattr(kube, "limits", None)
-        )
+        return self.targets.on_kube(self.kube, fn, *args)
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         try:

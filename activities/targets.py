@@ -157,6 +157,13 @@ class Targets:
             f"kube {host}", self.kube_threads, fn, *args, wait_s=wait_s, busy=busy
         )
 
+    async def on_kube(self, kube: Any, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` for a `Kube`: on its API server's threads, bounded by its call
+        timeout, after its server's Retry-After (`Kube.limits`, when it has one)."""
+        return await self.kube(
+            kube.host, kube.timeout_s, fn, *args, limits=getattr(kube, "limits", None)
+        )
+
     async def gcs(self, address: str, wait_s: float | None, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the threads of the Ray GCS at `address`."""
 
