@@ -40,9 +40,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy raysize bench
 
-# every test, every tier (tests/conftest.py): what CI runs. Two halves at once (the tiers
-# that wait on real Ray, the real control plane or a whole world, and the rest), then each
-# tier's time: scripts/run_suite.py. `make suite-serial` runs one pytest, as before
+# every test, every tier (tests/conftest.py): what CI runs. Three parts at once (the real
+# control plane; the embedded world's e2e tests and real Ray; the rest), then each tier's
+# time: scripts/run_suite.py. `make suite-serial` runs one pytest, as before
 suite: $(STAMP) control-plane browser
 	$(BIN)/python scripts/run_suite.py
 

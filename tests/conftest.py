@@ -105,7 +105,7 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    # scripts/run_suite.py runs two halves at once and adds up their tiers' times
+    # scripts/run_suite.py runs three parts at once and adds up their tiers' times
     out = os.environ.get("RAYSIZE_TIER_TIMES")
     if out:
         Path(out).write_text(json.dumps(_TIER_TIMES))
