@@ -320,7 +320,9 @@ def stop_process_groups(
 ) -> None:
     """SIGTERM each process group in order (each process leads its own group,
     start_new_session=True), wait for all of them against one deadline, then SIGKILL
-    each group that is left and every group's stragglers that outlived their leader."""
+    each group that is left and every group's stragglers that outlived their leader, and
+    return once no process of any group runs (a SIGKILLed process ends when the kernel next
+    schedules it, which on a loaded machine is not at once)."""
     alive: list[subprocess.Popen[bytes]] = []
     for proc in procs:
         with contextlib.suppress(ProcessLookupError):
@@ -339,3 +341,9 @@ def stop_process_groups(
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             log.error("process %d did not exit", proc.pid)
+    deadline = time.monotonic() + 5
+    while any(reaper.group_alive(p.pid) for p in procs):
+        if time.monotonic() > deadline:  # pragma: no cover - SIGKILL cannot be ignored
+            log.error("process groups %s still run after SIGKILL", [p.pid for p in procs])
+            break
+        time.sleep(0.02)
