@@ -156,8 +156,15 @@ def worker_sizes(store: Store) -> Counter[str]:
 
 
 def start_workers(
-    n: int, temporal: str, queue: str, kubeconfig: Path, tmp: Path, discovery_s: str
+    n: int,
+    temporal: str,
+    queue: str,
+    kubeconfig: Path,
+    tmp: Path,
+    discovery_s: str,
+    extra: dict[str, str] | None = None,
 ) -> list[subprocess.Popen[bytes]]:
+    settings = {"log_level": "WARNING", **(extra or {})}
     return [
         start_raysize_worker(
             tmp / f"worker-{i}.log",
@@ -166,10 +173,22 @@ def start_workers(
             kubeconfig,
             namespaces=NAMESPACE,
             discovery_interval_s=discovery_s,
-            log_level="WARNING",
+            **settings,
         )
         for i in range(n)
     ]
+
+
+def worker_setting(text: str) -> tuple[str, str]:
+    """`--set NAME=VALUE`: a worker setting by its name in `raysize worker --help`
+    (RAYSIZE_NAME), e.g. max_cached_workflows=500."""
+    name, sep, value = text.partition("=")
+    name = name.strip().lower().removeprefix("raysize_")
+    if not sep or not name or not value:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give NAME=VALUE, e.g. max_cached_workflows=500"
+        )
+    return name, value
 
 
 async def running_reconciles(temporal: Client, queue: str) -> int:
@@ -241,7 +260,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             logs = args.log_dir or tmp
             logs.mkdir(parents=True, exist_ok=True)
             workers = start_workers(
-                args.replicas, temporal, queue, kubeconfig, logs, str(args.discovery_s)
+                args.replicas,
+                temporal,
+                queue,
+                kubeconfig,
+                logs,
+                str(args.discovery_s),
+                dict(args.worker_settings),
             )
             want_nodes = (args.clusters - 1) * (args.workers + 1)
             while (
@@ -399,6 +424,16 @@ def main() -> None:
     )
     parser.add_argument(
         "--kill-one", action="store_true", help="SIGKILL one worker during the burst"
+    )
+    parser.add_argument(
+        "--set",
+        dest="worker_settings",
+        type=worker_setting,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting for every raysize worker (RAYSIZE_NAME), e.g. "
+        "max_cached_workflows=500; repeatable",
     )
     args = parser.parse_args()
     if args.clusters < 2 or args.workers < 1 or args.replicas < 1 or args.trials < 1:

@@ -212,6 +212,14 @@ class Settings(BaseSettings):
         description="activities this worker runs at once; every managed cluster holds one "
         "(its wait, mostly asleep), so a fleet needs more than Temporal's default of 100",
     )
+    max_cached_workflows: int = Field(
+        4000,
+        ge=100,
+        description="workflows this worker keeps in memory between their steps; one evicted "
+        "is replayed from its whole history at its next step. Every cluster holds one (its "
+        "loop) and one per pod resizing, so a fleet in a burst needs many more than "
+        "Temporal's default of 1,000",
+    )
     resize_policy: ResizePolicy = Field(ResizePolicy.RIGHT_SIZE, description="right-size or max")
     cpu_step: str = Field("1", description="CPU rounding step of a resize target (quantity)")
     memory_step: str = Field("1Gi", description="memory rounding step (quantity)")

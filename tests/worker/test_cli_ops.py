@@ -69,6 +69,10 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_MAX_CONCURRENT_ACTIVITIES": "5"},
             "RAYSIZE_MAX_CONCURRENT_ACTIVITIES: Input should be greater than or equal to 10",
         ),
+        (
+            {"RAYSIZE_MAX_CACHED_WORKFLOWS": "10"},
+            "RAYSIZE_MAX_CACHED_WORKFLOWS: Input should be greater than or equal to 100",
+        ),
         # a host alone was dialled on port 80, silently
         (
             {"RAYSIZE_TEMPORAL_ADDRESS": "localhost"},
