@@ -191,11 +191,10 @@ def _round_growth(ctx: PlanContext, b: Bin) -> None:
 def eligible_for_growth(ctx: PlanContext, p: PodView, g: GroupSpec) -> bool:
     """May grow: a running pod of an IPPR group with no failure on record, and no
     resize in flight other than a grow the kubelet is carrying out (which the plan
-    may retarget further up); none just after a grow landed (`just_grown`), as Ray
-    may still report the work it took."""
+    may retarget further up). Just after a grow landed, pods grow all the same: the
+    task demand it took that Ray may still report is not planned for (`taken_by_grows`)."""
     return (
-        not ctx.hold.just_grown
-        and g.ippr is not None
+        g.ippr is not None
         and p.phase == PodPhase.RUNNING
         and p.raylet_id is not None
         and (p.resize is None or retargetable(p))
