@@ -90,9 +90,10 @@ def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -
     hold = grows.due_in(now)
     if hold is not None:
         due = min(due or hold, hold)
-    whole = plan(snapshot, just_grown=grows.rooms(snapshot))
-    grows.planned(snapshot, whole)
-    p, held = within_budget(whole, obs.resizing, inp.max_resizes)
+    p, held = within_budget(
+        plan(snapshot, just_grown=grows.rooms(snapshot)), obs.resizing, inp.max_resizes
+    )
+    grows.planned(snapshot, p)
     stuck = stuck_resizes(snapshot, drift_s)
     memory = Memory(
         drained=drained,
