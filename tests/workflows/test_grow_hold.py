@@ -8,14 +8,16 @@ demand publication (every 1.0004 s, docs/ray-protocol.md §5.8a) it still lists 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from raysize.workflows.contracts import Memory, Observation, ObserveInput
+from raysize.workflows.contracts import Memory, Observation, ObserveInput, Tick
 from raysize.workflows.deadlines import MARGIN_S, GrowWatch
 from raysize.workflows.decide import decide
-from raysize.workflows.model import Gang, GangStrategy, Plan, ResizeAction
+from raysize.workflows.model import Gang, GangStrategy, GroupSpec, Plan, PodView, ResizeAction
 from raysize.workflows.planner import JUST_GROWN_S, PUBLICATION_WAIT_S, plan
-from raysize.workflows.resources import GIB
+from raysize.workflows.resources import GIB, Resources
 from tests.workflows.kit import group, pod, res, snapshot
 
 T0 = 1000.0  # the workflow's clock when the grow started
@@ -24,17 +26,23 @@ TASK = res(2)
 PG = Gang(bundles=(TASK, TASK), strategy=GangStrategy.PACK)
 
 
-def g1():  # type: ignore[no-untyped-def]
+def g1() -> GroupSpec:
     return group(max_cpu=8, max_mem_gib=8)
 
 
-def grown(cpu: float = 2, free_cpu: float = 0):  # type: ignore[no-untyped-def]
+def grown(cpu: float = 2, free_cpu: float = 0) -> PodView:
     """w1 at its grown size, running the task it grew for."""
     return pod("w1", cpu=cpu, free_cpu=free_cpu)
 
 
-def tick(demands, gangs=(), memory: Memory | None = None, now: float = LANDED, **obs):  # type: ignore[no-untyped-def]
-    snap = snapshot([g1()], [grown()], demands, gangs=tuple(gangs))
+def tick(
+    demands: list[tuple[Resources, int]],
+    gangs: tuple[Gang, ...] = (),
+    memory: Memory | None = None,
+    now: float = LANDED,
+    **obs: Any,
+) -> Tick:
+    snap = snapshot([g1()], [grown()], demands, gangs=gangs)
     inp = ObserveInput(namespace="ns", cluster="c", now=now, memory=memory or growing())
     return decide(Observation(snapshot=snap, gcs_address="h:6379", **obs), inp)
 
@@ -42,7 +50,7 @@ def tick(demands, gangs=(), memory: Memory | None = None, now: float = LANDED, *
 def growing(**more: object) -> Memory:
     """The reconcile's memory after it started w1's grow 1 → 2 CPU (as on main: no room
     on record, so w1's whole size is the most the grow can have taken)."""
-    return Memory(growing={"w1": (1000, 2 * GIB, T0)}, **more)  # type: ignore[arg-type]
+    return Memory(growing={"w1": (1000, 2 * GIB, T0)}, **more)
 
 
 def grows(p: Plan | None) -> dict[str, int]:
@@ -55,7 +63,7 @@ def test_the_placement_group_after_the_task_is_planned_in_the_tick_the_grow_land
     came 5 s later, behind the cluster-wide hold, and the group was ready 5.2 s after
     it was submitted where Ray's own autoscaler took 0.4–0.8 s). The task Ray still
     lists is not grown for: w1 goes to 2 + 4 CPU, not 2 + 2 + 4."""
-    t = tick([(TASK, 1)], [PG])
+    t = tick([(TASK, 1)], (PG,))
     assert grows(t.plan) == {"w1": 6000}, t.plan
     assert t.plan is not None and t.plan.launch == ()
     assert "w1" in t.memory.landed  # the task is still held
