@@ -68,7 +68,7 @@ class PlanContext:
         # grows that landed moments ago (`GrowWatch`): Ray may still report the task
         # demand they took as pending; up to the room each opened, it is not planned for
         rooms = grown_rooms(snap, just_grown)
-        self.demands, taken = taken_by_grows(snap, demands, rooms)
+        self.demands, taken, doubt = taken_by_grows(snap, demands, rooms)
         self.index = ResourceIndex(snap, self.demands)
         self.launches = Launches()
         self.terminate: dict[str, TerminateAction] = {}
@@ -76,7 +76,7 @@ class PlanContext:
         # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
         # demand until they have
         self.hold = LaunchHold.of(snap, sorted(rooms))
-        self.hold.taken = taken
+        self.hold.taken, self.hold.doubt = taken, doubt
         self.new_serial = 0  # numbers the pods the plan launches ("<group>#new<i>")
         # groups' live worker counts, used for caps
         self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}

@@ -87,12 +87,20 @@ def _units(d: Demand, p: PodView, labels: Mapping[str, str], room: tuple[int, in
 
 def taken_by_grows(
     snap: ClusterSnapshot, demands: Sequence[Demand], rooms: GrownRoom
-) -> tuple[list[Demand], list[Taken]]:
+) -> tuple[list[Demand], list[Taken], dict[str, tuple[int, int]]]:
     """`demands` less what the grows in `rooms` may have taken (Ray reports it until its
     next publication), and what that is: on each pod, by name, as many units as its
-    room holds, in the order Ray lists them. The rest is planned as any demand."""
+    room holds, in the order Ray lists them. The rest is planned as any demand.
+
+    With it, each pod's room that no listed demand accounts for (`doubt`): the work
+    the grow took is then running or done, and Ray reports a pod's free room on the
+    same timer (measured: a pod grown to 2 CPU whose task had ended, its driver already
+    waiting on a placement group, was reported with none free for 0.95 s), so that room
+    may be free. The work is counted once, as the demand Ray lists or as room in use;
+    never twice (a second pod launched for a group the grown pod can hold, issue #13)."""
     left = [d.model_copy() for d in demands]
     taken: list[Taken] = []
+    doubt: dict[str, tuple[int, int]] = {}
     pods = {p.name: p for p in snap.pods}
     for name in sorted(rooms):
         p = pods.get(name)
@@ -109,7 +117,8 @@ def taken_by_grows(
             left[i] = d.model_copy(update={"count": d.count - n})
             cpu -= n * d.shape.cpu
             memory -= n * d.shape.memory
-    return [d for d in left if d.count > 0], taken
+        doubt[name] = (max(0, cpu), max(0, memory))
+    return [d for d in left if d.count > 0], taken, doubt
 
 
 @dataclass(slots=True)
@@ -121,6 +130,9 @@ class LaunchHold:
     landing: list[str]
     just_grown: list[str]
     taken: list[Taken] = field(default_factory=list)
+    # pod → room (millicores, bytes) its grow's work may have left already: free room
+    # Ray may not report yet (`taken_by_grows`)
+    doubt: dict[str, tuple[int, int]] = field(default_factory=dict)
     held_back: bool = False  # a launch for demand asked for room and got none
 
     @classmethod
