@@ -71,7 +71,7 @@ def test_the_placement_group_after_the_task_is_planned_in_the_tick_the_grow_land
 
 def test_when_ray_lists_the_task_no_more_the_room_it_took_may_be_free() -> None:
     """The task ended and its driver submitted the group, and Ray still reports w1 with
-    no room free (it reports a pod's room on the same timer as demand: seen for 0.95 s
+    no room free (it reports a pod's room on the same timer as demand: seen for 0.92 s
     in the e2e run): the task is counted once, so the group takes w1 grown to its
     maximum of 4, and no second pod is launched (issue #13)."""
     snap = snapshot([group(max_cpu=4)], [grown()], [], gangs=(PG,))

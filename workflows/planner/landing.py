@@ -95,7 +95,8 @@ def taken_by_grows(
     With it, each pod's room that no listed demand accounts for (`doubt`): the work
     the grow took is then running or done, and Ray reports a pod's free room on the
     same timer (measured: a pod grown to 2 CPU whose task had ended, its driver already
-    waiting on a placement group, was reported with none free for 0.95 s), so that room
+    waiting on a placement group, was reported with none free until the next
+    publication, 0.92 s after it was seen grown), so that room
     may be free. The work is counted once, as the demand Ray lists or as room in use;
     never twice (a second pod launched for a group the grown pod can hold, issue #13)."""
     left = [d.model_copy() for d in demands]
