@@ -94,39 +94,6 @@ def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -
         plan(snapshot, just_grown=grows.rooms(snapshot)), obs.resizing, inp.max_resizes
     )
     grows.planned(snapshot, p)
-    import sys as _dbg_sys  # DEBUG-HOLD29
-
-    print(  # DEBUG-HOLD29
-        "DBG29",
-        now,
-        [(x.name, x.total.cpu, x.available.cpu, x.resize) for x in snapshot.pods],
-        "demands",
-        [(d.shape.describe(), d.count) for d in snapshot.demands],
-        "gangs",
-        len(snapshot.gangs),
-        "resizing",
-        obs.resizing,
-        "growing",
-        grows.growing,
-        "landed",
-        grows.landed,
-        "rooms",
-        grows.rooms(snapshot),
-        "used",
-        grows.used,
-        "pub",
-        obs.demand_published,
-        "read",
-        obs.ray_read_at,
-        "notes",
-        p.notes,
-        "launch",
-        p.launch,
-        "resize",
-        [(r.pod, r.cpu) for r in p.resize],
-        file=_dbg_sys.stderr,
-        flush=True,
-    )
     stuck = stuck_resizes(snapshot, drift_s)
     memory = Memory(
         drained=drained,
