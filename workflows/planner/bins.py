@@ -238,8 +238,8 @@ def pod_bins(ctx: PlanContext, room: Room) -> list[Bin]:
         if doubt is not None and room is Room.FREE:
             # a grow landed moments ago: the work it took may be over, and Ray reports
             # the room in use until its next publication (`landing.taken_by_grows`)
-            free[cpu_i] = max(free[cpu_i], min(total[cpu_i], doubt[0]))
-            free[mem_i] = max(free[mem_i], min(total[mem_i], doubt[1]))
+            free[cpu_i] = min(total[cpu_i], free[cpu_i] + doubt[0])
+            free[mem_i] = min(total[mem_i], free[mem_i] + doubt[1])
         size = list(total)
         # in flight: counts at its target; error / timed out: being rolled back to
         # where it started, so it counts as it is now

@@ -92,13 +92,14 @@ def taken_by_grows(
     next publication), and what that is: on each pod, by name, as many units as its
     room holds, in the order Ray lists them. The rest is planned as any demand.
 
-    With it, each pod's room that no listed demand accounts for (`doubt`): the work
-    the grow took is then running or done, and Ray reports a pod's free room on the
-    same timer (measured: a pod grown to 2 CPU whose task had ended, its driver already
-    waiting on a placement group, was reported with none free until the next
-    publication, 0.92 s after it was seen grown), so that room
-    may be free. The work is counted once, as the demand Ray lists or as room in use;
-    never twice (a second pod launched for a group the grown pod can hold, issue #13)."""
+    With it, the room each pod may have free beyond what Ray reports (`doubt`): of its
+    room that no listed demand accounts for, what Ray reports in use. The work the grow
+    took is then running or done, and Ray reports a pod's free room on the same timer
+    (measured: a pod grown to 2 CPU whose task had ended, its driver already waiting on
+    a placement group, was reported with none free until the next publication, 0.92 s
+    after it was seen grown). The work is counted once, as the demand Ray lists or as
+    room in use; never twice (a second pod launched for a group the grown pod can hold,
+    issue #13)."""
     left = [d.model_copy() for d in demands]
     taken: list[Taken] = []
     doubt: dict[str, tuple[int, int]] = {}
@@ -118,7 +119,12 @@ def taken_by_grows(
             left[i] = d.model_copy(update={"count": d.count - n})
             cpu -= n * d.shape.cpu
             memory -= n * d.shape.memory
-        doubt[name] = (max(0, cpu), max(0, memory))
+        free = p.available
+        room_cpu, room_memory = rooms[name]
+        doubt[name] = (
+            max(0, min(cpu, room_cpu - free.cpu)),
+            max(0, min(memory, room_memory - free.memory)),
+        )
     return [d for d in left if d.count > 0], taken, doubt
 
 
@@ -131,8 +137,8 @@ class LaunchHold:
     landing: list[str]
     just_grown: list[str]
     taken: list[Taken] = field(default_factory=list)
-    # pod → room (millicores, bytes) its grow's work may have left already: free room
-    # Ray may not report yet (`taken_by_grows`)
+    # pod → room (millicores, bytes) its grow's work may have left already, beyond what
+    # Ray reports free: it may not report it yet (`taken_by_grows`)
     doubt: dict[str, tuple[int, int]] = field(default_factory=dict)
     held_back: bool = False  # a launch for demand asked for room and got none
 
