@@ -15,7 +15,16 @@ import pytest
 from raysize.workflows.contracts import Memory, Observation, ObserveInput, Tick
 from raysize.workflows.deadlines import MARGIN_S, GrowWatch
 from raysize.workflows.decide import decide
-from raysize.workflows.model import Gang, GangStrategy, GroupSpec, Plan, PodView, ResizeAction
+from raysize.workflows.model import (
+    Gang,
+    GangStrategy,
+    GroupSpec,
+    KubeletResizeState,
+    Plan,
+    PodResize,
+    PodView,
+    ResizeAction,
+)
 from raysize.workflows.planner import JUST_GROWN_S, PUBLICATION_WAIT_S, plan
 from raysize.workflows.resources import GIB, Resources
 from tests.workflows.kit import group, pod, res, snapshot
@@ -166,3 +175,17 @@ def _grow() -> ResizeAction:
         pod="w1", group="g1", cpu=2000, memory=2 * GIB, from_cpu=1000, from_memory=2 * GIB,
         reason="r",
     )  # fmt: skip
+
+
+def test_demand_that_waits_for_a_grow_in_flight_is_not_called_unplaceable() -> None:
+    """While w1's grow lands no pod is launched: status says the demand waits for it."""
+    inflight = PodResize(
+        cpu=4000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS, asked_s=0.5
+    )
+    landing = pod("w1", resize=inflight)
+    big = Gang(bundles=(res(4), res(4)), strategy=GangStrategy.PACK)
+    p = plan(snapshot([group()], [landing], [(TASK, 3)], gangs=(big,)))
+    assert p.launch == () and p.resize == ()
+    assert any(n.startswith("waits for the grow landing: ") for n in p.notes), p.notes
+    assert any("placement group(s) wait for the grow landing" in n for n in p.notes), p.notes
+    assert not any("cannot" in n for n in p.notes), p.notes
