@@ -35,6 +35,7 @@ from raysize.activities.ray_errors import (
     RayUnauthenticated,
 )
 from raysize.activities.ray_gcs import DrainReply, RayGcsClient, TlsConfig
+from raysize.activities.ray_state import ClusterState
 from raysize.activities.ray_tokens import RayTokens, TokenSource, token_source
 from raysize.activities.snapshot import join
 from raysize.activities.targets import Targets
@@ -289,7 +290,7 @@ class ClusterActivities:
                 cluster_mark=kube.mark,
             )
         try:
-            state = await self._ray_call(source, address, lambda gcs: gcs.cluster_state())
+            state, answered, published = await self._ray_call(source, address, _read_state)
         except RayError as exc:
             raise _ray_error(exc) from None
         finally:
@@ -309,6 +310,8 @@ class ClusterActivities:
             gcs_version=state.fingerprint,
             pods_version=kube.pods_version,
             cluster_mark=kube.mark,
+            ray_read_at=answered,
+            demand_published=published,
             resizing=tuple(
                 sorted(
                     {
@@ -493,3 +496,17 @@ class ClusterActivities:
             raise _pod_gone(
                 inp, "the pod is gone (deleted, or replaced, while its Raylet was being resized)"
             )
+
+
+def _read_state(gcs: RayGcsClient) -> tuple[ClusterState, float, tuple[float, float] | None]:
+    """Ray's state; when the read was answered, and the (earliest, latest) instant of the
+    GCS's last task-demand publication before it was sent (`GcsCadence.last_publication`),
+    in epoch seconds: a grow's hold ends at the first publication after it landed
+    (`deadlines.GrowWatch`)."""
+    sent = time.monotonic()
+    state = gcs.cluster_state()
+    answered = time.monotonic()
+    published = gcs.cadence.last_publication(sent)
+    to_epoch = time.time() - time.monotonic()
+    window = None if published is None else (published[0] + to_epoch, published[1] + to_epoch)
+    return state, answered + to_epoch, window

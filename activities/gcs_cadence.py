@@ -61,6 +61,8 @@ class GcsCadence:
     strikes: int = 0
     confirmed: int = 0  # windows that fitted the timetable since it was (re)started
     _last: tuple[int, float] | None = None  # (demands digest, when that read was sent)
+    # the last publication seen as such: a pair of reads that saw the demands change
+    _seen: tuple[float, float] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def note(self, digest: int, sent: float, received: float) -> None:
@@ -71,6 +73,7 @@ class GcsCadence:
                 return  # an older read answered late: the newer one already counted
             self._last = (digest, sent)
             if last is not None and last[0] != digest:
+                self._seen = (last[1], received)
                 self._observe(last[1], received)
 
     def _observe(self, lo: float, hi: float) -> None:
@@ -137,6 +140,23 @@ class GcsCadence:
             if latest - earliest > most_uncertain:
                 return None
             return earliest, latest
+
+    def last_publication(self, before: float) -> tuple[float, float] | None:
+        """(earliest, latest) instant of the last demand publication certainly made by
+        `before`: the later of the last one seen (a pair of reads, both sent by then,
+        that saw the demands change) and, with the timetable confirmed, the last one it
+        places by then. None when neither is known."""
+        with self._lock:
+            seen = self._seen if self._seen is not None and self._seen[1] <= before else None
+            placed = None
+            if self.windows and self.confirmed >= CONFIRMATIONS:
+                _, a_lo, a_hi = self.windows[-1]
+                p_lo, p_hi = self.period
+                n = math.floor((before - a_hi) / p_hi)
+                if n >= 0 and (a_hi + n * p_hi) - (a_lo + n * p_lo) <= MOST_UNCERTAIN_S:
+                    placed = (a_lo + n * p_lo, a_hi + n * p_hi)
+        known = [w for w in (seen, placed) if w is not None]
+        return max(known) if known else None
 
 
 # How often the wait reads Ray's state (the GCS has no watch). Right after an observe,

@@ -299,6 +299,15 @@ class Observation(ClusterRead):
     ippr_enabled: bool = False
     workers_to_delete: tuple[str, ...] = ()
     resource_version: str = ""
+    ray_read_at: float | None = Field(
+        default=None, description="epoch s (this worker's clock): Ray's state read was answered"
+    )
+    demand_published: tuple[float, float] | None = Field(
+        default=None,
+        description="epoch s (this worker's clock): (earliest, latest) instant of Ray's last "
+        "task-demand publication before the read was sent (`GcsCadence.last_publication`); "
+        "None: not known",
+    )
 
 
 class DrainedPod(Value):
@@ -331,6 +340,15 @@ class Memory(Value):
     )
     landed: dict[str, tuple[float, int, int]] = Field(
         default_factory=dict, description="pod → when its grow was seen landed, and its size"
+    )
+    landed_seen: dict[str, float] = Field(
+        default_factory=dict,
+        description="pod → epoch s (the observe's clock) the Ray read that saw its grow landed "
+        "was answered: its hold ends at Ray's first demand publication after it",
+    )
+    grow_used: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="pod → what Ray ran on it (millicores, bytes) when its grow was planned",
     )
     reported: tuple[str, ...] = Field(
         default=(),

@@ -6,7 +6,7 @@ its idle timeout, a pod whose resize failed may shrink back an idle timeout afte
 failure, a running pod whose Raylet never registered is replaced after the Raylet start
 timeout, a resize no saga works on any more is settled (`stuck_resizes`), a grow that
 held back launches stops landing (`planner.LANDING_S` after raysize asked for it), and
-so does the short hold after a grow landed (`GrowWatch`, `planner.JUST_GROWN_S`).
+the short hold after a grow landed ends (`GrowWatch`: at Ray's next demand publication).
 `next_decision_in` says when the first of those falls, so the loop's wait ends then, and
 the fixed tick is only a safety net measured in minutes.
 """
@@ -16,8 +16,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from raysize.workflows.model import ClusterSnapshot, GroupSpec, PodPhase, PodView, ResizeAction
-from raysize.workflows.planner import JUST_GROWN_S, LANDING_S
+from raysize.workflows.model import (
+    ClusterSnapshot,
+    GroupSpec,
+    Plan,
+    PodPhase,
+    PodView,
+    ResizeAction,
+)
+from raysize.workflows.planner import JUST_GROWN_S, LANDING_S, PUBLICATION_WAIT_S
 from raysize.workflows.summaries import size_text
 
 # read the cluster a little after the deadline, so the timer never fires just before it
@@ -169,26 +176,66 @@ def next_decision_in(
 
 @dataclass
 class GrowWatch:
-    """The grows the reconcile started, until they land, and for JUST_GROWN_S after
-    (`plan(just_grown=...)`): a grow's saga ends in between two reads of the cluster, so
-    the snapshot alone cannot say it landed moments ago. Times are the workflow's clock.
-    The reconcile keeps it in its `Memory` (over continue-as-new too)."""
+    """The grows the reconcile started, until they land, and from then until Ray has
+    published its task demand once more (`plan(just_grown=...)`): a grow's saga ends in
+    between two reads of the cluster, so the snapshot alone cannot say it landed moments
+    ago. Times are the workflow's clock, except `seen` and the publication given to
+    `observe`: the observe's (epoch seconds of the activity's clock, both). The reconcile
+    keeps it in its `Memory` (over continue-as-new too)."""
 
     # pod → its size when the grow started, and when
     growing: dict[str, tuple[int, int, float]] = field(default_factory=dict)
     # pod → when it was seen landed, and its size then
     landed: dict[str, tuple[float, int, int]] = field(default_factory=dict)
+    # pod → when the Ray read that saw it landed was answered (the observe's clock)
+    seen: dict[str, float] = field(default_factory=dict)
+    # pod → what Ray ran on it (millicores, bytes) when the grow was planned
+    used: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def started(self, r: ResizeAction, now: float) -> None:
         if r.cpu > r.from_cpu or r.memory > r.from_memory:
             self.growing[r.pod] = (r.from_cpu, r.from_memory, now)
 
-    def observe(self, snapshot: ClusterSnapshot, resizing: Iterable[str], now: float) -> list[str]:
-        """Pods whose grow landed less than JUST_GROWN_S ago. A grow has landed when no
+    def planned(self, snapshot: ClusterSnapshot, p: Plan) -> None:
+        """Note what each pod `p` grows runs now (its first grow's, for a retarget), so
+        the room the grow opens for new work is known when it lands (`rooms`); forget it
+        for pods no grow is watched on or planned for."""
+        pods = {x.name: x for x in snapshot.pods}
+        grows = {r.pod for r in p.resize if r.cpu > r.from_cpu or r.memory > r.from_memory}
+        # a retarget keeps what its first grow saw; a new grow starts afresh
+        for name in sorted(n for n in grows if n not in self.growing or n not in self.used):
+            x = pods.get(name)
+            if x is not None:
+                self.used[name] = (
+                    max(0, x.total.cpu - x.available.cpu),
+                    max(0, x.total.memory - x.available.memory),
+                )
+        keep = grows | set(self.growing) | set(self.landed)
+        self.used = {n: u for n, u in self.used.items() if n in keep}
+
+    def observe(
+        self,
+        snapshot: ClusterSnapshot,
+        resizing: Iterable[str],
+        now: float,
+        *,
+        read_at: float | None = None,
+        published: tuple[float, float] | None = None,
+    ) -> list[str]:
+        """Pods whose grow landed and whose hold goes on. A grow has landed when no
         resize is in flight on its pod any more and the pod (its Raylet) is bigger than
         when it started; one that ended no bigger (rolled back, failed) or never began
-        within `GROW_WATCH_S` is forgotten. The hold ends early once the pod is resized
-        again or smaller (an idle pod shrinking back: the work is over, and Ray knows)."""
+        within `GROW_WATCH_S` is forgotten. `read_at`: when the read of Ray that
+        `snapshot` holds was answered; `published`: (earliest, latest) instant of the
+        last demand publication Ray made before it was sent, when known (the observe's
+        clock; `activities.gcs_cadence`).
+
+        The hold ends at the first publication after the landing: Ray's task demand
+        then no longer lists what the grown pod took. That is a publication whose
+        earliest instant follows the read that saw the pod landed (its Raylet had its
+        new size by then, so its queued work was running). Without one known, it ends
+        JUST_GROWN_S after the landing. It ends early too once the pod is resized again
+        or smaller (an idle pod shrinking back: the work is over, and Ray knows)."""
         pods = {p.name: p for p in snapshot.pods}
         busy = set(resizing)
         for name, (cpu, memory, since) in list(self.growing.items()):
@@ -202,22 +249,48 @@ class GrowWatch:
             elif p.phase == PodPhase.RUNNING and (p.total.cpu > cpu or p.total.memory > memory):
                 del self.growing[name]
                 self.landed[name] = (now, p.total.cpu, p.total.memory)
+                if read_at is not None:
+                    self.seen[name] = read_at
         for name, (at, cpu, memory) in list(self.landed.items()):
             p = pods.get(name)
+            seen = self.seen.get(name)
             if (
                 p is None
                 or now - at >= JUST_GROWN_S
+                or (published is not None and seen is not None and published[0] > seen)
                 or name in busy
                 or p.resize is not None
                 or p.total.cpu < cpu
                 or p.total.memory < memory
             ):
                 del self.landed[name]
+        self.seen = {n: t for n, t in self.seen.items() if n in self.landed}
         return sorted(self.landed)
 
+    def rooms(self, snapshot: ClusterSnapshot) -> dict[str, tuple[int, int]]:
+        """Each held pod's room for the work its grow took (millicores, bytes): its size
+        now less what it ran when the grow was planned (`planned`); its whole size when
+        that is not known."""
+        pods = {p.name: p for p in snapshot.pods}
+        out = {}
+        for name in sorted(self.landed):
+            p = pods.get(name)
+            if p is None:
+                continue
+            used_cpu, used_memory = self.used.get(name, (0, 0))
+            out[name] = (max(0, p.total.cpu - used_cpu), max(0, p.total.memory - used_memory))
+        return out
+
     def due_in(self, now: float) -> float | None:
-        """Seconds until the first of these holds ends, to plan again then (None: none)."""
-        if not self.landed:
-            return None
-        first = min(at for at, _, _ in self.landed.values())
-        return max(0.0, JUST_GROWN_S - (now - first)) + MARGIN_S
+        """Seconds until the reconcile should look again whether a hold ended (None:
+        none is on): one publication period and a margin after a landing
+        (`PUBLICATION_WAIT_S`), when Ray has published again; past that, when the hold
+        ends anyway (JUST_GROWN_S)."""
+        due = []
+        for at, _, _ in self.landed.values():
+            age = now - at
+            if age < PUBLICATION_WAIT_S:
+                due.append(PUBLICATION_WAIT_S - age)
+            else:
+                due.append(max(0.0, JUST_GROWN_S - age) + MARGIN_S)
+        return min(due) if due else None

@@ -78,13 +78,22 @@ def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -
     drift_since = {n: memory.drift_since.get(n, now) for n in drifting(snapshot)}
     drift_s = {n: now - t for n, t in drift_since.items()}
     due = next_decision_in(snapshot, drift_s)
-    grows = GrowWatch(growing=dict(memory.growing), landed=dict(memory.landed))
-    just_grown = grows.observe(snapshot, obs.resizing, now)
-    if just_grown:
-        hold = grows.due_in(now)
-        if hold is not None:
-            due = min(due or hold, hold)
-    p, held = within_budget(plan(snapshot, just_grown=just_grown), obs.resizing, inp.max_resizes)
+    grows = GrowWatch(
+        growing=dict(memory.growing),
+        landed=dict(memory.landed),
+        seen=dict(memory.landed_seen),
+        used=dict(memory.grow_used),
+    )
+    grows.observe(
+        snapshot, obs.resizing, now, read_at=obs.ray_read_at, published=obs.demand_published
+    )
+    hold = grows.due_in(now)
+    if hold is not None:
+        due = min(due or hold, hold)
+    p, held = within_budget(
+        plan(snapshot, just_grown=grows.rooms(snapshot)), obs.resizing, inp.max_resizes
+    )
+    grows.planned(snapshot, p)
     stuck = stuck_resizes(snapshot, drift_s)
     memory = Memory(
         drained=drained,
@@ -92,6 +101,8 @@ def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -
         drift_since=drift_since,
         growing=grows.growing,
         landed=grows.landed,
+        landed_seen=grows.seen,
+        grow_used=grows.used,
     )
     named = [*(r.pod for r in p.resize), *(t.pod for t in p.terminate)]
     named += [r.pod for r in stuck]

@@ -169,3 +169,30 @@ def test_nothing_learned_means_nothing_predicted_and_a_long_quiet_forgets() -> N
     assert near is not None and near[0] <= 3.33 <= near[1] and near[1] - near[0] < 0.07
     # the period is known to 1.5 ms at best from windows two seconds apart
     assert cadence.next_publication(3.0 + 200) is None
+
+
+def test_the_last_publication_before_a_read_bounds_a_real_one_and_the_latest() -> None:
+    """What a grow's hold ends on (`GcsCadence.last_publication`): a window that holds
+    a publication Ray really made by then, and no later one was certainly made before."""
+    fresh = GcsCadence()
+    assert fresh.last_publication(10.0) is None
+    # one change seen between two reads, nothing learned yet: that change is the one
+    fresh.note(1, 0.0, 0.001)
+    fresh.note(2, 0.5, 0.501)
+    assert fresh.last_publication(0.4) is None  # not known by then
+    assert fresh.last_publication(0.6) == (0.0, 0.501)
+    # a learned timetable places the ones since, with no change to see
+    gcs = Gcs(period=1.0004, phase=0.37, arrivals=busy_minute(3), jitter_s=0.002)
+    cadence = GcsCadence()
+    run_wait(gcs, cadence, 62)
+    for before in (62.0, 62.5, 70.25, 80.9):
+        window = cadence.last_publication(before)
+        assert window is not None, before
+        earliest, latest = window
+        k = math.floor((before - gcs.phase) / gcs.period)
+        while gcs.publication(k) > before:
+            k -= 1
+        # a real publication is in the window, and the next one was not yet certain
+        assert any(earliest <= gcs.publication(j) <= latest for j in (k - 1, k)), before
+        assert latest <= before
+        assert gcs.publication(k + 1) > earliest

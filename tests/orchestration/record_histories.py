@@ -207,7 +207,7 @@ async def record(force: bool = False) -> None:
             # more work than a landing grow can take: no pod is launched while it lands
             await record_reconcile(env, "reconcile_landing", landing_world(), 3)
         if not _keep("reconcile_just_grown", force):
-            # the work a grow took is still reported: no pod grown or launched for a moment
+            # the work a grow took is still reported: it is not grown or launched for again
             await record_reconcile(env, "reconcile_just_grown", just_grown_world(), 5)
         if not _keep("reconcile_scale_in", force):
             # an idle pod goes: drained first, then named

@@ -22,7 +22,7 @@ from raysize.workflows.model import (
     PodResize,
     ResizeAction,
 )
-from raysize.workflows.planner import JUST_GROWN_S, LANDING_S, plan
+from raysize.workflows.planner import JUST_GROWN_S, LANDING_S, PUBLICATION_WAIT_S, plan
 from raysize.workflows.resources import GIB
 
 from .kit import group, head_group, pod, res, snapshot
@@ -201,7 +201,14 @@ def test_a_grow_that_landed_holds_launches_for_a_moment_then_plans_again():
     assert watch.observe(snapshot([group()], [pod("w1")]), [], now=101.5) == []
     landed = snapshot([group()], [pod("w1", cpu=4, free_cpu=0), pod("w2", cpu=2)])
     assert watch.observe(landed, [], now=102.0) == ["w1"]
-    assert watch.due_in(102.0) == pytest.approx(JUST_GROWN_S + MARGIN_S)
+    # it looks again one publication period (and a margin) later ...
+    assert watch.due_in(102.0) == pytest.approx(PUBLICATION_WAIT_S)
+    # ... and, no publication known (a GCS whose timetable is not learned yet), the hold
+    # goes on to JUST_GROWN_S
+    assert watch.observe(landed, [], now=102.0 + PUBLICATION_WAIT_S) == ["w1"]
+    assert watch.due_in(102.0 + PUBLICATION_WAIT_S) == pytest.approx(
+        JUST_GROWN_S - PUBLICATION_WAIT_S + MARGIN_S
+    )
     assert watch.observe(landed, [], now=102.0 + JUST_GROWN_S - 1) == ["w1"]
     assert watch.due_in(102.0 + JUST_GROWN_S - 1) == pytest.approx(1 + MARGIN_S)
     assert watch.observe(landed, [], now=102.0 + JUST_GROWN_S) == []  # over

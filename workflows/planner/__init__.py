@@ -46,7 +46,12 @@ requests by shape, `gangs`: placement groups, `landing`), and `trace`
 """
 
 from raysize.workflows.planner.gpu_stages import GpuGate, GpuStage
-from raysize.workflows.planner.landing import JUST_GROWN_S, LANDING_S, landing_grows
+from raysize.workflows.planner.landing import (
+    JUST_GROWN_S,
+    LANDING_S,
+    PUBLICATION_WAIT_S,
+    landing_grows,
+)
 from raysize.workflows.planner.passes import plan
 from raysize.workflows.planner.replace_silent import silent
 from raysize.workflows.planner.selectors import (
@@ -75,6 +80,7 @@ __all__ = [
     "LANDING_S",
     "NEW_POD",
     "PENDING_POD",
+    "PUBLICATION_WAIT_S",
     "GpuGate",
     "GpuStage",
     "Left",

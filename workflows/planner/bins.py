@@ -191,11 +191,10 @@ def _round_growth(ctx: PlanContext, b: Bin) -> None:
 def eligible_for_growth(ctx: PlanContext, p: PodView, g: GroupSpec) -> bool:
     """May grow: a running pod of an IPPR group with no failure on record, and no
     resize in flight other than a grow the kubelet is carrying out (which the plan
-    may retarget further up); none just after a grow landed (`just_grown`), as Ray
-    may still report the work it took."""
+    may retarget further up). Just after a grow landed, pods grow all the same: the
+    task demand it took that Ray may still report is not planned for (`taken_by_grows`)."""
     return (
-        not ctx.hold.just_grown
-        and g.ippr is not None
+        g.ippr is not None
         and p.phase == PodPhase.RUNNING
         and p.raylet_id is not None
         and (p.resize is None or retargetable(p))
@@ -235,6 +234,12 @@ def pod_bins(ctx: PlanContext, room: Room) -> list[Bin]:
             continue
         total = ix.vec(p.total)
         free = list(total) if room is Room.CAPACITY else ix.vec(p.available)
+        doubt = ctx.hold.doubt.get(p.name)
+        if doubt is not None and room is Room.FREE:
+            # a grow landed moments ago: the work it took may be over, and Ray reports
+            # the room in use until its next publication (`landing.taken_by_grows`)
+            free[cpu_i] = min(total[cpu_i], free[cpu_i] + doubt[0])
+            free[mem_i] = min(total[mem_i], free[mem_i] + doubt[1])
         size = list(total)
         # in flight: counts at its target; error / timed out: being rolled back to
         # where it started, so it counts as it is now

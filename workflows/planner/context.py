@@ -18,7 +18,12 @@ from raysize.workflows.model import (
     TerminateAction,
     UpscalingMode,
 )
-from raysize.workflows.planner.landing import LaunchHold
+from raysize.workflows.planner.landing import (
+    GrownRoom,
+    LaunchHold,
+    grown_rooms,
+    taken_by_grows,
+)
 from raysize.workflows.planner.selectors import in_placement_group
 from raysize.workflows.planner.vectors import ResourceIndex
 
@@ -49,21 +54,29 @@ class PlanContext:
     """One plan's context: the snapshot, its resource index, the decisions so far."""
 
     def __init__(
-        self, snap: ClusterSnapshot, bound_note: str = "", *, just_grown: Sequence[str] = ()
+        self,
+        snap: ClusterSnapshot,
+        bound_note: str = "",
+        *,
+        just_grown: GrownRoom | Sequence[str] = (),
     ) -> None:
         self.snap = snap
         self.settings = snap.settings
         # tasks waiting inside a placement group: its bundle holds their room
-        self.demands = [d for d in snap.demands if not in_placement_group(d)]
+        demands = [d for d in snap.demands if not in_placement_group(d)]
         self.in_groups = [d for d in snap.demands if in_placement_group(d)]
+        # grows that landed moments ago (`GrowWatch`): Ray may still report the task
+        # demand they took as pending; up to the room each opened, it is not planned for
+        rooms = grown_rooms(snap, just_grown)
+        self.demands, taken, doubt = taken_by_grows(snap, demands, rooms)
         self.index = ResourceIndex(snap, self.demands)
         self.launches = Launches()
         self.terminate: dict[str, TerminateAction] = {}
         self.notes: list[str] = [bound_note] if bound_note else []
         # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
-        # demand until they have; and grows that landed moments ago (`JUST_GROWN_S`): Ray
-        # may still report the work they took as pending, so no pod is grown either
-        self.hold = LaunchHold.of(snap, just_grown)
+        # demand until they have
+        self.hold = LaunchHold.of(snap, sorted(rooms))
+        self.hold.taken, self.hold.doubt = taken, doubt
         self.new_serial = 0  # numbers the pods the plan launches ("<group>#new<i>")
         # groups' live worker counts, used for caps
         self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}
@@ -93,7 +106,7 @@ class PlanContext:
             # Ray reports the work a grow is for as pending until the grow lands (its demand
             # list is published once a second, later under load): a pod launched now could
             # be for work that is about to run, or already runs. Launch for what is still
-            # waiting once the grow has landed and Ray has had JUST_GROWN_S to say so.
+            # waiting once the grow has landed (what it took is then `taken_by_grows`).
             return 0
         conservative = rate_limited and self.settings.upscaling_mode == UpscalingMode.CONSERVATIVE
         if self.settings.max_workers is None and not conservative:

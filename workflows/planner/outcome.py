@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from raysize.workflows.model import LaunchAction, Plan, ResizeAction
 from raysize.workflows.planner.context import PlanContext
-from raysize.workflows.planner.landing import JUST_GROWN_S
 from raysize.workflows.planner.selectors import is_placement_group_resource
 from raysize.workflows.planner.work import Ledger
 
@@ -29,27 +28,31 @@ def note_what_waits(ctx: PlanContext, ledger: Ledger) -> None:
     if left_c:
         ctx.notes.append(f"{left_c} requested bundle(s) cannot be given capacity")
     hold = ctx.hold
-    if hold.held_back and (gangs_left or left_d or left_c):
-        if hold.landing:
-            ctx.notes.append(
-                f"no pod launched while the grow of {', '.join(hold.landing)} lands: Ray "
-                "reports the work a grow is for as pending until it has landed"
-            )
-        if hold.just_grown:
-            ctx.notes.append(
-                f"no pod grown or launched for {JUST_GROWN_S:.0f}s after the grow of "
-                f"{', '.join(hold.just_grown)} landed: Ray may still report the work it "
-                "took as pending"
-            )
+    landing = hold.held_back and bool(hold.landing)
+    if landing and (gangs_left or left_d or left_c):
+        ctx.notes.append(
+            f"no pod launched while the grow of {', '.join(hold.landing)} lands: Ray "
+            "reports the work a grow is for as pending until it has landed"
+        )
+    by_pod: dict[str, list[str]] = {}
+    for t in hold.taken:
+        by_pod.setdefault(t.pod, []).append(f"{t.count} × {t.shape.describe()}")
+    for pod, took in sorted(by_pod.items()):
+        ctx.notes.append(
+            f"{', '.join(took)} held just after the grow of {pod} landed, which took it: "
+            "Ray reports it as pending until its next demand publication"
+        )
     if gangs_left:
-        ctx.notes.append(f"{gangs_left} placement group(s) cannot be placed")
+        what = "wait for the grow landing" if landing else "cannot be placed"
+        ctx.notes.append(f"{gangs_left} placement group(s) {what}")
     if left_d:
         shapes = ", ".join(
             f"{it.remaining} × {ctx.index.res(it.shape).describe()}"
             for it in ledger.demands
             if it.remaining
         )
-        ctx.notes.append(f"cannot place: {shapes}")
+        what = "waits for the grow landing" if landing else "cannot place"
+        ctx.notes.append(f"{what}: {shapes}")
 
 
 def to_plan(ctx: PlanContext, ledger: Ledger, resizes: dict[str, ResizeAction]) -> Plan:

@@ -10,6 +10,7 @@ from raysize.workflows.planner.context import PlanContext
 from raysize.workflows.planner.demands import carry_over_to_free_room, place_demands_and_gangs
 from raysize.workflows.planner.grows import grow_actions
 from raysize.workflows.planner.idle import remove_idle_and_launch_for_what_waits
+from raysize.workflows.planner.landing import GrownRoom
 from raysize.workflows.planner.min_max import enforce_max, enforce_min
 from raysize.workflows.planner.outcome import (
     leave_grouped_tasks_to_their_groups,
@@ -22,7 +23,7 @@ from raysize.workflows.planner.work import Ledger
 
 
 def run(
-    snapshot: ClusterSnapshot, *, just_grown: Sequence[str] = ()
+    snapshot: ClusterSnapshot, *, just_grown: GrownRoom | Sequence[str] = ()
 ) -> tuple[Plan, PlanContext, Ledger]:
     """One plan, pass by pass; with its context and ledger (for `plan_with_trace`)."""
     ctx = PlanContext(*_bound(snapshot), just_grown=just_grown)
@@ -40,10 +41,13 @@ def run(
     return to_plan(ctx, ledger, resizes), ctx, ledger
 
 
-def plan(snapshot: ClusterSnapshot, *, just_grown: Sequence[str] = ()) -> Plan:
+def plan(snapshot: ClusterSnapshot, *, just_grown: GrownRoom | Sequence[str] = ()) -> Plan:
     """Decide one reconcile tick. Pure: the same inputs always give the same plan.
-    `just_grown`: pods whose grow landed less than JUST_GROWN_S ago (the reconcile
-    workflow's memory, not in the snapshot): no pod is grown or launched for demand yet."""
+    `just_grown`: pods whose grow landed moments ago, before Ray's next demand
+    publication (the reconcile workflow's memory, `deadlines.GrowWatch`, not in the
+    snapshot), each with the room (millicores, bytes) it opened, or by name alone (its
+    whole size): up to that room, task demand Ray lists is taken to be the work the grow
+    took, and is not planned for (`landing.taken_by_grows`)."""
     return run(snapshot, just_grown=just_grown)[0]
 
 
