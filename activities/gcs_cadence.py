@@ -133,13 +133,19 @@ class GcsCadence:
         with self._lock:
             if not self.windows or self.confirmed < CONFIRMATIONS:
                 return None
-            _, a_lo, a_hi = self.windows[-1]
-            p_lo, p_hi = self.period
-            n = max(0, math.ceil((now - a_hi) / p_hi))
-            earliest, latest = a_lo + n * p_lo, a_hi + n * p_hi
+            earliest, latest = self._carried(
+                max(0, math.ceil((now - self.windows[-1][2]) / self.period[1]))
+            )
             if latest - earliest > most_uncertain:
                 return None
             return earliest, latest
+
+    def _carried(self, n: int) -> tuple[float, float]:
+        """(earliest, latest) instant of the publication `n` periods after the last one
+        seen (the caller holds the lock, with a timetable)."""
+        _, a_lo, a_hi = self.windows[-1]
+        p_lo, p_hi = self.period
+        return a_lo + n * p_lo, a_hi + n * p_hi
 
     def last_publication(self, before: float) -> tuple[float, float] | None:
         """(earliest, latest) instant of the last demand publication certainly made by
@@ -150,11 +156,10 @@ class GcsCadence:
             seen = self._seen if self._seen is not None and self._seen[1] <= before else None
             placed = None
             if self.windows and self.confirmed >= CONFIRMATIONS:
-                _, a_lo, a_hi = self.windows[-1]
-                p_lo, p_hi = self.period
-                n = math.floor((before - a_hi) / p_hi)
-                if n >= 0 and (a_hi + n * p_hi) - (a_lo + n * p_lo) <= MOST_UNCERTAIN_S:
-                    placed = (a_lo + n * p_lo, a_hi + n * p_hi)
+                n = math.floor((before - self.windows[-1][2]) / self.period[1])
+                window = self._carried(n)
+                if n >= 0 and window[1] - window[0] <= MOST_UNCERTAIN_S:
+                    placed = window
         known = [w for w in (seen, placed) if w is not None]
         return max(known) if known else None
 

@@ -22,6 +22,7 @@ from raysize.workflows.planner.landing import (
     GrownRoom,
     LaunchHold,
     grown_rooms,
+    landing_grows,
     taken_by_grows,
 )
 from raysize.workflows.planner.selectors import in_placement_group
@@ -75,8 +76,7 @@ class PlanContext:
         self.notes: list[str] = [bound_note] if bound_note else []
         # grows raysize asked for that are landing (`landing_grows`): no pod is launched for
         # demand until they have
-        self.hold = LaunchHold.of(snap, sorted(rooms))
-        self.hold.taken, self.hold.doubt = taken, doubt
+        self.hold = LaunchHold(landing_grows(snap), taken, doubt)
         self.new_serial = 0  # numbers the pods the plan launches ("<group>#new<i>")
         # groups' live worker counts, used for caps
         self.pods_by_group: dict[str, list[PodView]] = {g: [] for g in snap.groups}

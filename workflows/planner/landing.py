@@ -59,8 +59,9 @@ class Taken:
 def grown_rooms(
     snap: ClusterSnapshot, just_grown: GrownRoom | Sequence[str]
 ) -> dict[str, tuple[int, int]]:
-    """The room each just-grown running pod opened; a pod named without one (an older
-    memory) is taken at its whole size, the most its work can be."""
+    """The room each just-grown running pod opened; a pod named alone (by name, as
+    `scripts/planner_fingerprint.py` and older tests give them) is taken at its whole
+    size, the most its work can be."""
     pods = {p.name: p for p in snap.pods if p.phase == PodPhase.RUNNING}
     if isinstance(just_grown, Mapping):
         return {n: room for n, room in just_grown.items() if n in pods}
@@ -131,22 +132,15 @@ def taken_by_grows(
 @dataclass(slots=True)
 class LaunchHold:
     """The grows landing (`landing_grows`) that hold launches for demand back, and
-    whether they held one back; the grows just landed and the task demand they took
+    whether they held one back; the task demand the grows just landed took
     (`taken_by_grows`), which is not planned for."""
 
     landing: list[str]
-    just_grown: list[str]
     taken: list[Taken] = field(default_factory=list)
     # pod → room (millicores, bytes) its grow's work may have left already, beyond what
     # Ray reports free: it may not report it yet (`taken_by_grows`)
     doubt: dict[str, tuple[int, int]] = field(default_factory=dict)
     held_back: bool = False  # a launch for demand asked for room and got none
-
-    @classmethod
-    def of(cls, snap: ClusterSnapshot, just_grown: Sequence[str]) -> LaunchHold:
-        landing = landing_grows(snap)
-        running = {p.name for p in snap.pods if p.phase == PodPhase.RUNNING}
-        return cls(landing, sorted((set(just_grown) & running) - set(landing)))
 
     def holds(self) -> bool:
         """Does it hold a launch for demand back now? (Recorded for `note_what_waits`.)"""
