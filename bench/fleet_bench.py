@@ -55,6 +55,7 @@ from raysize.sandbox.kubelet import KubeletTiming
 from raysize.sandbox.localray import stop_group
 from raysize.sandbox.ray_standin import RayStandIn, StandInFleet
 from raysize.sandbox.store import Store
+from raysize.worker.settings import Settings
 
 GIB = 1024**3
 NAMESPACE = "default"
@@ -187,6 +188,11 @@ def worker_setting(text: str) -> tuple[str, str]:
     if not sep or not name or not value:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give NAME=VALUE, e.g. max_cached_workflows=500"
+        )
+    if name not in Settings.model_fields:
+        # the worker ignores RAYSIZE_* variables it does not know: a typo would be lost
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: {name!r} is no worker setting (see `raysize worker --help`)"
         )
     return name, value
 
