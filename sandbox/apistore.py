@@ -194,13 +194,14 @@ class ApiStore:
         written: Obj = self.http.call("PUT", _path("pods", namespace, name) + "/status", body)
         return written
 
-    def remove(self, resource: str, namespace: str, name: str) -> Obj:
-        """DELETE at once (grace 0): what the kubelet does once a pod's containers stopped."""
-        gone: Obj = self.http.call(
-            "DELETE",
-            _path(resource, namespace, name),
-            {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0},
-        )
+    def remove(self, resource: str, namespace: str, name: str, *, uid: str | None = None) -> Obj:
+        """DELETE at once (grace 0): what the kubelet does once a pod's containers stopped;
+        `uid`: only that object (`preconditions.uid`, as the kubelet's status manager
+        sends), never a successor of the same name."""
+        options: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0}
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        gone: Obj = self.http.call("DELETE", _path(resource, namespace, name), options)
         return gone
 
     # --- watch ---------------------------------------------------------------------------

@@ -65,7 +65,9 @@ class PodStore(Protocol):
         self, resource: str, namespace: str, name: str, mutate: Callable[[Obj], Obj]
     ) -> Obj: ...
 
-    def remove(self, resource: str, namespace: str, name: str) -> Obj: ...
+    def remove(
+        self, resource: str, namespace: str, name: str, *, uid: str | None = None
+    ) -> Obj: ...
 
     def watch(
         self,
@@ -816,8 +818,10 @@ class Kubelet:
     def _terminate(self, key: tuple[str, str], pod: Obj) -> None:
         self._forget(key, pod)
         if self.store.find("pods", *key) is not None:
+            # the pod it ran, by UID: a pod of the same name made since is not its to delete
+            # (409), as the kubelet's status manager deletes with a UID precondition
             with contextlib.suppress(ApiError):  # already gone: deleted twice is fine
-                self.store.remove("pods", *key)
+                self.store.remove("pods", *key, uid=pod["metadata"].get("uid"))
         self._schedule_pending()
         self._retry_deferred("pods_removed")
 

@@ -18,7 +18,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from raysize.sandbox.errors import already_exists, gone, invalid_object, not_found, required
+from raysize.sandbox.errors import (
+    already_exists,
+    conflict,
+    gone,
+    invalid_object,
+    not_found,
+    required,
+)
 
 Obj = dict[str, Any]
 WatchEvent = tuple[str, Obj]  # ("ADDED" | "MODIFIED" | "DELETED", object)
@@ -264,8 +271,11 @@ class Store:
         name: str,
         *,
         finalize: bool = True,
+        uid: str | None = None,
     ) -> Obj:
-        """Delete now: the object leaves the store, unless it has finalizers.
+        """Delete now: the object leaves the store, unless it has finalizers. `uid`: a
+        precondition, as a DELETE's `preconditions.uid` (409 if another object of the name
+        is there now: one deleted and then created again).
 
         An object with finalizers is only marked (`markAsDeleting`): deletionTimestamp now
         (or kept if earlier), deletionGracePeriodSeconds 0, generation bumped the first
@@ -277,6 +287,15 @@ class Store:
             entry = self._objects.get(resource, {}).get((namespace, name))
             if entry is None:
                 raise not_found(resource, name, _group_of(resource))
+            held = entry.obj["metadata"].get("uid")
+            if uid is not None and uid != held:
+                raise conflict(
+                    _kind_of(entry.obj),
+                    name,
+                    _group_of(resource),
+                    f"the UID in the precondition ({uid}) does not match the UID in record "
+                    f"({held}). The object might have been deleted and then recreated",
+                )
             if finalize and entry.obj["metadata"].get("finalizers"):
                 return self._mark_deleting(resource, namespace, name)
             del self._objects[resource][(namespace, name)]

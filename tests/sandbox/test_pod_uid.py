@@ -141,3 +141,20 @@ def test_the_saga_activities_take_a_replaced_pod_for_gone(kube, core, ns):
     )  # fmt: skip
     assert waited.state == ProgressState.POD_GONE  # type: ignore[attr-defined]
     assert unchanged(core, ns, new)
+
+
+def test_the_kubelet_finishing_an_old_pod_leaves_its_successor_of_the_same_name(
+    world_sandbox, core, ns
+):
+    """The test world's own kubelet, made to run late: it finishes the deletion of the
+    pod it saw (the old UID) after a new pod took the name. Deleting by name alone, it
+    took the new pod (a flake of the test above in the real world, under load); with
+    the UID as a precondition, as the kubelet's status manager sends, it leaves it."""
+    assert world_sandbox is not None, "needs the test world's own kubelet"
+    old = client.ApiClient().sanitize_for_serialization(
+        parked_pod(core, ns, pod_body("p", **BURSTABLE))
+    )
+    new = replace(core, ns, "p")
+    world_sandbox.kubelet._terminate((ns, "p"), old)
+    assert core.read_namespaced_pod("p", ns).metadata.uid == new.metadata.uid
+    assert unchanged(core, ns, new)
