@@ -6,6 +6,7 @@ it behind a threaded HTTP/1.1 server that the `kubernetes` client and `kubectl` 
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import queue
@@ -362,19 +363,34 @@ class Api:
         accept = self._filter(route, query)
         entries, rv = self.store.list_raw(r.name, route.namespace or None, accept)
         limit = int(query.get("limit") or 0)
-        start = int(query.get("continue") or 0)
         cont = ""
-        if start:
-            entries = entries[start:]
+        if query.get("continue"):
+            # the next page starts after the last key sent, as the real server's does, so a
+            # change in an earlier page shifts nothing; every page says the first one's
+            # resourceVersion, where a watch picks up what changed since
+            rv, after = _read_continue(query["continue"])
+            if self.store.compacted(int(rv)):
+                raise errors.gone(CONTINUE_EXPIRED)
+            entries = [e for e in entries if _key(e.obj) > after]
         if limit and len(entries) > limit:
             entries = entries[:limit]
-            cont = str(start + limit)
+            cont = _continue_token(rv, _key(entries[-1].obj))
         if _wants_table(headers):
             include = _include_object(query)
             return _json(200, tables.table(r, [e.obj for e in entries], rv, cont, include=include))
         meta = {"resourceVersion": rv}
         if cont:
             meta["continue"] = cont
+        if _wants_metadata(headers):
+            return _json(
+                200,
+                {
+                    "kind": "PartialObjectMetadataList",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": meta,
+                    "items": [tables.partial_metadata(e.obj) for e in entries],
+                },
+            )
         head = dumps({"kind": f"{r.kind}List", "apiVersion": r.api_version, "metadata": meta})[:-1]
         body = head + b',"items":[' + b",".join(e.bytes() for e in entries) + b"]}"
         return Response(200, body)
@@ -818,6 +834,41 @@ def _wants_table(headers: dict[str, str]) -> bool:
     accept = headers.get("accept", "")
     first = accept.split(",")[0]
     return "as=Table" in first
+
+
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You "
+    "can start a new list without the continue parameter."
+)
+
+
+def _key(obj: Obj) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _continue_token(rv: str, last: tuple[str, str]) -> str:
+    """Opaque to clients, as the real server's is: the list's revision and the last key
+    sent."""
+    body = json.dumps({"rv": rv, "after": list(last)}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(body.encode()).decode()
+
+
+def _read_continue(token: str) -> tuple[str, tuple[str, str]]:
+    try:
+        doc = json.loads(base64.urlsafe_b64decode(token.encode()))
+        rv, (ns, name) = str(int(doc["rv"])), doc["after"]
+        return rv, (str(ns), str(name))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise errors.bad_request(f"continue key is not valid: {exc}") from exc
+
+
+def _wants_metadata(headers: dict[str, str]) -> bool:
+    """A list asked for as meta.k8s.io's PartialObjectMetadataList (client-go's metadata
+    client). The real server also answers `as=PartialObjectMetadata` for one object; no
+    caller here asks that."""
+    first = headers.get("accept", "").split(",")[0]
+    return "as=PartialObjectMetadataList" in first
 
 
 # --- HTTP transport ------------------------------------------------------------------

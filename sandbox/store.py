@@ -155,6 +155,12 @@ class Store:
         items, rv = self.list_raw(resource, namespace, accept)
         return [e.obj for e in items], rv
 
+    def compacted(self, rv: int) -> bool:
+        """Whether revision `rv` is older than the history kept (a watch from it, or a list
+        continued from it, is answered 410 Gone)."""
+        with self.lock:
+            return rv < max(self._dropped, FIRST_REVISION)
+
     def list_raw(
         self,
         resource: str,

@@ -1256,6 +1256,27 @@ def test_list_limit_and_continue(core, ns):
     assert len(first.items) + len(rest.items) == 5
 
 
+def test_a_list_continued_after_a_change_misses_nothing(core, ns):
+    """Pages continue after the last object sent, so a pod of an earlier page deleted
+    between two pages shifts nothing (with an offset, the next page skipped one), and
+    every page says the first one's resourceVersion: a watch from it replays the rest.
+    A token that is not one of the server's is refused."""
+    for i in range(6):
+        core.create_namespaced_pod(ns, pod_body(f"p{i}", **BURSTABLE))
+    first = core.list_namespaced_pod(ns, limit=3)
+    assert [p.metadata.name for p in first.items] == ["p0", "p1", "p2"]
+    core.delete_namespaced_pod("p0", ns, grace_period_seconds=0)
+    core.create_namespaced_pod(ns, pod_body("p9", **BURSTABLE))
+    rest = core.list_namespaced_pod(ns, limit=10, _continue=first.metadata._continue)
+    names = [p.metadata.name for p in rest.items]
+    assert names[:3] == ["p3", "p4", "p5"]
+    assert rest.metadata.resource_version == first.metadata.resource_version
+    assert not rest.metadata._continue
+    with pytest.raises(ApiException) as exc:
+        core.list_namespaced_pod(ns, limit=2, _continue="not-a-token")
+    assert exc.value.status == 400
+
+
 def test_watch_sees_every_change_in_order_and_resumes(core, ns):
     start_rv = core.list_namespaced_pod(ns).metadata.resource_version
     seen: list[tuple[str, str]] = []
