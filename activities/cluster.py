@@ -435,7 +435,9 @@ class ClusterActivities:
         if mark is not None and self.pods.synced(inp.namespace):
             return True
         try:
-            _, now = await self._kube(self.kube.list_cluster_pods, inp.namespace, inp.cluster)
+            _, now = await self._kube(
+                self.kube.list_cluster_pod_metadata, inp.namespace, inp.cluster
+            )
         except KubeError:
             return False  # unknown: wait; the watch still wakes this wait, the tick ends it
         return now != inp.pods_version

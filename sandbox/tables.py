@@ -151,16 +151,21 @@ COLUMNS: dict[str, list[Column]] = {
 }
 
 
-def _row_object(obj: Obj, include: str) -> Obj | None:
-    if include == "None":
-        return None
-    if include == "Object":
-        return obj
+def partial_metadata(obj: Obj) -> Obj:
+    """An object as meta.k8s.io/v1 PartialObjectMetadata: its metadata only."""
     return {
         "kind": "PartialObjectMetadata",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": obj.get("metadata") or {},
     }
+
+
+def _row_object(obj: Obj, include: str) -> Obj | None:
+    if include == "None":
+        return None
+    if include == "Object":
+        return obj
+    return partial_metadata(obj)
 
 
 def table(

@@ -5,6 +5,7 @@ resourceVersion."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -145,3 +146,30 @@ def test_the_write_is_guarded_by_the_spec_generation(
     with pytest.raises(Conflict, match="spec changed since it was read"):
         kuberay.scale(ns, "rc", {"small": 1}, {}, generation=decided.generation)
     assert spec_of(co, ns)["replicas"] == 3
+
+
+def test_the_scale_reads_the_pods_metadata_only(
+    kube: client.ApiClient, ns: str, two_workers: tuple[Kube, dict[str, str]]
+) -> None:
+    """`Kube.scale` reads only names, UIDs, labels and deletions: asked as a
+    PartialObjectMetadataList, both servers send the pods' metadata and nothing of their
+    spec or status (5,000 whole KubeRay pods are about 200 MB of JSON), and it marks the
+    pods as the whole list does."""
+    kuberay, pods = two_workers
+    metas, mark = kuberay.list_cluster_pod_metadata(ns, "rc")
+    whole, whole_mark = kuberay.list_cluster_pods(ns, "rc")
+    assert {m["name"]: m["uid"] for m in metas if m["name"] in pods} == pods
+    assert sorted(m["name"] for m in metas) == sorted(p["metadata"]["name"] for p in whole)
+    assert mark == whole_mark
+    assert all(m["labels"]["ray.io/cluster"] == "rc" for m in metas)
+    raw = client.CoreV1Api(kube).list_namespaced_pod(
+        ns,
+        label_selector="ray.io/cluster=rc",
+        _headers={"Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"},
+        _preload_content=False,
+    )
+    doc = json.loads(raw.data)
+    assert (doc["kind"], doc["apiVersion"]) == ("PartialObjectMetadataList", "meta.k8s.io/v1")
+    assert doc["metadata"]["resourceVersion"]
+    assert {item["kind"] for item in doc["items"]} == {"PartialObjectMetadata"}
+    assert all(set(item) == {"kind", "apiVersion", "metadata"} for item in doc["items"])
