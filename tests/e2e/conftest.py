@@ -244,6 +244,25 @@ class Stack:
         # minute to start a node once
         return await eventually(ready, 180)  # type: ignore[no-any-return]
 
+    async def raylet_joined(self, name: str) -> str:
+        """The first worker pod whose Raylet registered with the GCS, alive or since gone.
+        For a cluster whose idle timeout is a few seconds, raysize may drain that worker
+        before the test looks: `running_workers` would then wait for a Raylet that is
+        already dead, on a pod that is removed (the churn test once failed so, at load 6)."""
+        gcs = await self.gcs_address(name)
+        groups = {g["groupName"] for g in self.raycluster(name)["spec"]["workerGroupSpecs"]}
+
+        def joined() -> str | None:
+            try:
+                with RayGcsClient(gcs, timeout=2) as ray:
+                    nodes = ray.cluster_state().nodes
+            except RayError:
+                return None
+            # Ray names a KubeRay node's type after its group; a drained node stays listed
+            return next((n.pod for n in nodes if n.group in groups), None)
+
+        return await eventually(joined, 180)  # type: ignore[no-any-return]
+
 
 async def eventually(check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:
     end = time.monotonic() + timeout

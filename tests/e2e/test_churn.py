@@ -191,7 +191,7 @@ async def test_churn_kills_no_task_and_removes_only_what_raysize_named(
     try:
         stack.create(ippr_cluster(name, idle_timeout_s=IDLE_TIMEOUT_S))
         gcs = await stack.gcs_address(name)
-        await stack.running_workers(name)
+        await stack.raylet_joined(name)  # it may be drained at once: idle for 2 s
         with Watcher(stack, name).running() as seen:
             summary = await run_waves(stack, name, gcs, WAVES)
             removed = await check_the_cluster(stack, name, seen, summary)
@@ -222,11 +222,14 @@ async def test_churn_with_failing_writes_and_a_worker_killed_after_a_drain(
     log = tmp_path / "worker.log"
     worker = start_worker(env, log)
     try:
-        stack.create(ippr_cluster(name, idle_timeout_s=IDLE_TIMEOUT_S))
-        gcs = await stack.gcs_address(name)
-        await stack.running_workers(name)
+        # refused from the start: the first worker is drained 2 s after its Raylet joins,
+        # which can come before the test has seen it join (it once did, at load 6), and
+        # its removal must be refused. Only the worker's requests pass the fault proxy.
         refuse = FaultRule(verb="patch", resource="rayclusters", error_rate=1.0, codes=(500,))
         stack.sandbox.faults.add(refuse)
+        stack.create(ippr_cluster(name, idle_timeout_s=IDLE_TIMEOUT_S))
+        gcs = await stack.gcs_address(name)
+        await stack.raylet_joined(name)
         with Watcher(stack, name).running() as seen:
             stranded = await eventually(lambda: drained_not_removed(stack, name, gcs), 90)
             await eventually(lambda: refuse.injected > 0, 30)  # its write was refused

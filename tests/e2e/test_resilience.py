@@ -77,7 +77,7 @@ async def test_idle_grown_pod_shrinks_back_raylet_first_then_goes(any_stack: Sta
     idle = stack.unique("idle")
     stack.create(ippr_cluster(idle, idle_timeout_s=3))
     gcs = await stack.gcs_address(idle)
-    await stack.running_workers(idle)
+    await stack.raylet_joined(idle)  # it may be removed at once: idle for 3 s
     out = await run_driver(stack, idle, gcs, "2")
     assert out[0].startswith("ran with 2 CPU")
     # the pod that grew for the task: the first worker, unless it sat idle for 3 s before
