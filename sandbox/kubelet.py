@@ -299,6 +299,9 @@ class Kubelet:
         # the queue of resizes to retry (podsWithPendingResizes) and, for its order, when
         # each pod's PodResizePending condition appeared (the kubelet's in-memory time)
         self._deferred: set[tuple[str, str]] = set()
+        # pods allocated a resize not yet actuated: what the periodic sync looks at (it
+        # read every pod, one GET each in the real world: 5,000 a pass, longer than a pass)
+        self._to_actuate: set[tuple[str, str]] = set()
         self._pending_since: dict[tuple[str, str], float] = {}
         self._in_retry = False
         # status changes being collected for one write: (pod key, changes)
@@ -439,7 +442,8 @@ class Kubelet:
                 self._deferred.add(key)
             self._retry_deferred("pod_updated")
             self._sync_observed_generation(key)
-        self._maybe_actuate(key)
+            pod = None  # written since it was read
+        self._maybe_actuate(key, pod)
 
     def _sync_observed_generation(self, key: tuple[str, str]) -> None:
         """The kubelet reports the generation it synced (KEP-5067), resize or not."""
@@ -833,6 +837,7 @@ class Kubelet:
             self._stop_runtime(pod)
         self._track(key, None)
         self._unqueue(key)
+        self._to_actuate.discard(key)
         return state is not None
 
     def _unqueue(self, key: tuple[str, str]) -> None:
@@ -925,6 +930,7 @@ class Kubelet:
         self._pending_since.pop(key, None)
         state.pending_reported = None
         state.allocated = desired
+        self._to_actuate.add(key)
         self._track(key, state)
         state.last_error = ""
 
@@ -1010,16 +1016,28 @@ class Kubelet:
 
     def _sync_ticker(self) -> None:
         try:
-            for key in list(self._pods):
-                self._safely(functools.partial(self._maybe_actuate, key))
+            self._sync_pass()
         finally:
             self._after(self.timing.sync_interval_s, self._sync_ticker)
 
+    def _sync_pass(self) -> None:
+        """The periodic pod sync's part here: actuation retried (a stalled or failed one),
+        for the pods allocated a resize not yet actuated only."""
+        for key in sorted(self._to_actuate):
+            self._safely(functools.partial(self._maybe_actuate, key))
+
     # --- resize: actuation ------------------------------------------------------------------
-    def _maybe_actuate(self, key: tuple[str, str]) -> None:
+    def _maybe_actuate(self, key: tuple[str, str], pod: Obj | None = None) -> None:
+        """Actuate the pod's allocated resize if it is due (`pod`: as just read)."""
         state = self._pods.get(key)
-        pod = self.store.find("pods", *key)
-        if state is None or pod is None or not state.started or state.finished:
+        if state is None or state.finished:
+            self._to_actuate.discard(key)
+            return
+        if key not in self._to_actuate:
+            return  # nothing allocated since the last actuation
+        if pod is None:
+            pod = self.store.find("pods", *key)
+        if pod is None or not state.started:
             return
         if state.actuate_at is not None and time.monotonic() < state.actuate_at:
             return
@@ -1032,6 +1050,7 @@ class Kubelet:
         if actual == state.allocated:
             if _condition(pod, IN_PROGRESS) is not None:
                 self._write_status(key, lambda p: _remove_condition(p, IN_PROGRESS))
+            self._to_actuate.discard(key)
             return
         generation = int(pod["metadata"].get("generation", 1))
         failures = []
@@ -1104,6 +1123,7 @@ class Kubelet:
             return p
 
         self._write_status(key, done)
+        self._to_actuate.discard(key)
         self._event(
             pod,
             "Normal",

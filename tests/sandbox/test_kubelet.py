@@ -315,3 +315,62 @@ def test_pod_ips_stay_valid_and_distinct_past_the_256th_pod():
     assert all(ipaddress.ip_address(ip).version == 4 for ip in ips)
     assert len(set(ips)) == len(ips)
     assert cluster_ip(3, 17) == "10.244.3.17"  # a small cluster's pods as before
+
+
+class CountedReads:
+    """The kubelet's store, its pod reads counted."""
+
+    def __init__(self, store: object) -> None:
+        self.store, self.reads = store, 0
+
+    def find(self, resource: str, namespace: str, name: str):
+        self.reads += resource == "pods"
+        return self.store.find(resource, namespace, name)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+
+def test_the_periodic_sync_reads_only_pods_with_a_resize_to_actuate(make_sandbox, tmp_path):
+    """The periodic sync retries actuation. It reads the pods allocated a resize that is
+    not actuated yet, not every pod: it read each (one GET in the real world), and at
+    5,000 pods a pass outlasted its 10 s interval, so the kubelet handled nothing else and
+    resizes timed out (bench.scale_bench). A stalled one is still actuated by a pass."""
+    sb = make_sandbox(
+        node_specs=[NodeSpec("stuck", 4000, 16 * GI, stalls_actuation=True)],
+        timing=KubeletTiming(actuation_delay_s=0.0, sync_interval_s=3600),
+    )
+    core = client.CoreV1Api(client_for(sb, tmp_path))
+    for i in range(5):
+        core.create_namespaced_pod("default", cpu_pod(f"p{i}", "500m"))
+    for i in range(5):
+        running(core, f"p{i}")
+    kubelet = sb.kubelet
+    counted = CountedReads(kubelet.store)
+
+    def sync_pass() -> int:
+        done = threading.Event()
+
+        def run() -> None:
+            kubelet.store = counted
+            before = counted.reads
+            try:
+                kubelet._sync_pass()
+            finally:
+                kubelet.store = counted.store
+                counted.last = counted.reads - before  # type: ignore[attr-defined]
+                done.set()
+
+        kubelet.call(run)  # on the kubelet's thread, where its state lives
+        assert done.wait(10)
+        return counted.last  # type: ignore[attr-defined]
+
+    assert sync_pass() == 0  # five running pods, no resize: nothing to read
+    set_cpu(core, "p0", "1")
+    wait_for(lambda: (c := cond(core, "p0", "PodResizeInProgress")) is not None and c)
+    assert actual_cpu(core, "p0") == "500m"  # allocated; the runtime stalls
+    assert sync_pass() == 1  # only the pod with a resize to actuate
+    kubelet.call(lambda: kubelet.nodes.update(stuck=NodeSpec("stuck", 4000, 16 * GI)))
+    assert sync_pass() == 1
+    wait_for(lambda: actual_cpu(core, "p0") == "1")  # the pass actuated it
+    assert sync_pass() == 0
