@@ -8,10 +8,12 @@ pods. The calls are `activities/k8s.py`'s; the activities `activities/k8s_activi
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -54,12 +56,16 @@ class ContainerSize(Value):
     def of(cls, resources: Obj | None) -> ContainerSize:
         res = resources or {}
         req, lim = res.get("requests") or {}, res.get("limits") or {}
-        return cls(
-            cpu_request=quantity_to_units(req.get("cpu", 0), CPU),
-            cpu_limit=quantity_to_units(lim.get("cpu", 0), CPU),
-            memory_request=quantity_to_units(req.get("memory", 0), MEMORY),
-            memory_limit=quantity_to_units(lim.get("memory", 0), MEMORY),
+        quantities = (
+            req.get("cpu", 0),
+            lim.get("cpu", 0),
+            req.get("memory", 0),
+            lim.get("memory", 0),
         )
+        try:
+            return _container_size(*quantities)
+        except TypeError:  # a quantity that cannot be a key (a list): the error says which
+            return _container_size.__wrapped__(*quantities)
 
     @property
     def cpu(self) -> int:
@@ -235,6 +241,24 @@ def _condition(pod: Obj, ctype: str) -> Obj | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _container_size(
+    cpu_request: object, cpu_limit: object, memory_request: object, memory_limit: object
+) -> ContainerSize:
+    """Of the few sizes a cluster's pods have, each parsed once: an observe reads every
+    pod (5,000 pods' quantities took 0.2 s of each tick)."""
+    return ContainerSize(
+        cpu_request=quantity_to_units(cpu_request, CPU),
+        cpu_limit=quantity_to_units(cpu_limit, CPU),
+        memory_request=quantity_to_units(memory_request, MEMORY),
+        memory_limit=quantity_to_units(memory_limit, MEMORY),
+    )
+
+
+# `ray.io/ippr-status` as read, by its text: the same pod's annotation is read each tick
+_ippr_status = functools.lru_cache(maxsize=16384)(IpprStatus.from_annotation)
+
+
 def _container_sizes(pod: Obj) -> tuple[ContainerSize, ContainerSize | None]:
     """(spec size, actual size from status.resources or None) of the Ray container."""
     containers = (pod.get("spec") or {}).get("containers") or []
@@ -267,10 +291,51 @@ def resize_state(pod: Obj) -> KubeletResizeState | None:
     return None
 
 
+# PodViews of pods with no resize in flight, by (uid, resourceVersion), with the instants
+# their ages count from (start, last failure): a version of a pod reads the same every
+# tick but for those ages (with a resize in flight, its age too: not kept)
+_views: OrderedDict[tuple[str, str], tuple[PodView, float | None, float | None]] = OrderedDict()
+_VIEWS_KEPT = 16384
+_views_lock = threading.Lock()
+
+
 def pod_view(pod: Obj, now: float | None = None) -> PodView:
+    """What the planner sees of a pod (or of its record, `compact_pod`). An observe reads
+    every pod each tick: a pod seen before in the same version is not read again, only
+    its ages are brought to `now` (at 5,000 pods the views took 0.3 s of each tick)."""
+    meta = pod["metadata"]
+    at = time.time() if now is None else now
+    key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
+    if key[0] and key[1]:
+        with _views_lock:
+            kept = _views.get(key)
+            if kept is not None:
+                _views.move_to_end(key)
+        if kept is not None:
+            view, started, failed = kept
+            return view.model_copy(
+                update={
+                    "running_s": max(0.0, at - started) if started is not None else 0.0,
+                    "failed_age_s": max(0.0, at - failed) if failed is not None else 0.0,
+                }
+            )
+    view = _pod_view(pod, at)
+    if key[0] and key[1] and view.resize is None:
+        started = _started_at(pod) if view.phase == PodPhase.RUNNING else None
+        failed = _ippr_status(
+            (meta.get("annotations") or {}).get(IPPR_STATUS_ANNOTATION)
+        ).last_failed_at
+        with _views_lock:
+            _views[key] = (view, started, failed)
+            if len(_views) > _VIEWS_KEPT:
+                _views.popitem(last=False)
+    return view
+
+
+def _pod_view(pod: Obj, now: float) -> PodView:
     meta = pod["metadata"]
     labels = meta.get("labels") or {}
-    status = IpprStatus.from_annotation((meta.get("annotations") or {}).get(IPPR_STATUS_ANNOTATION))
+    status = _ippr_status((meta.get("annotations") or {}).get(IPPR_STATUS_ANNOTATION))
     spec, actual = _container_sizes(pod)
     current = actual or spec
     state = resize_state(pod)
@@ -278,11 +343,7 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
     if state is None and (spec.cpu, spec.memory) != (current.cpu, current.memory):
         state = KubeletResizeState.IN_PROGRESS  # asked, and the kubelet has not reported yet
     if state is not None:
-        asked = (
-            max(0.0, (time.time() if now is None else now) - status.resizing_at)
-            if status.resizing_at is not None
-            else None
-        )
+        asked = max(0.0, now - status.resizing_at) if status.resizing_at is not None else None
         resize = PodResize(cpu=spec.cpu, memory=spec.memory, state=state, asked_s=asked)
     running = (pod.get("status") or {}).get("phase") == "Running" and not meta.get(
         "deletionTimestamp"
@@ -299,23 +360,28 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
         suggested_max_cpu=status.suggested_max_cpu,
         suggested_max_memory=status.suggested_max_memory,
         failed=status.last_failed_at is not None,
-        failed_age_s=max(0.0, (time.time() if now is None else now) - status.last_failed_at)
+        failed_age_s=max(0.0, now - status.last_failed_at)
         if status.last_failed_at is not None
         else 0.0,
-        running_s=_running_s(pod, time.time() if now is None else now) if running else 0.0,
+        running_s=_running_s(pod, now) if running else 0.0,
     )
+
+
+def _started_at(pod: Obj) -> float | None:
+    """The pod's status.startTime as an instant (None when it has none, or unreadable)."""
+    started = (pod.get("status") or {}).get("startTime")
+    if not isinstance(started, str):
+        return None
+    try:
+        return datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def _running_s(pod: Obj, now: float) -> float:
     """Seconds since the pod's status.startTime (0 when it has none)."""
-    started = (pod.get("status") or {}).get("startTime")
-    if not isinstance(started, str):
-        return 0.0
-    try:
-        at = datetime.fromisoformat(started.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-    return max(0.0, now - at)
+    at = _started_at(pod)
+    return 0.0 if at is None else max(0.0, now - at)
 
 
 def progress_of(pod: Obj, cpu: int, memory: int, generation: int) -> ResizeProgress:
