@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 
+from raysize.sandbox import ports
 from raysize.sandbox.ports import _ephemeral_low, free_port
 
 
@@ -14,3 +15,18 @@ def test_free_ports_are_free_and_below_the_ephemeral_range() -> None:
     assert all(1024 < p < _ephemeral_low() for p in ports)
     with socket.socket() as s:
         s.bind(("127.0.0.1", ports.pop()))
+
+
+def test_a_port_handed_out_lately_is_not_handed_out_again(monkeypatch) -> None:
+    """Until its server binds it, a port handed out is still free: the next call must not
+    give it again (Ray refused a `ray start` whose two agents were given one port)."""
+    picks = iter([24286, 24286, 24286, 24287])
+
+    class Picks:
+        def randint(self, low: int, high: int) -> int:
+            return next(picks)
+
+    monkeypatch.setattr(ports.random, "SystemRandom", Picks)
+    monkeypatch.setattr(ports, "_given", ports.deque())
+    monkeypatch.setattr(ports, "_given_set", set())
+    assert [free_port(), free_port()] == [24286, 24287]
