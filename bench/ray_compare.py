@@ -745,14 +745,12 @@ def shape_name(text: str) -> str:
 
     if text not in SHAPES:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a generated shape; use one of {', '.join(SHAPES)} "
-            "(default: default)"
+            f"{text!r} is not a generated shape; use one of {', '.join(SHAPES)} (default: default)"
         )
     return text
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    stop_on_sigterm()
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -797,6 +795,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"--shape {args.shape} shapes generated scenarios: give --sizes too "
             "(e.g. --sizes 200x5), or leave --shape out with --scenario"
         )
+    stop_on_sigterm()
     sizes = args.sizes if args.sizes is not None else ([] if args.scenario else DEFAULT_RUNS)
     cache = RayCache(None if args.no_cache else RayCache.default_root())
 
