@@ -26,10 +26,10 @@ from bench.ray_compare import (
     comparable,
     compare,
     describe,
+    main,
     only_what_ray_placed,
     over_maximum,
     run_ours,
-    main,
     runs,
     shape_name,
     table_row,
@@ -611,3 +611,31 @@ def test_a_shape_not_known_is_refused_naming_the_option(capsys):
     assert "--shape wide shapes generated scenarios: give --sizes too" in capsys.readouterr().err
     with pytest.raises(ValueError, match="shape 'huge' is not one of default, wide"):
         generate_shape("huge", 10, 100)
+
+
+def wide_mini(demands: list[dict[str, Any]]) -> dict[str, Any]:
+    """The wide shape in small: small and medium groups that grow in place, a fixed
+    32-CPU group, a fixed GPU group; no pods but the head."""
+    full = generate_wide(20, 0, 1)
+    groups = {n: full["groups"][n] for n in ("small", "medium", "large", "gpu-a10")}
+    return {**seed([], []), "groups": groups, "demands": demands}
+
+
+@pytest.mark.parametrize(
+    "demands",
+    [
+        # the last 24 CPUs of work: Ray buys a medium and two small pods, not a large one
+        [{"shape": {"CPU": 1}, "count": 24}],
+        # CPU work beside a GPU task: Ray puts it on the GPU pod it launches for the task
+        [{"shape": {"CPU": 1}, "count": 4}, {"shape": {"CPU": 4, "GPU": 1}, "count": 1}],
+    ],
+    ids=["tail", "gpu-spare"],
+)
+def test_the_wide_shape_in_small_costs_ours_no_more_than_ray(ray, demands):
+    doc = wide_mini(demands)
+    ours, theirs = both(ray, doc)
+    snap = load_scenario(doc)
+    assert ours.launched == theirs.launched
+    assert_ours_no_worse(ours, theirs)
+    mine, rays = added(snap, ours), added(snap, theirs)
+    assert mine.cpu <= rays.cpu and mine.memory <= rays.memory

@@ -506,6 +506,21 @@ def test_cpu_tasks_fill_the_spare_room_of_a_gpu_pod_the_plan_launches() -> None:
     assert p.launch_by_group == {"medium": 1}
 
 
+def test_a_big_fixed_pod_is_launched_only_for_work_that_fills_most_of_it() -> None:
+    # 24 × 1 CPU: a 32-CPU pod would sit a quarter idle; Ray launches a medium pod (16 at
+    # its maximum) and two small ones (4 each): 24 CPU, where one large pod adds 32
+    # (before: one large pod, 8 CPU more than Ray)
+    groups = [group("small", max_cpu=4), *WIDE[:2]]
+    p = plan(snapshot(groups, [], [(res(1), 24)]))
+    assert p.launch_by_group == {"medium": 1, "small": 2} and p.infeasible.demands == 0
+    # 30 × 1 CPU fill most of one large pod: one pod, not a medium and four small ones
+    p = plan(snapshot(groups, [], [(res(1), 30)]))
+    assert p.launch_by_group == {"large": 1}
+    # 64 × 1 CPU: two full large pods, never four medium ones
+    p = plan(snapshot(groups, [], [(res(1), 64)]))
+    assert p.launch_by_group == {"large": 2}
+
+
 def test_gpu_work_has_the_first_pick_of_a_running_gpu_pods_room() -> None:
     # 2 free CPUs on the GPU pod: the GPU task takes them, the CPU tasks launch a CPU pod;
     # without the GPU task the CPU tasks use the GPU pod's spare CPUs (as Ray does)
