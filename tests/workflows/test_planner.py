@@ -507,12 +507,12 @@ def test_cpu_tasks_fill_the_spare_room_of_a_gpu_pod_the_plan_launches() -> None:
 
 
 def test_a_big_fixed_pod_is_launched_only_for_work_that_fills_most_of_it() -> None:
-    # 24 × 1 CPU: a 32-CPU pod would sit a quarter idle; Ray launches a medium pod (16 at
-    # its maximum) and two small ones (4 each): 24 CPU, where one large pod adds 32
-    # (before: one large pod, 8 CPU more than Ray)
+    # 24 × 1 CPU: a fixed 32-CPU pod would sit a quarter idle. Ray launches a medium pod
+    # (16 at its maximum) and two small ones (4 each): 24 CPU; ours two medium pods that
+    # grow to 16 and 8 CPU: 24 CPU on one pod fewer (before: one large pod, 32 CPU)
     groups = [group("small", max_cpu=4), *WIDE[:2]]
     p = plan(snapshot(groups, [], [(res(1), 24)]))
-    assert p.launch_by_group == {"medium": 1, "small": 2} and p.infeasible.demands == 0
+    assert p.launch_by_group == {"medium": 2} and p.infeasible.demands == 0
     # 30 × 1 CPU fill most of one large pod: one pod, not a medium and four small ones
     p = plan(snapshot(groups, [], [(res(1), 30)]))
     assert p.launch_by_group == {"large": 1}

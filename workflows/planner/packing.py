@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from raysize.workflows.model import GroupSpec
+from raysize.workflows.model import GroupSpec, ResizePolicy
 from raysize.workflows.planner.bins import Bin, fit, new_bins, take
 from raysize.workflows.planner.context import PlanContext
 from raysize.workflows.planner.gpu_stages import GpuGate
@@ -127,18 +127,32 @@ def _best_fill(
             1 for i, v in enumerate(cap) if v and i not in wanted and i not in (ix.cpu_i, ix.mem_i)
         )
         template = sum(v / ix.ref[i] for i, v in enumerate(ix.vec(g.resources)))
-        # How full the new pod would be, weighted by its size: Σ size · utilisation³ over
-        # its resources (the terms of Ray's utilisation score). Taking the pod that holds
-        # the most (`volume`) first bought a 32-CPU pod for the last 24 CPUs of work,
-        # where Ray buys a 16-CPU pod and two of 4 (issue #29): a big pod wins only when
-        # the work fills most of it (at 32 vs 16 CPU: 80 %), else the smaller pod that
-        # it fills. Among pods as full, the one that holds the most.
-        full: float = sum(
-            (c / ix.ref[i]) * ((c - f) / c) ** 3
-            for i, (c, f) in enumerate(zip(cap, free, strict=True))
-            if c
-        )
+        full = _fullness(ctx, g, cap, free)
         score = (unneeded, -full, -volume, template, g.name)
         if best is None or score < best[0]:
             best = (score, g, fill, room)
     return (best[1], best[2], best[3]) if best else None
+
+
+def _fullness(ctx: PlanContext, g: GroupSpec, cap: list[int], free: list[int]) -> float:
+    """How full a new pod of `g` would be with `cap - free` on it, weighted by its size:
+    Σ size · utilisation³ over its resources (the terms of Ray's utilisation score), the
+    size being what the pod is bought at: a fixed group's whole pod; for a group that
+    grows in place, its template grown to what is placed (its IPPR maximum under the
+    `max` policy). Taking the pod that holds the most first bought a 32-CPU pod of a
+    fixed group for the last 24 CPUs of work, where Ray buys a 16-CPU and two 4-CPU pods
+    that grow in place (issue #29): a fixed pod wins only when the work fills most of it
+    (at 32 vs 16 CPU: 80 %); else a pod that it fills."""
+    ix = ctx.index
+    template = ix.vec(g.resources)
+    right_size = g.ippr is not None and ctx.settings.resize_policy != ResizePolicy.MAX
+    full = 0.0
+    for i, c in enumerate(cap):
+        used = c - free[i]
+        if not c or not used:
+            continue
+        size = c
+        if right_size and i in (ix.cpu_i, ix.mem_i):
+            size = max(template[i], used)
+        full += (size / ix.ref[i]) * (used / size) ** 3
+    return full
