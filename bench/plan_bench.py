@@ -141,6 +141,162 @@ def generate(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
     }
 
 
+# The shapes `generate_shape` (and `python -m bench.ray_compare --shape`) knows.
+SHAPES = ("default", "wide")
+
+
+def generate_shape(shape: str, pods: int, units: int, seed: int = 7) -> dict[str, Any]:
+    """A generated scenario of the named shape (`SHAPES`): `default` is `generate`,
+    `wide` is `generate_wide`."""
+    if shape == "default":
+        return generate(pods, units, seed)
+    if shape == "wide":
+        return generate_wide(pods, units, seed)
+    raise ValueError(f"shape {shape!r} is not one of {', '.join(SHAPES)}")
+
+
+def generate_wide(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
+    """Six groups, as a user's large cluster (issue #29, item 3): small and medium CPU
+    groups that grow in place (IPPR, 1 → 4 and 4 → 16 CPU), a *fixed-size* large group of
+    32 CPU beside them, a fixed highmem group (16 CPU, 256 GiB) and two GPU groups
+    (8 CPU + 1 GPU, 32 CPU + 4 GPU, no IPPR). Demand is weighted to medium and large
+    tasks (2-16 CPU), a few highmem ones, GPU work of 1 and 2 GPUs (some for one
+    accelerator by label), placement groups of 16 and 32 CPU, a GPU gang, and
+    `request_resources`. Deterministic by seed; `generate`'s shape is unchanged."""
+    rng = random.Random(seed)
+    groups: dict[str, dict[str, Any]] = {
+        "small": {
+            "resources": {"CPU": 1, "memory": 2 * GIB},
+            "min_workers": 0,
+            "max_workers": pods,
+            "labels": {"ray.io/node-group": "small", "zone": "a"},
+            "ippr": {"max_cpu": 4, "max_memory": 8 * GIB, "resize_timeout_s": 60},
+        },
+        "medium": {
+            "resources": {"CPU": 4, "memory": 16 * GIB},
+            "min_workers": 0,
+            "max_workers": pods,
+            "labels": {"ray.io/node-group": "medium", "zone": "b"},
+            "ippr": {"max_cpu": 16, "max_memory": 64 * GIB, "resize_timeout_s": 60},
+        },
+        "large": {
+            "resources": {"CPU": 32, "memory": 128 * GIB},
+            "min_workers": 0,
+            "max_workers": pods,
+            "labels": {"ray.io/node-group": "large", "zone": "b"},
+            "ippr": None,
+        },
+        "highmem": {
+            "resources": {"CPU": 16, "memory": 256 * GIB},
+            "min_workers": 0,
+            "max_workers": max(1, pods // 10),
+            "labels": {"ray.io/node-group": "highmem", "zone": "c"},
+            "ippr": None,
+        },
+        "gpu-a10": {
+            "resources": {"CPU": 8, "memory": 32 * GIB, "GPU": 1},
+            "min_workers": 0,
+            "max_workers": max(1, pods // 10),
+            "labels": {"ray.io/node-group": "gpu-a10", "accel": "a10"},
+            "ippr": None,
+        },
+        "gpu-a100": {
+            "resources": {"CPU": 32, "memory": 256 * GIB, "GPU": 4},
+            "min_workers": 0,
+            "max_workers": max(1, pods // 20),
+            "labels": {"ray.io/node-group": "gpu-a100", "accel": "a100"},
+            "ippr": None,
+        },
+    }
+    pod_list: list[dict[str, Any]] = [
+        {
+            "name": "c-head",
+            "group": "headgroup",
+            "phase": "running",
+            "raylet_id": "00" * 28,
+            "total": {"CPU": 0, "memory": 4 * GIB},
+            "available": {"CPU": 0, "memory": 4 * GIB},
+            "idle_s": 0,
+        }
+    ]
+    names = list(groups)
+    for i in range(pods):
+        g = rng.choices(names, weights=[30, 30, 20, 6, 8, 6])[0]
+        spec = groups[g]
+        res = dict(spec["resources"])
+        pending = rng.random() < 0.05
+        busy = rng.random() < 0.75
+        total = dict(res)
+        if spec["ippr"] is not None and not pending and rng.random() < 0.25:
+            total["CPU"] = res["CPU"] * 2
+            total["memory"] = res["memory"] * 2
+        avail = {k: (0 if busy and k in ("CPU", "GPU") else v) for k, v in total.items()}
+        if busy and rng.random() < 0.4:
+            avail["CPU"] = total["CPU"] / 4
+        pod: dict[str, Any] = {
+            "name": f"c-{g}-{i:05d}",
+            "group": g,
+            "phase": "pending" if pending else "running",
+            "raylet_id": None if pending else f"{i:056x}",
+            "total": total,
+            "available": avail,
+            "idle_s": 0 if busy else rng.choice([5, 30, 120, 600]),
+            "resize": None,
+        }
+        pod_list.append(pod)
+    shapes = [
+        ({"CPU": 0.5}, {}),
+        ({"CPU": 1}, {}),
+        ({"CPU": 1, "memory": 4 * GIB}, {}),
+        ({"CPU": 2}, {}),
+        ({"CPU": 2, "memory": 8 * GIB}, {}),
+        ({"CPU": 4}, {}),
+        ({"CPU": 4, "memory": 16 * GIB}, {}),
+        ({"CPU": 6}, {}),
+        ({"CPU": 8}, {}),
+        ({"CPU": 8, "memory": 32 * GIB}, {}),
+        ({"CPU": 12}, {}),
+        ({"CPU": 16}, {}),
+        ({"CPU": 4}, {"zone": "b"}),
+        ({"CPU": 2, "memory": 64 * GIB}, {}),
+        ({"CPU": 8, "memory": 128 * GIB}, {}),
+        ({"CPU": 1, "GPU": 1}, {}),
+        ({"CPU": 4, "memory": 16 * GIB, "GPU": 1}, {"accel": "a10"}),
+        ({"CPU": 8, "GPU": 2}, {}),
+    ]
+    weights = [20, 30, 10, 15, 6, 6, 3, 2, 2, 1, 1, 1, 3, 1, 0.5, 2, 1, 0.5]
+    counts = [0] * len(shapes)
+    for _ in range(units):
+        counts[rng.choices(range(len(shapes)), weights=weights)[0]] += 1
+    demands = [
+        {"shape": s, "count": c, "label_selector": sel}
+        for (s, sel), c in zip(shapes, counts, strict=True)
+        if c
+    ]
+    gangs = [
+        {"bundles": [{"CPU": 4}] * 4, "strategy": "PACK", "count": max(1, pods // 100)},
+        {"bundles": [{"CPU": 8}] * 4, "strategy": "STRICT_PACK", "count": max(1, pods // 200)},
+        {"bundles": [{"CPU": 2}] * 3, "strategy": "STRICT_SPREAD", "count": max(1, pods // 200)},
+        {
+            "bundles": [{"CPU": 4, "GPU": 1}] * 2,
+            "strategy": "STRICT_SPREAD",
+            "count": max(1, pods // 200),
+        },
+    ]
+    constraints = [{"shape": {"CPU": 4}, "count": pods // 4}] if pods >= 4 else []
+    return {
+        "version": 1,
+        "name": f"wide-{pods}-{units}",
+        "max_workers": pods * 2,
+        "idle_timeout_s": 60,
+        "groups": groups,
+        "pods": pod_list,
+        "demands": demands,
+        "gangs": gangs,
+        "constraints": constraints,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="plans per size (median shown)")

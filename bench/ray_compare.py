@@ -4,9 +4,12 @@
     python -m bench.ray_compare --sizes 200x10           # only the 200-pod seeds (~3 min)
     python -m bench.ray_compare --sizes 200x3,5000x1 --ray-timeout 1800
     python -m bench.ray_compare --scenario bench/examples/small.json --repeat 5
+    python -m bench.ray_compare --shape wide --sizes 200x5  # six groups, fixed and growable
 
 Generated scenarios are `bench.plan_bench.generate(pods, 10 × pods, seed)` for seeds
-1, 2, … (`PODSxSEEDS`). For each scenario it prints one line per planner (median wall time
+1, 2, … (`PODSxSEEDS`); with `--shape wide`, `bench.plan_bench.generate_wide`: small and
+medium groups that grow in place beside a fixed-size 32-CPU group, a highmem group and
+two GPU groups (issue #29). For each scenario it prints one line per planner (median wall time
 per plan, demand units, gangs and `request_resources` bundles placed and left, pods
 launched, resizes, terminations), then one line of figures and a verdict; at the end a
 Markdown table of every scenario (the one in the README).
@@ -736,8 +739,18 @@ def runs(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def shape_name(text: str) -> str:
+    """`--shape`: one of `bench.plan_bench.SHAPES`."""
+    from bench.plan_bench import SHAPES
+
+    if text not in SHAPES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a generated shape; use one of {', '.join(SHAPES)} (default: default)"
+        )
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    stop_on_sigterm()
     parser = argparse.ArgumentParser(
         description=(__doc__ or "").splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -748,6 +761,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=None,
         help="generated scenarios as PODSxSEEDS, comma-separated (default 200x10,2000x2 "
         "unless --scenario is given); seeds are 1, 2, …; 10 demand units per pod",
+    )
+    parser.add_argument(
+        "--shape",
+        type=shape_name,
+        default="default",
+        help="the generated scenarios' shape: 'default' (small and medium groups that grow "
+        "in place, one GPU group: bench.plan_bench.generate, the README's table) or 'wide' "
+        "(six groups: small and medium growable CPU groups beside a fixed-size 32-CPU "
+        "group, a fixed highmem group, a 1-GPU and a 4-GPU group; tasks of 0.5-16 CPU, "
+        "highmem and GPU work, placement groups up to 32 CPU: "
+        "bench.plan_bench.generate_wide). Deterministic by seed",
     )
     parser.add_argument(
         "--scenario", type=Path, nargs="*", default=[], metavar="FILE", help="scenario JSON"
@@ -766,17 +790,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--no-cache", action="store_true", help="schedule with Ray again, ignoring the cache"
     )
     args = parser.parse_args(argv)
+    if args.shape != "default" and args.scenario and args.sizes is None:
+        parser.error(
+            f"--shape {args.shape} shapes generated scenarios: give --sizes too "
+            "(e.g. --sizes 200x5), or leave --shape out with --scenario"
+        )
+    stop_on_sigterm()
     sizes = args.sizes if args.sizes is not None else ([] if args.scenario else DEFAULT_RUNS)
     cache = RayCache(None if args.no_cache else RayCache.default_root())
 
-    from bench.plan_bench import generate
+    from bench.plan_bench import generate_shape
 
+    prefix = "bench" if args.shape == "default" else args.shape
     jobs: list[tuple[str, int, int | None, dict[str, Any]]] = []
     for pods, seeds in sizes:
         for seed in range(1, seeds + 1):
-            jobs.append(
-                (f"bench-{pods}-s{seed}", pods, seed, generate(pods, pods * UNITS_PER_POD, seed))
-            )
+            doc = generate_shape(args.shape, pods, pods * UNITS_PER_POD, seed)
+            jobs.append((f"{prefix}-{pods}-s{seed}", pods, seed, doc))
     for path in args.scenario:
         doc = json.loads(path.read_text())
         pods = sum(1 for p in doc.get("pods", []) if p.get("group") != "headgroup")
@@ -804,6 +834,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(describe(name, row.ours))
             print(row_line(row), flush=True)
     print()
+    if args.shape != "default" and sizes:
+        print(f"generated shape: {args.shape}\n")
     print(TABLE_HEAD)
     for row in rows:
         print(table_row(row))

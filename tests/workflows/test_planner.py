@@ -477,6 +477,50 @@ def test_cpu_tasks_fill_a_pending_gpu_pods_spare_room_unless_gpu_work_waits() ->
     assert p.launch_by_group == {"cpu": 1} and p.infeasible.demands == 1
 
 
+# the wide shape of `bench.ray_compare --shape wide` in small (issue #29, item 3): a
+# growable medium group beside a fixed 32-CPU one, and a fixed GPU group
+WIDE = [
+    group("medium", cpu=4, mem_gib=16, max_cpu=16, max_mem_gib=64),
+    group("large", cpu=32, mem_gib=128, max_cpu=None),
+    group("gpu", cpu=8, mem_gib=32, GPU=1, max_cpu=None, max_workers=2),
+]
+
+
+def test_cpu_tasks_fill_the_spare_room_of_a_gpu_pod_the_plan_launches() -> None:
+    # the GPU task launches a GPU pod (8 CPU); it takes 4, and the 4 CPU tasks take the
+    # other 4 once GPU work has had its pick, as Ray does, rather than buy a medium pod
+    # (before: 2 pods, 12 CPU more, where Ray launches the GPU pod alone)
+    p = plan(snapshot(WIDE, [], [(res(1), 4), (res(4, 16, GPU=1), 1)]))
+    assert p.launch_by_group == {"gpu": 1} and p.infeasible.demands == 0
+    # two GPU tasks, two GPU pods: the CPU tasks share what both have spare
+    p = plan(snapshot(WIDE, [], [(res(2), 4), (res(4, 16, GPU=1), 2)]))
+    assert p.launch_by_group == {"gpu": 2} and p.infeasible.demands == 0
+    # GPU work still has the first pick: a third GPU task finds no GPU pod left under
+    # the maximum and waits; the CPU work still uses only the spare room, and launches
+    # the rest (12 CPU) on a medium pod
+    p = plan(snapshot(WIDE, [], [(res(4), 5), (res(4, 16, GPU=1), 3)]))
+    assert p.launch_by_group == {"gpu": 2, "medium": 1}
+    assert p.infeasible.demands == 1  # the third GPU task
+    # no GPU work at all: CPU work never launches a GPU pod while a CPU group fits it
+    p = plan(snapshot(WIDE, [], [(res(1), 4)]))
+    assert p.launch_by_group == {"medium": 1}
+
+
+def test_a_big_fixed_pod_is_launched_only_for_work_that_fills_most_of_it() -> None:
+    # 24 × 1 CPU: a fixed 32-CPU pod would sit a quarter idle. Ray launches a medium pod
+    # (16 at its maximum) and two small ones (4 each): 24 CPU; ours two medium pods that
+    # grow to 16 and 8 CPU: 24 CPU on one pod fewer (before: one large pod, 32 CPU)
+    groups = [group("small", max_cpu=4), *WIDE[:2]]
+    p = plan(snapshot(groups, [], [(res(1), 24)]))
+    assert p.launch_by_group == {"medium": 2} and p.infeasible.demands == 0
+    # 30 × 1 CPU fill most of one large pod: one pod, not a medium and four small ones
+    p = plan(snapshot(groups, [], [(res(1), 30)]))
+    assert p.launch_by_group == {"large": 1}
+    # 64 × 1 CPU: two full large pods, never four medium ones
+    p = plan(snapshot(groups, [], [(res(1), 64)]))
+    assert p.launch_by_group == {"large": 2}
+
+
 def test_gpu_work_has_the_first_pick_of_a_running_gpu_pods_room() -> None:
     # 2 free CPUs on the GPU pod: the GPU task takes them, the CPU tasks launch a CPU pod;
     # without the GPU task the CPU tasks use the GPU pod's spare CPUs (as Ray does)

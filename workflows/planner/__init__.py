@@ -17,9 +17,10 @@ their template size if they were grown, else removed.
 GPU pods are kept for GPU work (Ray's `RAY_scheduler_avoid_gpu_nodes`): each of those
 steps runs in up to three stages (`gpu_stages`). GPU work may use any pod from the first.
 Work that needs no GPU uses, in turn, (1) the free room and growth of pods without GPUs,
-(2) the spare room of GPU pods, running or pending (a pending pod counts empty at its
-maximum), once GPU work has had its pick, and new pods without GPUs (as Ray, which fills
-the nodes it has before it launches one), (3) new GPU pods. While GPU work waits, a GPU
+(2) the spare room of GPU pods, running, pending (a pending pod counts empty at its
+maximum) or launched by the plan, once GPU work has had its pick, and new pods without
+GPUs (as Ray, which fills the nodes it has, and the GPU node it launches for GPU work,
+before it launches another), (3) new GPU pods. While GPU work waits, a GPU
 pod the plan does not use that is pending or idle past the timeout is kept to stage 3: it
 will go, and make room under its group's maximum for a GPU pod that the waiting work fits.
 

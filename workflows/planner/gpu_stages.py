@@ -35,14 +35,16 @@ class GpuGate:
             return True
         if self.stage == GpuStage.OWN_PODS:
             return False
-        # SPARE_GPU: the spare room of a GPU pod, running or pending (counted empty at
-        # its maximum), once GPU work has had its pick: Ray too fills the nodes it has
-        # before it buys one. While GPU work waits, a GPU pod the plan does not use comes
-        # last if it is pending or idle past the timeout: once free it goes (idle removal)
-        # and makes room under the group's maximum for a GPU pod that work fits
+        # SPARE_GPU: the spare room of a GPU pod, running, pending (counted empty at its
+        # maximum) or launched by this plan (for GPU work, or min_workers), once GPU work
+        # has had its pick: Ray too fills the nodes it has, and the GPU node it launches
+        # for GPU work, before it buys one (issue #29: CPU pods bought beside the spare
+        # CPUs of new GPU pods). While GPU work waits, a GPU pod the plan does not use
+        # comes last if it is pending or idle past the timeout: once free it goes (idle
+        # removal) and makes room under the group's maximum for a GPU pod that work fits
         p = b.pod
         if p is None:
-            return False
+            return True  # launched by this plan: it stays
         may_go = p.phase != PodPhase.RUNNING or (p.idle_s > 0 and idle_timeout_s <= p.idle_s)
         return not (self.gpu_waiting and may_go and not b.used)
 

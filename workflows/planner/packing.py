@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from raysize.workflows.model import GroupSpec
+from raysize.workflows.model import GroupSpec, ResizePolicy
 from raysize.workflows.planner.bins import Bin, fit, new_bins, take
 from raysize.workflows.planner.context import PlanContext
 from raysize.workflows.planner.gpu_stages import GpuGate
@@ -61,8 +61,9 @@ def launch_for_items(
     ctx: PlanContext, items: list[ShapeToPlace], bins: list[Bin], gate: GpuGate
 ) -> None:
     """New pods for what is left. Room on pods already planned is used first; then,
-    one pod at a time (identical ones in a batch), the group whose new pod takes the
-    most of everything still waiting, so mixed shapes share pods (fewest launches)."""
+    one pod at a time (identical ones in a batch), the group whose new pod the work
+    still waiting fills best (`_best_fill`), so mixed shapes share pods and no big pod
+    is bought for a little work."""
     planned = [b for b in bins if b.pod is None]
     if planned:
         place_items(ctx, items, planned, gate, grow=False)
@@ -91,9 +92,10 @@ def launch_for_items(
 def _best_fill(
     ctx: PlanContext, groups: Sequence[GroupSpec], live: list[ShapeToPlace], gate: GpuGate
 ) -> tuple[GroupSpec, Fill, int] | None:
-    """The group whose new pod (at its IPPR maximum) holds the most of what is left."""
+    """The group whose new pod (at its IPPR maximum) what is left fills best: fullest
+    by size · utilisation³, then holding the most, then the smallest template."""
     ix = ctx.index
-    best: tuple[tuple[int, float, float, str], GroupSpec, Fill, int] | None = None
+    best: tuple[tuple[int, float, float, float, str], GroupSpec, Fill, int] | None = None
     cluster_room = ctx.cluster_room(rate_limited=True)
     for g in groups:
         room = ctx.group_room(g, cluster_room)
@@ -125,7 +127,32 @@ def _best_fill(
             1 for i, v in enumerate(cap) if v and i not in wanted and i not in (ix.cpu_i, ix.mem_i)
         )
         template = sum(v / ix.ref[i] for i, v in enumerate(ix.vec(g.resources)))
-        score = (unneeded, -volume, template, g.name)
+        full = _fullness(ctx, g, cap, free)
+        score = (unneeded, -full, -volume, template, g.name)
         if best is None or score < best[0]:
             best = (score, g, fill, room)
     return (best[1], best[2], best[3]) if best else None
+
+
+def _fullness(ctx: PlanContext, g: GroupSpec, cap: list[int], free: list[int]) -> float:
+    """How full a new pod of `g` would be with `cap - free` on it, weighted by its size:
+    Σ size · utilisation³ over its resources (the terms of Ray's utilisation score), the
+    size being what the pod is bought at: a fixed group's whole pod; for a group that
+    grows in place, its template grown to what is placed (its IPPR maximum under the
+    `max` policy). Taking the pod that holds the most first bought a 32-CPU pod of a
+    fixed group for the last 24 CPUs of work, where Ray buys a 16-CPU and two 4-CPU pods
+    that grow in place (issue #29): a fixed pod wins only when the work fills most of it
+    (at 32 vs 16 CPU: 80 %); else a pod that it fills."""
+    ix = ctx.index
+    template = ix.vec(g.resources)
+    right_size = g.ippr is not None and ctx.settings.resize_policy != ResizePolicy.MAX
+    full = 0.0
+    for i, c in enumerate(cap):
+        used = c - free[i]
+        if not c or not used:
+            continue
+        size = c
+        if right_size and i in (ix.cpu_i, ix.mem_i):
+            size = max(template[i], used)
+        full += (size / ix.ref[i]) * (used / size) ** 3
+    return full
