@@ -219,7 +219,7 @@ class PagedPods:
         answer = self.core.list_namespaced_pod(*args, **kwargs)
         if not kwargs.get("watch"):
             self.pages.append(kwargs.get("limit"))
-            if kwargs.get("limit") and self.between is not None:
+            if kwargs.get("limit") == 2 and self.between is not None:  # the watch's pages
                 between, self.between = self.between, None
                 between()
         return answer
