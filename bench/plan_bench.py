@@ -24,42 +24,56 @@ SIZES = [(200, 2_000), (2_000, 20_000), (5_000, 50_000)]
 TARGETS = {200: 0.05, 2_000: 0.5, 5_000: 2.0}
 
 
+def _group(
+    cpu: float,
+    memory: int,
+    max_workers: int,
+    labels: dict[str, str],
+    ippr: tuple[float, int] | None = None,
+    gpu: int = 0,
+) -> dict[str, Any]:
+    """A generated worker group; `ippr`: (max CPU, max memory) if it grows in place."""
+    resources: dict[str, Any] = {"CPU": cpu, "memory": memory}
+    if gpu:
+        resources["GPU"] = gpu
+    return {
+        "resources": resources,
+        "min_workers": 0,
+        "max_workers": max_workers,
+        "labels": labels,
+        "ippr": None
+        if ippr is None
+        else {"max_cpu": ippr[0], "max_memory": ippr[1], "resize_timeout_s": 60},
+    }
+
+
+def _head() -> dict[str, Any]:
+    """The generated cluster's head pod: no CPU for work."""
+    return {
+        "name": "c-head",
+        "group": "headgroup",
+        "phase": "running",
+        "raylet_id": "00" * 28,
+        "total": {"CPU": 0, "memory": 4 * GIB},
+        "available": {"CPU": 0, "memory": 4 * GIB},
+        "idle_s": 0,
+    }
+
+
 def generate(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
     rng = random.Random(seed)
     groups: dict[str, dict[str, Any]] = {
-        "small": {
-            "resources": {"CPU": 1, "memory": 2 * GIB},
-            "min_workers": 0,
-            "max_workers": pods,
-            "labels": {"ray.io/node-group": "small", "zone": "a"},
-            "ippr": {"max_cpu": 4, "max_memory": 8 * GIB, "resize_timeout_s": 60},
-        },
-        "medium": {
-            "resources": {"CPU": 4, "memory": 8 * GIB},
-            "min_workers": 0,
-            "max_workers": pods,
-            "labels": {"ray.io/node-group": "medium", "zone": "b"},
-            "ippr": {"max_cpu": 16, "max_memory": 32 * GIB, "resize_timeout_s": 60},
-        },
-        "gpu": {
-            "resources": {"CPU": 8, "memory": 32 * GIB, "GPU": 1},
-            "min_workers": 0,
-            "max_workers": max(1, pods // 10),
-            "labels": {"ray.io/node-group": "gpu", "accel": "a100"},
-            "ippr": None,
-        },
+        "small": _group(
+            1, 2 * GIB, pods, {"ray.io/node-group": "small", "zone": "a"}, (4, 8 * GIB)
+        ),
+        "medium": _group(
+            4, 8 * GIB, pods, {"ray.io/node-group": "medium", "zone": "b"}, (16, 32 * GIB)
+        ),
+        "gpu": _group(
+            8, 32 * GIB, max(1, pods // 10), {"ray.io/node-group": "gpu", "accel": "a100"}, gpu=1
+        ),
     }
-    pod_list: list[dict[str, Any]] = [
-        {
-            "name": "c-head",
-            "group": "headgroup",
-            "phase": "running",
-            "raylet_id": "00" * 28,
-            "total": {"CPU": 0, "memory": 4 * GIB},
-            "available": {"CPU": 0, "memory": 4 * GIB},
-            "idle_s": 0,
-        }
-    ]
+    pod_list: list[dict[str, Any]] = [_head()]
     names = ["small", "medium", "gpu"]
     for i in range(pods):
         g = rng.choices(names, weights=[6, 3, 1])[0]
@@ -164,61 +178,24 @@ def generate_wide(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
     accelerator by label), placement groups of 16 and 32 CPU, a GPU gang, and
     `request_resources`. Deterministic by seed; `generate`'s shape is unchanged."""
     rng = random.Random(seed)
+    tenth, twentieth = max(1, pods // 10), max(1, pods // 20)
     groups: dict[str, dict[str, Any]] = {
-        "small": {
-            "resources": {"CPU": 1, "memory": 2 * GIB},
-            "min_workers": 0,
-            "max_workers": pods,
-            "labels": {"ray.io/node-group": "small", "zone": "a"},
-            "ippr": {"max_cpu": 4, "max_memory": 8 * GIB, "resize_timeout_s": 60},
-        },
-        "medium": {
-            "resources": {"CPU": 4, "memory": 16 * GIB},
-            "min_workers": 0,
-            "max_workers": pods,
-            "labels": {"ray.io/node-group": "medium", "zone": "b"},
-            "ippr": {"max_cpu": 16, "max_memory": 64 * GIB, "resize_timeout_s": 60},
-        },
-        "large": {
-            "resources": {"CPU": 32, "memory": 128 * GIB},
-            "min_workers": 0,
-            "max_workers": pods,
-            "labels": {"ray.io/node-group": "large", "zone": "b"},
-            "ippr": None,
-        },
-        "highmem": {
-            "resources": {"CPU": 16, "memory": 256 * GIB},
-            "min_workers": 0,
-            "max_workers": max(1, pods // 10),
-            "labels": {"ray.io/node-group": "highmem", "zone": "c"},
-            "ippr": None,
-        },
-        "gpu-a10": {
-            "resources": {"CPU": 8, "memory": 32 * GIB, "GPU": 1},
-            "min_workers": 0,
-            "max_workers": max(1, pods // 10),
-            "labels": {"ray.io/node-group": "gpu-a10", "accel": "a10"},
-            "ippr": None,
-        },
-        "gpu-a100": {
-            "resources": {"CPU": 32, "memory": 256 * GIB, "GPU": 4},
-            "min_workers": 0,
-            "max_workers": max(1, pods // 20),
-            "labels": {"ray.io/node-group": "gpu-a100", "accel": "a100"},
-            "ippr": None,
-        },
+        "small": _group(
+            1, 2 * GIB, pods, {"ray.io/node-group": "small", "zone": "a"}, (4, 8 * GIB)
+        ),
+        "medium": _group(
+            4, 16 * GIB, pods, {"ray.io/node-group": "medium", "zone": "b"}, (16, 64 * GIB)
+        ),
+        "large": _group(32, 128 * GIB, pods, {"ray.io/node-group": "large", "zone": "b"}),
+        "highmem": _group(16, 256 * GIB, tenth, {"ray.io/node-group": "highmem", "zone": "c"}),
+        "gpu-a10": _group(
+            8, 32 * GIB, tenth, {"ray.io/node-group": "gpu-a10", "accel": "a10"}, gpu=1
+        ),
+        "gpu-a100": _group(
+            32, 256 * GIB, twentieth, {"ray.io/node-group": "gpu-a100", "accel": "a100"}, gpu=4
+        ),
     }
-    pod_list: list[dict[str, Any]] = [
-        {
-            "name": "c-head",
-            "group": "headgroup",
-            "phase": "running",
-            "raylet_id": "00" * 28,
-            "total": {"CPU": 0, "memory": 4 * GIB},
-            "available": {"CPU": 0, "memory": 4 * GIB},
-            "idle_s": 0,
-        }
-    ]
+    pod_list: list[dict[str, Any]] = [_head()]
     names = list(groups)
     for i in range(pods):
         g = rng.choices(names, weights=[30, 30, 20, 6, 8, 6])[0]

@@ -12,5 +12,7 @@ def test_the_observe_bench_reads_the_same_cluster_from_the_cache_in_less_memory(
 ) -> None:
     figures = measure(200, tmp_path)  # asserts inside: both reads see all 200 pods
     assert figures["json_bytes_per_pod"] > 5000  # pods shaped as KubeRay's, not toys
-    assert figures["cache_bytes_per_pod"] < figures["list_bytes_per_pod"] / 10
+    # both keep records of the pods (`compact_pod`); the list's answer is parsed a page
+    # at a time, and what it leaves is several times what the cache holds
+    assert figures["cache_bytes_per_pod"] < figures["list_bytes_per_pod"] / 3
     assert figures["list_s"] > 0 and figures["cache_s"] > 0
