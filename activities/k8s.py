@@ -60,6 +60,14 @@ DEFAULT_TIMEOUT_S = 10.0
 T = TypeVar("T")
 
 
+def _items(doc: Obj, namespace: str, cluster: str) -> list[Obj]:
+    """The items of a LIST of a cluster's pods; an answer without them is Unavailable."""
+    items = doc.get("items")
+    if not isinstance(items, list):
+        raise Unavailable(f"listing pods of {namespace}/{cluster}: no items in the answer")
+    return items
+
+
 class KubeconfigError(ValueError):
     """No usable Kubernetes configuration: the message names the file and the fix."""
 
@@ -290,12 +298,9 @@ class Kube:
                 limit=LIST_PAGE,
                 _continue=token or None,
             )
-            items = doc.get("items")
-            if not isinstance(items, list):
-                raise Unavailable(f"listing pods of {namespace}/{cluster}: no items in the answer")
-            records += [compact_pod(item) for item in items]
+            records += [compact_pod(item) for item in _items(doc, namespace, cluster)]
             token = str((doc.get("metadata") or {}).get("continue") or "")
-            del doc, items
+            del doc
             if not token:
                 break
         # the mark of the pods (equality only), not the list's resourceVersion: opaque, it
@@ -316,10 +321,7 @@ class Kube:
             label_selector=f"ray.io/cluster={cluster}",
             _headers={"Accept": f"{METADATA_LIST}, application/json"},
         )
-        items = doc.get("items")
-        if not isinstance(items, list):
-            raise Unavailable(f"listing pods of {namespace}/{cluster}: no items in the answer")
-        metas = [item.get("metadata") or {} for item in items]
+        metas = [item.get("metadata") or {} for item in _items(doc, namespace, cluster)]
         return metas, pods_mark(metas)
 
     def cluster_pods(

@@ -13,6 +13,7 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,23 @@ def _head() -> dict[str, Any]:
         "available": {"CPU": 0, "memory": 4 * GIB},
         "idle_s": 0,
     }
+
+
+def _demands(
+    rng: random.Random,
+    units: int,
+    shapes: Sequence[tuple[object, dict[str, str]]],
+    weights: Sequence[float],
+) -> list[dict[str, Any]]:
+    """`units` demand units drawn among `shapes` (shape, label selector) by `weights`."""
+    counts = [0] * len(shapes)
+    for _ in range(units):
+        counts[rng.choices(range(len(shapes)), weights=weights)[0]] += 1
+    return [
+        {"shape": s, "count": c, "label_selector": sel}
+        for (s, sel), c in zip(shapes, counts, strict=True)
+        if c
+    ]
 
 
 def generate(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
@@ -127,14 +145,7 @@ def generate(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
     ]
     weights = [30, 25, 10, 10, 5, 3, 4, 2, 1, 3, 2, 1, 2, 1, 1, 0]
     weights[-1] = 2
-    counts = [0] * len(shapes)
-    for _ in range(units):
-        counts[rng.choices(range(len(shapes)), weights=weights)[0]] += 1
-    demands = [
-        {"shape": s, "count": c, "label_selector": sel}
-        for (s, sel), c in zip(shapes, counts, strict=True)
-        if c
-    ]
+    demands = _demands(rng, units, shapes, weights)
     gangs = [
         {"bundles": [{"CPU": 1}] * 4, "strategy": "PACK", "count": max(1, pods // 100)},
         {"bundles": [{"CPU": 2}] * 2, "strategy": "STRICT_PACK", "count": max(1, pods // 200)},
@@ -242,14 +253,7 @@ def generate_wide(pods: int, units: int, seed: int = 7) -> dict[str, Any]:
         ({"CPU": 8, "GPU": 2}, {}),
     ]
     weights = [20, 30, 10, 15, 6, 6, 3, 2, 2, 1, 1, 1, 3, 1, 0.5, 2, 1, 0.5]
-    counts = [0] * len(shapes)
-    for _ in range(units):
-        counts[rng.choices(range(len(shapes)), weights=weights)[0]] += 1
-    demands = [
-        {"shape": s, "count": c, "label_selector": sel}
-        for (s, sel), c in zip(shapes, counts, strict=True)
-        if c
-    ]
+    demands = _demands(rng, units, shapes, weights)
     gangs = [
         {"bundles": [{"CPU": 4}] * 4, "strategy": "PACK", "count": max(1, pods // 100)},
         {"bundles": [{"CPU": 8}] * 4, "strategy": "STRICT_PACK", "count": max(1, pods // 200)},
