@@ -60,6 +60,9 @@ class FakeWorld:
         # called inside the drain activity, before it answers (a pause, a worker kill)
         self.on_drain: Callable[[DrainInput], Awaitable[None]] | None = None
         self.fail_scale: list[ApplicationError] = []  # raised by the next scales, in order
+        # the write is recorded, and its answer takes this long to reach the workflow (a
+        # test that looks at the status the moment a write lands must wait for the tick)
+        self.scale_answer_s = 0.0
         self._uids = itertools.count(1)
         self.uids: dict[str, str] = {}  # pod → its UID, given at its first observe
         self.memories: list[Memory] = []  # what the loop remembered, at each observe
@@ -180,6 +183,7 @@ class FakeWorld:
             )
             self.replicas = dict(inp.replicas)
             self.version += 1
+            await asyncio.sleep(self.scale_answer_s)
 
         @activity.defn(name=Act.EVENT)
         async def event(inp: EventInput) -> None:

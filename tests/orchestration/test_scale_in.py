@@ -3,6 +3,7 @@ Ray refuses, never a pod being resized, a pause mid-tick, a retarget that loses 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
@@ -50,14 +51,28 @@ def decisions(status: Any) -> str:
     return "\n".join(d.summary for d in status.decisions)
 
 
+async def decided(handle: WorkflowHandle[Any, Any], tick: int = 0) -> Any:
+    """The status once `tick`'s decision is recorded. A write lands before its tick ends:
+    the answer of the scale activity is still on its way when the test sees the write."""
+    status = await status_of(handle)
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 20
+    while not any(d.tick == tick for d in status.decisions):
+        assert loop.time() < end, f"tick {tick} decided nothing in 20 s: {decisions(status)!r}"
+        await asyncio.sleep(0.05)
+        status = await status_of(handle)
+    return status
+
+
 async def test_an_idle_pod_goes_only_once_ray_accepted_its_drain(
     ts_env: WorkflowEnvironment,
 ) -> None:
     world = FakeWorld(snapshot([group()], [pod("w1", idle_s=120), pod("w2", idle_s=120)]))
     world.refuse_drain = {"w2": REFUSED}
+    world.scale_answer_s = 1.0  # the status is read while the write's answer is on its way
     async with reconciling(ts_env, world) as handle:
         await until(lambda: world.scales)
-        status = await status_of(handle)
+        status = await decided(handle)
     first = world.drains[0]
     assert [(t.pod, t.node_id) for t in first.targets] == [("w1", "raylet-w1"), ("w2", "raylet-w2")]
     assert first.targets[0].reason.startswith("raysize: idle 120s")
@@ -91,7 +106,7 @@ async def test_a_drained_pod_is_removed_though_its_first_write_failed(
     world.on_drain = raylet_dead
     async with reconciling(ts_env, world, max_ticks_per_run=1) as handle:
         await until(lambda: world.scales)
-        status = await status_of(handle)
+        status = await decided(handle, tick=1)  # tick 0's write failed
     assert len(world.drains) == 1  # drained once: the write is what was retried
     assert world.scales[0].workers_to_delete == {"g1": ("w1",)}
     assert world.scales[0].replicas["g1"] == 1
@@ -103,9 +118,10 @@ async def test_a_pod_with_a_resize_in_flight_is_neither_drained_nor_removed(
 ) -> None:
     world = FakeWorld(snapshot([group()], [pod("w1", idle_s=120), pod("w2", idle_s=120)]))
     world.resizing = {"w1"}  # Kubernetes says a resize runs on it
+    world.scale_answer_s = 1.0
     async with reconciling(ts_env, world) as handle:
         await until(lambda: world.scales)
-        status = await status_of(handle)
+        status = await decided(handle)
     assert all(t.pod != "w1" for d in world.drains for t in d.targets)
     assert world.scales[0].workers_to_delete == {"g1": ("w2",)}
     assert "keep w1: a resize of it is in flight or just landed" in decisions(status)
@@ -127,9 +143,10 @@ async def test_a_pause_mid_tick_stops_the_rest_of_the_tick(ts_env: WorkflowEnvir
         await reconcile.signal(ReconcileWorkflow.pause)
 
     world.on_drain = pause
+    world.scale_answer_s = 1.0
     async with reconciling(ts_env, world) as handle:
         await until(lambda: world.scales)
-        status = await status_of(handle)
+        status = await decided(handle)
     assert status.paused
     scale = world.scales[0]
     assert scale.workers_to_delete == {"small": ("w1",)}
