@@ -1,5 +1,5 @@
-"""The RayCluster the benchmarks run: a CPU-less head and one group `small` of 1-CPU/1Gi
-workers that may grow in place to 4 CPU/4Gi (`ray.io/ippr`)."""
+"""The RayClusters the benchmarks (and the end-to-end tests) run: a CPU-less head and one
+group `small` of 1-CPU/1Gi workers that may grow in place to 4 CPU/4Gi (`ray.io/ippr`)."""
 
 from __future__ import annotations
 
@@ -50,4 +50,78 @@ def small_raycluster(
         "kind": "RayCluster",
         "metadata": {"name": name, "annotations": {"ray.io/ippr": json.dumps(ippr)}},
         "spec": spec,
+    }
+
+
+def ippr_cluster(
+    name: str = "demo",
+    *,
+    replicas: int = 1,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    max_cpu: str = "4",
+    max_memory: str = "4Gi",
+    timeout_s: int = 30,
+    max_replicas: int = 4,
+    idle_timeout_s: int | None = None,
+) -> dict[str, Any]:
+    def template(c: str, m: str) -> dict[str, Any]:
+        return {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "ray-worker",
+                        "image": "rayproject/ray:2.60.0",
+                        "resources": {
+                            "requests": {"cpu": c, "memory": m},
+                            "limits": {"cpu": c, "memory": m},
+                        },
+                        "resizePolicy": [
+                            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                            {"resourceName": "memory", "restartPolicy": "NotRequired"},
+                        ],
+                    }
+                ]
+            }
+        }
+
+    options = {} if idle_timeout_s is None else {"idleTimeoutSeconds": idle_timeout_s}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": name,
+            "annotations": {
+                "ray.io/ippr": json.dumps(
+                    {
+                        "groups": {
+                            "small": {
+                                "max-cpu": max_cpu,
+                                "max-memory": max_memory,
+                                "resize-timeout": timeout_s,
+                            }
+                        }
+                    }
+                )
+            },
+        },
+        "spec": {
+            "autoscalerOptions": options,
+            # no tasks on the head: KubeRay passes num-cpus through, not a "0" CPU limit
+            "headGroupSpec": {
+                "rayStartParams": {"num-cpus": "0"},
+                "template": template("0", "1Gi"),
+            },
+            "workerGroupSpecs": [
+                {
+                    "groupName": "small",
+                    "replicas": replicas,
+                    "minReplicas": 0,
+                    "maxReplicas": max_replicas,
+                    "rayStartParams": {},
+                    "template": template(cpu, memory),
+                    "scaleStrategy": {"workersToDelete": []},
+                }
+            ],
+        },
     }

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -71,6 +72,9 @@ async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
     attributes; the caller shuts it down (`await env.shutdown()`)."""
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
+        # the SDK's 5 s default was too short for a loaded 2-core machine (a benchmark run
+        # beside CI: "did not start within 5s"); a server that never starts still fails
+        dev_server_startup_timeout=timedelta(seconds=60),
         data_converter=pydantic_data_converter,
         search_attributes=list(SEARCH_ATTRIBUTES),
         dev_server_log_level="error",

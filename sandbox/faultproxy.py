@@ -1,7 +1,9 @@
 """Faults in front of a real kube-apiserver: an HTTPS proxy that decides each request as
 the embedded API server does (`sandbox/faults.py`: errors, latency, watches cut), then
 answers the fault or forwards the request unchanged (its bearer token included, so the
-real server still authenticates and authorizes it).
+real server still authenticates and authorizes it). With no faults and an http://
+upstream it is the embedded server's HTTPS front, for a client that speaks nothing else
+(Ray's own autoscaler, `bench.autoscaler_compare`).
 
     proxy = FaultProxy(control_plane.url, control_plane.ca_pem, faults, workdir).start()
     write_kubeconfig(path, proxy.url, namespace, token=token, ca_pem=proxy.ca_pem)
@@ -57,11 +59,23 @@ def request_of(method: str, target: str) -> tuple[str, str, str]:
 
 
 class FaultProxy:
-    def __init__(self, upstream: str, upstream_ca_pem: bytes, faults: Faults, workdir: Path):
+    def __init__(
+        self, upstream: str, upstream_ca_pem: bytes | None, faults: Faults, workdir: Path
+    ) -> None:
+        """`upstream` is https:// (its CA `upstream_ca_pem`) or http:// (no CA: the embedded
+        server, given an HTTPS front for a client that speaks nothing else, as Ray's own
+        autoscaler does)."""
         split = urlsplit(upstream)
         self.upstream_host = split.hostname or "127.0.0.1"
-        self.upstream_port = split.port or 443
-        self.upstream_tls = ssl.create_default_context(cadata=upstream_ca_pem.decode())
+        plain = split.scheme == "http"
+        self.upstream_port = split.port or (80 if plain else 443)
+        if plain == (upstream_ca_pem is not None):
+            raise ValueError(f"{upstream}: an https:// upstream needs its CA, an http:// one none")
+        self.upstream_tls = (
+            None
+            if upstream_ca_pem is None
+            else ssl.create_default_context(cadata=upstream_ca_pem.decode())
+        )
         self.faults = faults
         self.workdir = workdir
         self.ca_pem = b""
@@ -147,8 +161,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
             return
         o = self.owner
-        upstream = http.client.HTTPSConnection(
-            o.upstream_host, o.upstream_port, context=o.upstream_tls, timeout=None
+        upstream = (
+            http.client.HTTPConnection(o.upstream_host, o.upstream_port, timeout=None)
+            if o.upstream_tls is None
+            else http.client.HTTPSConnection(
+                o.upstream_host, o.upstream_port, context=o.upstream_tls, timeout=None
+            )
         )
         try:
             headers = {k: v for k, v in self.headers.items() if k.lower() in FORWARDED}
@@ -180,7 +198,7 @@ class _Handler(BaseHTTPRequestHandler):
             upstream.close()
 
     def _stream(
-        self, upstream: http.client.HTTPSConnection, reply: Any, cut_at: float | None
+        self, upstream: http.client.HTTPConnection, reply: Any, cut_at: float | None
     ) -> None:
         """Relay a chunked (watch) reply as it comes; at `cut_at` (a fault) the upstream
         connection is shut and the stream ends, as the embedded server's disconnect does."""

@@ -270,9 +270,18 @@ class RayOperator:
                     {"name": "RAY_ADDRESS", "value": f"{name}-head-svc.{ns}.svc.cluster.local:6379"}
                 )
             containers[0]["env"] = env
-            if node_type == "head" and (cluster.get("spec") or {}).get("enableInTreeAutoscaling"):
+            in_tree = bool((cluster.get("spec") or {}).get("enableInTreeAutoscaling"))
+            v2 = (
+                in_tree
+                and ((cluster["spec"].get("autoscalerOptions") or {}).get("version")) == "v2"
+            )
+            if node_type == "head" and in_tree:
                 _add_autoscaler(spec, containers, name, cluster["spec"].get("autoscalerOptions"))
                 _set_token_env(containers[-1], name, cluster["spec"].get("authOptions"))
+                if v2:  # KubeRay's setAutoscalerV2EnvVars: the GCS runs autoscaler v2
+                    env.append({"name": "RAY_enable_autoscaler_v2", "value": "true"})
+            if v2:  # head and workers alike: a Ray node that ends is not restarted
+                spec["restartPolicy"] = "Never"
             _set_token_env(containers[0], name, (cluster.get("spec") or {}).get("authOptions"))
         pod = {
             "apiVersion": "v1",

@@ -101,6 +101,21 @@ def ray_start_resources(pod: Obj) -> dict[str, str]:
     return out
 
 
+# What of the Ray container's env reaches its process here: what changes what Ray is (the
+# GCS runs autoscaler v2: KubeRay sets it on the head). The rest of a pod's env is not
+# passed on (the host's processes share one network and no Secrets are resolved).
+PASSED_ENV = ("RAY_enable_autoscaler_v2",)
+
+
+def passed_env(container: Obj) -> dict[str, str]:
+    """The container's literal values of `PASSED_ENV`."""
+    return {
+        str(e["name"]): str(e["value"])
+        for e in container.get("env") or []
+        if e.get("name") in PASSED_ENV and "value" in e
+    }
+
+
 @dataclass
 class RayProcess:
     pod: str
@@ -244,6 +259,8 @@ class RayRuntime:
             # worker init container waits for the GCS the same way.
             wait_for_port(int(args[-1].rsplit(":", 1)[1]), GCS_WAIT_S)
         env = dict(os.environ)
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
+        env.update(passed_env(containers[0]))
         env.update(
             {
                 "RAY_CLOUD_INSTANCE_ID": meta["name"],
@@ -264,7 +281,6 @@ class RayRuntime:
                 cwd=self.root,
             )
         reaper.guard(proc)
-        containers = (pod.get("spec") or {}).get("containers") or [{}]
         rp = RayProcess(
             meta["name"],
             group,

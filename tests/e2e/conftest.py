@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from kubernetes import client, config
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from bench.clusters import ippr_cluster as ippr_cluster  # the tests' cluster
 from raysize.activities.k8s_objects import gcs_address
 from raysize.activities.ray_errors import RayError
 from raysize.activities.ray_gcs import RayGcsClient
@@ -52,80 +52,6 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
-
-
-def ippr_cluster(
-    name: str = "demo",
-    *,
-    replicas: int = 1,
-    cpu: str = "1",
-    memory: str = "1Gi",
-    max_cpu: str = "4",
-    max_memory: str = "4Gi",
-    timeout_s: int = 30,
-    max_replicas: int = 4,
-    idle_timeout_s: int | None = None,
-) -> dict[str, Any]:
-    def template(c: str, m: str) -> dict[str, Any]:
-        return {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "ray-worker",
-                        "image": "rayproject/ray:2.60.0",
-                        "resources": {
-                            "requests": {"cpu": c, "memory": m},
-                            "limits": {"cpu": c, "memory": m},
-                        },
-                        "resizePolicy": [
-                            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-                            {"resourceName": "memory", "restartPolicy": "NotRequired"},
-                        ],
-                    }
-                ]
-            }
-        }
-
-    options = {} if idle_timeout_s is None else {"idleTimeoutSeconds": idle_timeout_s}
-    return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {
-            "name": name,
-            "annotations": {
-                "ray.io/ippr": json.dumps(
-                    {
-                        "groups": {
-                            "small": {
-                                "max-cpu": max_cpu,
-                                "max-memory": max_memory,
-                                "resize-timeout": timeout_s,
-                            }
-                        }
-                    }
-                )
-            },
-        },
-        "spec": {
-            "autoscalerOptions": options,
-            # no tasks on the head: KubeRay passes num-cpus through, not a "0" CPU limit
-            "headGroupSpec": {
-                "rayStartParams": {"num-cpus": "0"},
-                "template": template("0", "1Gi"),
-            },
-            "workerGroupSpecs": [
-                {
-                    "groupName": "small",
-                    "replicas": replicas,
-                    "minReplicas": 0,
-                    "maxReplicas": max_replicas,
-                    "rayStartParams": {},
-                    "template": template(cpu, memory),
-                    "scaleStrategy": {"workersToDelete": []},
-                }
-            ],
-        },
-    }
 
 
 @dataclass

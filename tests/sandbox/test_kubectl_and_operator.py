@@ -311,6 +311,37 @@ def test_in_tree_autoscaling_runs_rays_autoscaler_beside_the_head_and_keeps_it(k
     co.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "rc")
 
 
+def test_autoscaler_v2_runs_the_gcs_as_v2_and_restarts_no_ray_node(kube, ns):
+    """With `autoscalerOptions.version: v2` KubeRay sets `RAY_enable_autoscaler_v2` on the
+    head's Ray container (its GCS then serves autoscaler v2; the embedded world's Raylet
+    gets it too, `rayprocs.PASSED_ENV`) and `restartPolicy: Never` on every Ray pod. Ray's
+    own autoscaler in the embedded world ran as v1 without it (bench.autoscaler_compare)."""
+    co = client.CustomObjectsApi(kube)
+    core = client.CoreV1Api(kube)
+    rc = raycluster("v2", replicas=1)
+    rc["spec"]["enableInTreeAutoscaling"] = True
+    rc["spec"]["autoscalerOptions"] = {"version": "v2"}
+    co.create_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", rc)
+    try:
+        pods = wait_for(
+            lambda: (lambda ps: ps if len(ps) == 2 else None)(
+                core.list_namespaced_pod(ns, label_selector="ray.io/cluster=v2").items
+            ),
+            timeout=60,
+        )
+        by_type = {p.metadata.labels["ray.io/node-type"]: p for p in pods}
+        head, worker = by_type["head"], by_type["worker"]
+        env = {e.name: e.value for e in head.spec.containers[0].env or []}
+        assert env.get("RAY_enable_autoscaler_v2") == "true"
+        assert head.spec.restart_policy == worker.spec.restart_policy == "Never"
+        worker_env = {e.name for e in worker.spec.containers[0].env or []}
+        assert "RAY_enable_autoscaler_v2" not in worker_env
+        sidecar_env = {e.name for e in head.spec.containers[1].env or []}
+        assert "RAY_enable_autoscaler_v2" not in sidecar_env
+    finally:
+        co.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", "v2")
+
+
 def test_the_ray_container_runs_kuberays_ray_start_line_with_the_groups_params(kube, ns):
     """KubeRay writes the Ray container's command: `/bin/bash -c --` and `ulimit -n 65536;
     ray start …` with the group's rayStartParams, and where they leave them out the
