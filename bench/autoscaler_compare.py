@@ -427,8 +427,8 @@ async def one_run(
 ) -> Result:
     result = Result(world_kind, workload, controller, number)
     name = f"{workload}-{controller}-{number}"
-    run_dir = tmp / name
-    run_dir.mkdir()
+    run_dir = tmp / world_kind / name
+    run_dir.mkdir(parents=True)
     events, watching = PodEvents(), threading.Event()
     procs: list[subprocess.Popen[Any] | None] = []
     with World(world_kind, run_dir) as world:
