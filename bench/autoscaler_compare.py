@@ -426,7 +426,10 @@ async def one_run(
     world_kind: str, workload: str, controller: str, number: int, temporal: str, tmp: Path
 ) -> Result:
     result = Result(world_kind, workload, controller, number)
-    name = f"{workload}-{controller}-{number}"
+    # unique in the whole benchmark: every run shares one Temporal server, and a reconcile
+    # workflow left by a run (`reconcile/<ns>/<name>`) would make a later run's discovery
+    # think its cluster is managed already (the real world's raysize run once never acted)
+    name = f"{workload}-{controller}-{world_kind[0]}{number}"
     run_dir = tmp / world_kind / name
     run_dir.mkdir(parents=True)
     events, watching = PodEvents(), threading.Event()
