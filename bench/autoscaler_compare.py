@@ -57,7 +57,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from bench.clusters import ippr_cluster
+from bench.clusters import KubeApis, ippr_cluster
 from bench.procs import start_dev_server, start_raysize_worker, stop_on_sigterm
 from raysize.activities.k8s_objects import gcs_address
 from raysize.sandbox import reaper
@@ -255,7 +255,7 @@ def sandbox_config() -> SandboxConfig:
     )
 
 
-class World:
+class World(KubeApis):
     """A fresh sandbox of `kind` with real Ray; `https` an HTTPS front of the embedded
     server for Ray's autoscaler."""
 
@@ -283,14 +283,6 @@ class World:
             self.front.close()
         self.api.close()
         self.sandbox.close()
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
 
     def head(self, cluster: str) -> str:
         pods: list[Any] = self.core.list_namespaced_pod(

@@ -6,6 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kubernetes import client
+
+from raysize.worker.demo_scenarios import ray_pod_template
+
 
 def small_raycluster(
     name: str,
@@ -65,26 +69,7 @@ def ippr_cluster(
     max_replicas: int = 4,
     idle_timeout_s: int | None = None,
 ) -> dict[str, Any]:
-    def template(c: str, m: str) -> dict[str, Any]:
-        return {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "ray-worker",
-                        "image": "rayproject/ray:2.60.0",
-                        "resources": {
-                            "requests": {"cpu": c, "memory": m},
-                            "limits": {"cpu": c, "memory": m},
-                        },
-                        "resizePolicy": [
-                            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-                            {"resourceName": "memory", "restartPolicy": "NotRequired"},
-                        ],
-                    }
-                ]
-            }
-        }
-
+    template = ray_pod_template
     options = {} if idle_timeout_s is None else {"idleTimeoutSeconds": idle_timeout_s}
     return {
         "apiVersion": "ray.io/v1",
@@ -125,3 +110,18 @@ def ippr_cluster(
             ],
         },
     }
+
+
+class KubeApis:
+    """The typed clients of `api` (an API server's `ApiClient`, which a subclass has):
+    for the benchmarks' and the end-to-end tests' worlds."""
+
+    api: client.ApiClient
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)

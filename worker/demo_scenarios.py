@@ -192,28 +192,32 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def ray_pod_template(cpu: str, memory: str) -> dict[str, Any]:
+    """A Ray pod's template of this size (requests = limits) whose CPU and memory resize
+    in place without a restart: the demo's, and the tests' and benchmarks' clusters'."""
+    return {
+        "spec": {
+            "containers": [
+                {
+                    "name": "ray-worker",
+                    "image": "rayproject/ray:2.60.0",
+                    "resources": {
+                        "requests": {"cpu": cpu, "memory": memory},
+                        "limits": {"cpu": cpu, "memory": memory},
+                    },
+                    "resizePolicy": [
+                        {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+                        {"resourceName": "memory", "restartPolicy": "NotRequired"},
+                    ],
+                }
+            ]
+        }
+    }
+
+
 def raycluster(scenario: Scenario) -> dict[str, Any]:
     """The demo's RayCluster: one 1-CPU worker that may grow to 4 CPUs in place."""
-
-    def template(cpu: str, memory: str) -> dict[str, Any]:
-        return {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "ray-worker",
-                        "image": "rayproject/ray:2.60.0",
-                        "resources": {
-                            "requests": {"cpu": cpu, "memory": memory},
-                            "limits": {"cpu": cpu, "memory": memory},
-                        },
-                        "resizePolicy": [
-                            {"resourceName": "cpu", "restartPolicy": "NotRequired"},
-                            {"resourceName": "memory", "restartPolicy": "NotRequired"},
-                        ],
-                    }
-                ]
-            }
-        }
+    template = ray_pod_template
 
     options: dict[str, Any] = {}
     if scenario.idle_timeout_s is not None:

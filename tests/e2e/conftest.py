@@ -23,6 +23,7 @@ from kubernetes import client, config
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from bench.clusters import KubeApis
 from bench.clusters import ippr_cluster as ippr_cluster  # the tests' cluster
 from raysize.activities.k8s_objects import gcs_address
 from raysize.activities.ray_errors import RayError
@@ -55,20 +56,12 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @dataclass
-class Stack:
+class Stack(KubeApis):
     sandbox: Sandbox | RealSandbox
     api: client.ApiClient
     temporal: Client
     kubeconfig: Path
     namespace: str = "default"
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
 
     def create(self, rc: dict[str, Any]) -> None:
         self.custom.create_namespaced_custom_object(

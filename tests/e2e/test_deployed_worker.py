@@ -29,6 +29,7 @@ import pytest_asyncio
 from kubernetes import client, config
 from temporalio.testing import WorkflowEnvironment
 
+from bench.clusters import KubeApis
 from bench.fleet_bench import Registrar
 from raysize.sandbox.apistore import ApiStore, KubeHttp
 from raysize.sandbox.errors import ApiError
@@ -49,7 +50,7 @@ OTHER_NS = "team-x"  # watched, but the deployed Role is not there
 
 
 @dataclass
-class World:
+class World(KubeApis):
     cp: RealControlPlane
     runtime: ProcessRuntime
     kubelet: Kubelet
@@ -62,14 +63,6 @@ class World:
     @property
     def api(self) -> client.ApiClient:
         return config.new_client_from_config(config_file=str(self.admin))
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
 
     def kubectl(self, *args: str) -> Any:
         return run_kubectl(*args, kubeconfig=self.admin)
