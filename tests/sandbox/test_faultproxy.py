@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from raysize.sandbox.faultproxy import request_of
+from raysize.sandbox.faultproxy import FaultProxy, request_of
+from raysize.sandbox.faults import Faults
 
 
 @pytest.mark.parametrize(
@@ -35,3 +36,13 @@ from raysize.sandbox.faultproxy import request_of
 )
 def test_requests_are_named_as_the_embedded_server_names_them(method, target, expected):
     assert request_of(method, target) == expected
+
+
+def test_an_upstream_and_its_ca_must_agree(tmp_path):
+    """https:// needs the upstream's CA; http:// (the embedded server's HTTPS front) none."""
+    with pytest.raises(ValueError, match="an https:// upstream needs its CA"):
+        FaultProxy("https://127.0.0.1:6443", None, Faults(), tmp_path)
+    with pytest.raises(ValueError, match="an http:// one none"):
+        FaultProxy("http://127.0.0.1:8080", b"-----BEGIN CERTIFICATE-----", Faults(), tmp_path)
+    plain = FaultProxy("http://127.0.0.1:8080", None, Faults(), tmp_path)
+    assert (plain.upstream_port, plain.upstream_tls) == (8080, None)
