@@ -7,6 +7,7 @@ a retried call is harmless. The objects it reads are translated in
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -44,7 +45,13 @@ from raysize.activities.k8s_objects import (
     resize_patch,
 )
 from raysize.activities.kube_limits import DEFAULT_BURST, DEFAULT_QPS, KubeLimits
-from raysize.activities.pod_watch import LIST_PAGE, PodWatch, pods_mark, raycluster_mark
+from raysize.activities.pod_watch import (
+    CLUSTER_LABEL,
+    LIST_PAGE,
+    PodWatch,
+    pods_mark,
+    raycluster_mark,
+)
 from raysize.workflows.contracts import (
     ProgressState,
     ResizeProgress,
@@ -57,6 +64,10 @@ MERGE_PATCH = "application/merge-patch+json"
 # objects' metadata only, as the server's meta.k8s.io/v1 PartialObjectMetadataList
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 DEFAULT_TIMEOUT_S = 10.0
+log = logging.getLogger("raysize.activities")
+# `Kube.scale` reads the pods it names one by one up to this many, checking the pod
+# watch's cache with them; more, and it lists the cluster's pods
+SCALE_GETS = 50
 T = TypeVar("T")
 
 
@@ -324,6 +335,50 @@ class Kube:
         metas = [item.get("metadata") or {} for item in _items(doc, namespace, cluster)]
         return metas, pods_mark(metas)
 
+    def scale_pods(self, namespace: str, cluster: str, named: set[str]) -> list[Obj]:
+        """The metadata of the cluster's pods that `scale` decides on: from the pod watch's
+        cache, checked by a fresh read of each pod `named` (those the write would name
+        or keeps named); a LIST (`list_cluster_pod_metadata`) when the cache cannot answer
+        (`PodWatch.cluster_pods`: not synced, or this worker's own write not back yet), when
+        more than `SCALE_GETS` pods are named, or when a fresh read disagrees with the
+        cache (a pod it has not seen yet, one it still has, another resourceVersion): then
+        the watch lags, and nothing is decided on its view.
+
+        The LIST cost 2.2–3.0 s at 5,000 pods (19 MB of metadata to parse, every scale-in);
+        the GETs a few milliseconds each. What the write needs fresh is fresh: whether each
+        pod it names exists, with which UID, and not being deleted. The count of pods not
+        named (the floor of `replicas`) comes from the watch, as client-go's controllers
+        count from their informers; a pod KubeRay creates in the milliseconds before the
+        write is missed by a LIST made before it as well."""
+        watch = self.pod_watch
+        if watch is None or len(named) > SCALE_GETS:
+            return self.list_cluster_pod_metadata(namespace, cluster)[0]
+        found = watch.cluster_pods(namespace, cluster)
+        if found is None:
+            return self.list_cluster_pod_metadata(namespace, cluster)[0]
+        cached = {p["metadata"]["name"]: p["metadata"] for p in found[0]}
+        for name in sorted(named):
+            try:
+                fresh: Obj | None = self.get_pod(namespace, name)["metadata"]
+            except PodGone:
+                fresh = None
+            seen = cached.get(name)
+            if fresh is not None and (fresh.get("labels") or {}).get(CLUSTER_LABEL) != cluster:
+                fresh = None  # a pod of that name, but of another cluster: not ours to name
+            if (fresh is None) != (seen is None) or (
+                fresh is not None
+                and seen is not None
+                and fresh.get("resourceVersion") != seen.get("resourceVersion")
+            ):
+                log.info(
+                    "%s/%s: the pod watch is behind on pod %s; listing the pods to scale",
+                    namespace,
+                    cluster,
+                    name,
+                )
+                return self.list_cluster_pod_metadata(namespace, cluster)[0]
+        return list(cached.values())
+
     def cluster_pods(
         self, namespace: str, cluster: str, cached: bool = False
     ) -> tuple[list[Obj], str]:
@@ -459,7 +514,10 @@ class Kube:
         unknown = sorted((set(replicas) | set(workers_to_delete)) - set(index))
         if unknown:
             raise Invalid(f"RayCluster {namespace}/{cluster} has no worker group {unknown[0]!r}")
-        metas, _ = self.list_cluster_pod_metadata(namespace, cluster)
+        named = {n for names in workers_to_delete.values() for n in names}
+        for group in groups:
+            named.update((group.get("scaleStrategy") or {}).get("workersToDelete") or [])
+        metas = self.scale_pods(namespace, cluster, named)
         existing = {m["name"] for m in metas}
         alive = {m["name"]: m for m in metas if not m.get("deletionTimestamp")}
         uids = pod_uids or {}

@@ -44,9 +44,12 @@ safe for what is decided from it:
   decided on (a replaced pod is `PodGone`), targets are absolute (a repeated resize is a
   no-op), and a running saga keeps its pod (one workflow id per pod: a second decision
   is a retarget signal).
-- *scale-in names only pods that exist.* `Kube.scale` LISTs the cluster's pods itself
-  (fresh, not from the cache) and names a pod only while it exists with the UID decided
-  on, under the RayCluster's generation.
+- *scale-in names only pods that exist.* `Kube.scale` reads each pod it names (or keeps
+  named) fresh, with a GET, and names a pod only while it exists with the UID decided
+  on, under the RayCluster's generation; the count of the pods it does not name comes
+  from this cache. A GET that disagrees with the cache (a pod the cache lacks or still
+  has, or at another resourceVersion) means this watch lags: the scale then LISTs the
+  pods' metadata and decides on that (`Kube.scale_pods`).
 - *the wait's mark matches.* The observe's `pods_version` is the `pods_mark` of the
   records it read, the same that `cluster_pods_mark` computes on the cache, so the wait
   compares like with like (`ClusterActivities._pods_changed_since_observe`).

@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
     ) -> None:
         """Run the raysize worker (settings: RAYSIZE_* environment variables, see README)."""
-        from raysize.worker.run import run_worker
+        from raysize.worker.run import run_worker, tune_gc
         from raysize.worker.telemetry import configure_logging
 
         settings = _settings()
@@ -111,6 +111,7 @@ def register(app: typer.Typer) -> None:
             except ValueError as exc:
                 raise _fail(f"--log-level {exc}") from None
         configure_logging(level, settings.log_format)
+        tune_gc()  # every module is imported by now
 
         async def serve() -> None:
             # activities block in threads (Kubernetes and GCS calls); Python's default pool

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from typer.testing import CliRunner
 
 from raysize.worker.cli import app
+from raysize.worker.run import GC_THRESHOLDS
 
 runner = CliRunner()
 
@@ -217,3 +220,25 @@ def test_the_worker_takes_observe_only_as_a_flag_too() -> None:
     result = runner.invoke(app, ["worker", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0
     assert "--observe-only" in result.stdout and "RAYSIZE_OBSERVE_ONLY" in result.stdout
+
+
+def test_the_worker_sets_its_garbage_collector_before_serving(tmp_path) -> None:
+    """Python's default thresholds made two or three full collections a tick at 5,000
+    pods (0.3–0.5 s of each tick, `bench.scale_bench`); `raysize worker` sets its own
+    and freezes what start-up made, before it reads any setting that can fail."""
+    garbage = tmp_path / "kubeconfig"
+    garbage.write_text("just some text\n")
+    before = gc.get_threshold()
+    gc.unfreeze()
+    try:
+        result = runner.invoke(
+            app,
+            ["worker"],
+            env={"RAYSIZE_TEMPORAL_ADDRESS": "127.0.0.1:9", "RAYSIZE_KUBECONFIG": str(garbage)},
+        )
+        assert result.exit_code == 1  # the kubeconfig, after the collector was set
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert gc.get_freeze_count() > 10_000  # the modules of start-up, at least
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
