@@ -62,6 +62,8 @@ from raysize.workflows.model import (
 from raysize.workflows.resources import CPU, MEMORY
 
 log = logging.getLogger("raysize.activities")
+# an observe this slow (read and plan) says where its time went, in the worker's log
+SLOW_OBSERVE_S = 1.0
 
 HEARTBEAT_EVERY_S = 4.0  # the wait's heartbeat timeout is 10 s; the SDK sends at most every 8 s
 T = TypeVar("T")
@@ -262,11 +264,34 @@ class ClusterActivities:
     async def observe_cluster(self, inp: ObserveInput) -> Tick:
         """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
         records the decision (`workflows/decide.py`), never the snapshot."""
-        obs = await self.observe(inp)
-        return await plan_tick(obs, inp, self.targets, observe_only=self.observe_only.on)
+        started = time.perf_counter()
+        parts: dict[str, float] = {}
+        obs = await self.observe(inp, parts)
+        tick = await plan_tick(obs, inp, self.targets, observe_only=self.observe_only.on)
+        took = time.perf_counter() - started
+        if took >= SLOW_OBSERVE_S:
+            # which part: the Kubernetes read (a cached read waits for this worker's own pod
+            # writes to come back through the watch, or lists), Ray's state, or the plan
+            log.info(
+                "%s/%s: observe took %.2f s: Kubernetes %.2f s (%s), Ray %.2f s, plan %.2f s",
+                inp.namespace,
+                inp.cluster,
+                took,
+                parts.get("kube", 0.0),
+                "pods from the watch" if parts.get("cached") else "pods listed",
+                parts.get("ray", 0.0),
+                tick.plan_s,
+            )
+        return tick
 
-    async def observe(self, inp: ObserveInput) -> Observation:
-        """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`)."""
+    async def observe(
+        self, inp: ObserveInput, parts: dict[str, float] | None = None
+    ) -> Observation:
+        """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`). `parts`
+        gets the seconds of the Kubernetes read (`kube`; `cached` 1.0 when the pods came
+        from the watch) and of Ray's (`ray`)."""
+        parts = {} if parts is None else parts
+        started = time.perf_counter()
         try:
             # the pods from the pod watch's cache once it is synced (a LIST until then)
             kube = await self._kube(
@@ -276,6 +301,8 @@ class ClusterActivities:
             return Observation(found=False)
         except KubeError as exc:
             raise exc.to_application_error() from None
+        parts["kube"] = time.perf_counter() - started
+        parts["cached"] = float(kube.pods_cached)
         address = self._address(kube, inp.gcs_address)
         source = self._sources[(inp.namespace, inp.cluster)] = token_source(kube.raycluster)
         if not kube.groups.ok:
@@ -289,12 +316,14 @@ class ClusterActivities:
                 pods_version=kube.pods_version,
                 cluster_mark=kube.mark,
             )
+        asked = time.perf_counter()
         try:
             state, answered, published = await self._ray_call(source, address, _read_state)
         except RayError as exc:
             raise _ray_error(exc) from None
         finally:
             _count_state_reads(inp.namespace, inp.cluster, 1)
+            parts["ray"] = time.perf_counter() - asked
         snapshot = join(kube, state, self.settings)
         return Observation(
             snapshot=snapshot,

@@ -396,7 +396,10 @@ class Kube:
         cache when it can answer (`cluster_pods`; see `activities/pod_watch.py` for which
         decisions that is safe for)."""
         rc = self.get_raycluster(namespace, name)
-        pods, pods_version = self.cluster_pods(namespace, name, cached)
+        found = None
+        if cached and self.pod_watch is not None:
+            found = self.pod_watch.cluster_pods(namespace, name)
+        pods, pods_version = found or self.list_cluster_pods(namespace, name)
         spec = rc.get("spec") or {}
         views = tuple(pod_view(p) for p in pods if not p["metadata"].get("deletionTimestamp"))
         replicas, to_delete = {}, []
@@ -420,6 +423,7 @@ class Kube:
             generation=int(rc["metadata"].get("generation") or 0),
             stale_to_delete=tuple(sorted(set(to_delete) - {p["metadata"]["name"] for p in pods})),
             pods_version=pods_version,
+            pods_cached=found is not None,
             resizing=resizing,
             gcs_address=gcs_address(rc),
             mark=raycluster_mark(rc),

@@ -96,6 +96,7 @@ class KubeCluster(Value):
     resizing: tuple[str, ...]
     gcs_address: str
     mark: str = ""  # raycluster_mark: what the cluster-change watch compares
+    pods_cached: bool = False  # the pods came from the pod watch's cache, not a LIST
     ray_autoscaler_pod: str = ""  # ray_autoscaler_running: its head pod, or ""
 
     @property
