@@ -109,6 +109,7 @@ class TickFigures:
     """One tick of the reconcile loop, from its history (seconds, bytes)."""
 
     observe_s: float  # observe scheduled → completed
+    queued_s: float  # observe scheduled → started: before the worker ran it
     plan_s: float  # the plan's own wall time, inside the observe
     act_s: float  # observe completed → the loop waits again (or the next observe)
     bytes: int  # every event from this observe's scheduling to the next's
@@ -164,9 +165,12 @@ def tick_figures(events: Sequence[HistoryEvent]) -> list[TickFigures]:
         segment = events[a:b]
         scheduled: dict[int, HistoryEvent] = {}
         done: dict[int, HistoryEvent] = {}
+        started: dict[int, HistoryEvent] = {}
         for e in segment:
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 scheduled[e.event_id] = e
+            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+                started[e.activity_task_started_event_attributes.scheduled_event_id] = e
             elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 done[e.activity_task_completed_event_attributes.scheduled_event_id] = e
         observe = segment[0]
@@ -191,6 +195,11 @@ def tick_figures(events: Sequence[HistoryEvent]) -> list[TickFigures]:
         out.append(
             TickFigures(
                 observe_s=_at(completed) - _at(observe),
+                queued_s=(
+                    _at(started[observe.event_id]) - _at(observe)
+                    if observe.event_id in started
+                    else 0.0
+                ),
                 plan_s=plan_s,
                 act_s=max(0.0, _at(end) - _at(completed)),
                 bytes=sum(_size(e) for e in segment),
@@ -260,8 +269,9 @@ def report(
             else ""
         )
         lines.append(
-            f"{label} ticks ({len(group)}): slowest observe {worst.observe_s:.3f}s (plan "
-            f"{worst.plan_s:.3f}s) + act {worst.act_s:.3f}s = {worst.tick_s:.3f}s "
+            f"{label} ticks ({len(group)}): slowest observe {worst.observe_s:.3f}s (queued "
+            f"{worst.queued_s:.3f}s, plan {worst.plan_s:.3f}s) + act {worst.act_s:.3f}s = "
+            f"{worst.tick_s:.3f}s "
             f"(target < {MAX_TICK_S:g}s) {verdict(tick_ok)}" + (f" [{acts}]" if acts else "") + what
         )
         lines.append(
@@ -450,7 +460,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             namespaces=NS,
             discovery_interval_s="1",
             gcs_address=ray.address,
-            log_level="WARNING",
+            log_level="INFO",  # a slow observe says where its time went
         )
         with RssSampler(worker.pid) as rss:
             t2 = time.monotonic()

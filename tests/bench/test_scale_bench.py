@@ -31,6 +31,10 @@ class History:
         e.activity_task_scheduled_event_attributes.activity_type.name = name
         return e.event_id
 
+    def started(self, at: float, sid: int) -> None:
+        e = self._add(at, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
+        e.activity_task_started_event_attributes.scheduled_event_id = sid
+
     def completed(self, at: float, sid: int, result: object = None) -> None:
         e = self._add(at, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
         e.activity_task_completed_event_attributes.scheduled_event_id = sid
@@ -46,6 +50,7 @@ def busy_then_quiet() -> History:
     h = History()
     # tick 1: observe 0.5 s (plan 0.1 s), a resize saga, a drain, a scale, then the wait
     obs = h.scheduled(100.0, Act.OBSERVE)
+    h.started(100.2, obs)  # queued 0.2 s before a worker ran it
     plan = {"resize": [{"pod": "p1"}], "terminate": [{"pod": "p2"}], "launch": []}
     h.completed(100.5, obs, {"plan_s": 0.1, "plan": plan})
     h.child(100.6)
@@ -68,6 +73,8 @@ def test_tick_figures_read_observe_plan_act_and_bytes_from_the_history() -> None
     h = busy_then_quiet()
     busy, quiet = tick_figures(h.events)
     assert busy.observe_s == pytest.approx(0.5)
+    assert busy.queued_s == pytest.approx(0.2)
+    assert quiet.queued_s == 0.0  # no start recorded: not known
     assert busy.plan_s == pytest.approx(0.1)
     assert busy.act_s == pytest.approx(0.7)  # observe completed → the wait scheduled
     assert busy.tick_s == pytest.approx(1.2)
@@ -89,7 +96,12 @@ def test_a_failed_observe_is_no_tick() -> None:
 
 def tick(tick_s: float, nbytes: int, *, busy: bool) -> TickFigures:
     return TickFigures(
-        observe_s=tick_s / 2, plan_s=0.01, act_s=tick_s / 2, bytes=nbytes, resizes=int(busy)
+        observe_s=tick_s / 2,
+        queued_s=0.0,
+        plan_s=0.01,
+        act_s=tick_s / 2,
+        bytes=nbytes,
+        resizes=int(busy),
     )
 
 
