@@ -13,7 +13,10 @@ from raysize.workflows.planner.work import Ledger, WorkKind, left_without_gpu, s
 def place_constraints(ctx: PlanContext) -> Ledger:
     """request_resources asks for capacity: its bundles go on the pods' whole size
     (then growth, then new pods), the pods the minimum launches included."""
-    capacity_bins = pod_bins(ctx, Room.CAPACITY)
+    # without request_resources no bundle goes on a pod's whole size: only the new pods'
+    # bins are needed (the passes after this one find the pods' bins empty and unused),
+    # and a quiet tick at 5,000 pods spares a pass over every pod
+    capacity_bins = pod_bins(ctx, Room.CAPACITY) if ctx.snap.constraints else []
     for g_name, count in sorted(ctx.launches.count.copy().items()):
         capacity_bins.extend(new_bins(ctx, ctx.snap.groups[g_name], count))
     constraints = shapes_to_place(ctx.index, ctx.snap.constraints, WorkKind.CONSTRAINT)
