@@ -393,21 +393,25 @@ class Kube:
         """The cluster's pods and their `pods_mark`: with `cached`, from the pod watch's
         cache once it is synced (`PodWatch.cluster_pods`: records of what `read_cluster`
         reads), else (and until then) a LIST."""
+        pods, mark, _ = self._cluster_pods(namespace, cluster, cached)
+        return pods, mark
+
+    def _cluster_pods(
+        self, namespace: str, cluster: str, cached: bool
+    ) -> tuple[list[Obj], str, bool]:
+        """`cluster_pods`, and whether they came from the cache."""
         if cached and self.pod_watch is not None:
             found = self.pod_watch.cluster_pods(namespace, cluster)
             if found is not None:
-                return found
-        return self.list_cluster_pods(namespace, cluster)
+                return found[0], found[1], True
+        return *self.list_cluster_pods(namespace, cluster), False
 
     def read_cluster(self, namespace: str, name: str, cached: bool = False) -> KubeCluster:
         """The RayCluster (a GET) and its pods: a LIST, or with `cached` the pod watch's
         cache when it can answer (`cluster_pods`; see `activities/pod_watch.py` for which
         decisions that is safe for)."""
         rc = self.get_raycluster(namespace, name)
-        found = None
-        if cached and self.pod_watch is not None:
-            found = self.pod_watch.cluster_pods(namespace, name)
-        pods, pods_version = found or self.list_cluster_pods(namespace, name)
+        pods, pods_version, from_cache = self._cluster_pods(namespace, name, cached)
         spec = rc.get("spec") or {}
         views = tuple(pod_view(p) for p in pods if not p["metadata"].get("deletionTimestamp"))
         replicas, to_delete = {}, []
@@ -431,7 +435,7 @@ class Kube:
             generation=int(rc["metadata"].get("generation") or 0),
             stale_to_delete=tuple(sorted(set(to_delete) - {p["metadata"]["name"] for p in pods})),
             pods_version=pods_version,
-            pods_cached=found is not None,
+            pods_cached=from_cache,
             resizing=resizing,
             gcs_address=gcs_address(rc),
             mark=raycluster_mark(rc),

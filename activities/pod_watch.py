@@ -48,8 +48,8 @@ safe for what is decided from it:
   named) fresh, with a GET, and names a pod only while it exists with the UID decided
   on, under the RayCluster's generation; the count of the pods it does not name comes
   from this cache. A GET that disagrees with the cache (a pod the cache lacks or still
-  has, another UID or group, a deletion not seen yet) means this watch lags: the scale then LISTs the
-  pods' metadata and decides on that (`Kube.scale_pods`).
+  has, another UID or group, a deletion not seen yet) means this watch lags: the scale
+  then LISTs the pods' metadata and decides on that (`Kube.scale_pods`).
 - *the wait's mark matches.* The observe's `pods_version` is the `pods_mark` of the
   records it read, the same that `cluster_pods_mark` computes on the cache, so the wait
   compares like with like (`ClusterActivities._pods_changed_since_observe`).
