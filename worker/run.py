@@ -54,9 +54,9 @@ WORKFLOWS = [ReconcileWorkflow, PodResizeWorkflow, DiscoveryWorkflow]
 # 5,000 pods makes some hundred thousand short-lived objects (the snapshot, the plan, a
 # LIST's JSON); at 700 many outlive a young collection, and the heap's full collections
 # (every object the worker keeps: the pod cache, the cached workflows) ran two or three
-# times a tick, 0.3–0.5 s of it (`bench.scale_bench`). A tick's objects now die by
-# reference count before the first collection. Cyclic garbage waits for at most 50,000
-# allocations more: a few MB.
+# times a tick, 0.3–0.5 s of it (timed by hand with `gc.callbacks`; the ticks themselves
+# in `bench.scale_bench`). A tick's objects now die by reference count before the first
+# collection. Cyclic garbage waits for at most 50,000 allocations more: a few MB.
 GC_THRESHOLDS = (50_000, 10, 10)
 
 
