@@ -65,6 +65,16 @@ log = logging.getLogger("raysize.activities")
 # an observe this slow (read and plan) says where its time went, in the worker's log
 SLOW_OBSERVE_S = 1.0
 
+
+@dataclass
+class ObserveTimes:
+    """Where an observe's time went (seconds), for the slow-observe line."""
+
+    kube_s: float = 0.0  # the RayCluster and its pods
+    pods_cached: bool = False  # the pods came from the pod watch, not a LIST
+    ray_s: float = 0.0  # Ray's state
+
+
 HEARTBEAT_EVERY_S = 4.0  # the wait's heartbeat timeout is 10 s; the SDK sends at most every 8 s
 T = TypeVar("T")
 
@@ -265,32 +275,29 @@ class ClusterActivities:
         """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
         records the decision (`workflows/decide.py`), never the snapshot."""
         started = time.perf_counter()
-        parts: dict[str, float] = {}
-        obs = await self.observe(inp, parts)
+        took = ObserveTimes()
+        obs = await self.observe(inp, took)
         tick = await plan_tick(obs, inp, self.targets, observe_only=self.observe_only.on)
-        took = time.perf_counter() - started
-        if took >= SLOW_OBSERVE_S:
+        total = time.perf_counter() - started
+        if total >= SLOW_OBSERVE_S:
             # which part: the Kubernetes read (a cached read waits for this worker's own pod
             # writes to come back through the watch, or lists), Ray's state, or the plan
             log.info(
                 "%s/%s: observe took %.2f s: Kubernetes %.2f s (%s), Ray %.2f s, plan %.2f s",
                 inp.namespace,
                 inp.cluster,
-                took,
-                parts.get("kube", 0.0),
-                "pods from the watch" if parts.get("cached") else "pods listed",
-                parts.get("ray", 0.0),
+                total,
+                took.kube_s,
+                "pods from the watch" if took.pods_cached else "pods listed",
+                took.ray_s,
                 tick.plan_s,
             )
         return tick
 
-    async def observe(
-        self, inp: ObserveInput, parts: dict[str, float] | None = None
-    ) -> Observation:
-        """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`). `parts`
-        gets the seconds of the Kubernetes read (`kube`; `cached` 1.0 when the pods came
-        from the watch) and of Ray's (`ray`)."""
-        parts = {} if parts is None else parts
+    async def observe(self, inp: ObserveInput, took: ObserveTimes | None = None) -> Observation:
+        """The RayCluster, its pods and Ray, joined (`activities/snapshot.py`); `took` gets
+        how long the Kubernetes and the Ray reads took."""
+        took = ObserveTimes() if took is None else took
         started = time.perf_counter()
         try:
             # the pods from the pod watch's cache once it is synced (a LIST until then)
@@ -301,8 +308,7 @@ class ClusterActivities:
             return Observation(found=False)
         except KubeError as exc:
             raise exc.to_application_error() from None
-        parts["kube"] = time.perf_counter() - started
-        parts["cached"] = float(kube.pods_cached)
+        took.kube_s, took.pods_cached = time.perf_counter() - started, kube.pods_cached
         address = self._address(kube, inp.gcs_address)
         source = self._sources[(inp.namespace, inp.cluster)] = token_source(kube.raycluster)
         if not kube.groups.ok:
@@ -323,7 +329,7 @@ class ClusterActivities:
             raise _ray_error(exc) from None
         finally:
             _count_state_reads(inp.namespace, inp.cluster, 1)
-            parts["ray"] = time.perf_counter() - asked
+            took.ray_s = time.perf_counter() - asked
         snapshot = join(kube, state, self.settings)
         return Observation(
             snapshot=snapshot,

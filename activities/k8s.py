@@ -30,6 +30,7 @@ from raysize.activities.k8s_errors import (
     from_api_exception,
 )
 from raysize.activities.k8s_objects import (
+    GROUP_LABEL,
     RAY_API,
     RAY_GROUP,
     RAY_PLURAL,
@@ -68,7 +69,6 @@ log = logging.getLogger("raysize.activities")
 # `Kube.scale` reads the pods it names one by one up to this many, checking the pod
 # watch's cache with them; more, and it lists the cluster's pods
 SCALE_GETS = 50
-GROUP_LABEL = "ray.io/group"
 T = TypeVar("T")
 
 
@@ -156,8 +156,8 @@ def _as_scale_reads(meta: Obj | None) -> tuple[str, str, bool] | None:
     such pod)."""
     if meta is None:
         return None
-    labels = meta.get("labels") or {}
-    return (str(meta.get("uid")), str(labels.get(GROUP_LABEL)), bool(meta.get("deletionTimestamp")))
+    group = str((meta.get("labels") or {}).get(GROUP_LABEL, ""))
+    return str(meta.get("uid")), group, bool(meta.get("deletionTimestamp"))
 
 
 class Kube:

@@ -115,6 +115,7 @@ class KubeCluster(Value):
 
 # the container KubeRay adds to the head pod for Ray's autoscaler (BuildAutoscalerContainer)
 RAY_AUTOSCALER_CONTAINER = "autoscaler"
+GROUP_LABEL = "ray.io/group"  # the worker group KubeRay made a pod for
 
 
 def ray_autoscaler_running(pods: Iterable[Obj]) -> str:
@@ -352,7 +353,7 @@ def _pod_view(pod: Obj, now: float) -> PodView:
     return PodView(
         name=meta["name"],
         uid=str(meta.get("uid") or ""),
-        group=labels.get("ray.io/group", ""),
+        group=labels.get(GROUP_LABEL, ""),
         phase=PodPhase.RUNNING if running else PodPhase.PENDING,
         raylet_id=status.raylet_id,
         total=Resources.of(cpu=current.cpu, memory=current.memory),
