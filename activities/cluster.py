@@ -8,11 +8,13 @@ fails raises: the workflow treats it as "unknown", never as "nothing".
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -77,6 +79,27 @@ class ObserveTimes:
 
 HEARTBEAT_EVERY_S = 4.0  # the wait's heartbeat timeout is 10 s; the SDK sends at most every 8 s
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _heartbeats() -> Iterator[None]:
+    """The activity heartbeats every HEARTBEAT_EVERY_S while the block runs, whatever the
+    block awaits meanwhile. A wait that heartbeated between its reads went quiet for as
+    long as a slow read and the long pause after it took (9 times the read), and its
+    heartbeat timed out: a failed wait, a back-off and a new observe for a cluster that
+    was only slow to read. Heartbeats cross into the SDK's core, which sends at most one
+    every 8 s of the 10: every few seconds is enough."""
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_EVERY_S)
+            activity.heartbeat()  # what tells Temporal this worker still waits
+
+    task = asyncio.get_running_loop().create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
 
 
 def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
@@ -370,9 +393,11 @@ class ClusterActivities:
         deadline = started + inp.timeout_s
         assert self.pods is not None
         reads = 0
-        beat = started  # heartbeats cross into the SDK's core: every few seconds is enough
         # the worker's shared watches: no thread or connection of its own per wait
-        with self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed:
+        with (
+            self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed,
+            _heartbeats(),
+        ):
             # from here on, any change of a pod the watch delivers is news
             changes = self.pods.cluster_changes(inp.namespace, inp.cluster)
             if await self._pods_changed_since_observe(inp):
@@ -393,10 +418,6 @@ class ClusterActivities:
                         inp.namespace, inp.cluster, changes, inp.cluster_mark
                     ):
                         return True
-                    if time.monotonic() - beat >= HEARTBEAT_EVERY_S or not inp.watch_ray:
-                        # heartbeats are what tell Temporal this worker still waits
-                        activity.heartbeat()
-                        beat = time.monotonic()
                     if not inp.watch_ray:
                         await changed.wait(min(left, HEARTBEAT_EVERY_S))
                         continue

@@ -14,6 +14,7 @@ restarted with a rotated token); `refused` counts the calls it turned away.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent import futures
 from typing import Any
 
@@ -36,6 +37,7 @@ class _State:
         self.totals: dict[bytes, dict[str, float]] = {}
         self.resizes = 0
         self.state_reads = 0  # GetClusterResourceState calls answered
+        self.state_delay_s = 0.0  # how long each GetClusterResourceState takes
 
 
 class _Autoscaler:
@@ -46,6 +48,9 @@ class _Autoscaler:
         with self.state.lock:
             version = self.state.version
             self.state.state_reads += 1
+            delay = self.state.state_delay_s
+        if delay:
+            time.sleep(delay)  # a loaded GCS (or a loaded reader): each answer this late
         return autoscaler_pb2.GetClusterResourceStateReply(
             cluster_resource_state=autoscaler_pb2.ClusterResourceState(
                 cluster_resource_state_version=version, cluster_session_name="standin"
@@ -127,6 +132,17 @@ class GcsStandIn:
     def token(self, token: str | None) -> None:
         with self.state.lock:
             self.state.token = token
+
+    @property
+    def state_delay_s(self) -> float:
+        """Seconds each read of the cluster state takes (0: at once)."""
+        with self.state.lock:
+            return self.state.state_delay_s
+
+    @state_delay_s.setter
+    def state_delay_s(self, seconds: float) -> None:
+        with self.state.lock:
+            self.state.state_delay_s = seconds
 
     @property
     def refused(self) -> int:
