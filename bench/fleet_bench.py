@@ -46,13 +46,14 @@ from kubernetes import client, config
 from temporalio.client import Client
 
 from bench.clusters import small_raycluster
-from bench.idle_bench import cpu_seconds, rss_mib
+from bench.idle_bench import cpu_seconds, rss_mib, scrape
 from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker, stop_on_sigterm
 from bench.reaction_bench import median, report, run_trials
 from bench.reaction_bench import raycluster as real_raycluster
 from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.kubelet import KubeletTiming
 from raysize.sandbox.localray import stop_group
+from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn, StandInFleet
 from raysize.sandbox.store import Store
 from raysize.worker.settings import Settings
@@ -204,11 +205,64 @@ async def running_reconciles(temporal: Client, queue: str) -> int:
     return (await temporal.count_workflows(query)).count
 
 
+def machine_busy() -> tuple[float, float]:
+    """(CPU seconds busy, seconds elapsed) of all cores together, from /proc/stat."""
+    fields = [float(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / tick, sum(fields) / tick / (os.cpu_count() or 1)
+
+
+# what the dev server did, from its /metrics: (metric, labels every sample counted has)
+HISTORY = 'service_name="history"'
+TEMPORAL_COUNTS = {
+    "workflow tasks": ("service_requests", ('"RespondWorkflowTaskCompleted"', HISTORY)),
+    "activity heartbeats": ("service_requests", ('"RecordActivityTaskHeartbeat"', HISTORY)),
+    "activities completed": ("service_requests", ('"RespondActivityTaskCompleted"', HISTORY)),
+    "heartbeat timeouts": ("heartbeat_timeout", ()),
+}  # fmt: skip
+
+
+def temporal_counts(port: int) -> dict[str, float]:
+    """The dev server's counters of TEMPORAL_COUNTS, now."""
+    counts = dict.fromkeys(TEMPORAL_COUNTS, 0.0)
+    for line in scrape(port).splitlines():
+        head, _, value = line.rpartition(" ")
+        for what, (metric, labels) in TEMPORAL_COUNTS.items():
+            if head.split("{", 1)[0] == metric and all(label in head for label in labels):
+                counts[what] += float(value)
+    return counts
+
+
+def temporal_rates(before: dict[str, float], after: dict[str, float], seconds: float) -> str:
+    """`Temporal meanwhile: 70.0 workflow tasks/s, …` between two `temporal_counts`."""
+    rates = [
+        f"{(after[what] - before[what]) / seconds:.1f} {what}/s"
+        for what in TEMPORAL_COUNTS
+        if what != "heartbeat timeouts"
+    ]
+    timeouts = after["heartbeat timeouts"] - before["heartbeat timeouts"]
+    return f"the Temporal dev server: {', '.join(rates)}; {timeouts:.0f} heartbeat timeouts"
+
+
+def dev_server_pid() -> int | None:
+    """The Temporal dev server this process started (its child named `temporal`)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm, rest = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        if comm.endswith("(temporal") and int(rest.split()[1]) == os.getpid():
+            return int(stat.parent.name)
+    return None
+
+
 async def reaction(temporal: Client, gcs: str, trials: int) -> list[float]:
     """Demand → Raylet resized on the real cluster, per trial (seconds), each after six
-    quiet seconds (raysize's wait has slowed its Ray reads by then)."""
+    quiet seconds (raysize's wait has slowed its Ray reads by then); prints where each
+    trial's time went."""
     seen = await run_trials(gcs, trials, quiet_s=6)
-    await report(temporal, seen, timeline=False)
+    await report(temporal, seen, timeline=True)
     return sorted(t.raylet_resized - t.demand_seen for t in seen if t.raylet_resized)
 
 
@@ -222,7 +276,8 @@ def against(figure: str, ok: bool, target: str) -> str:
 
 
 async def run(args: argparse.Namespace, tmp: Path) -> int:
-    env = await start_dev_server(*ONE_PARTITION)
+    metrics_port = free_port()
+    env = await start_dev_server(*ONE_PARTITION, "--metrics-port", str(metrics_port))
     pods_total = args.clusters * (args.workers + 1)
     sandbox = Sandbox(
         SandboxConfig(
@@ -296,6 +351,10 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
 
             # 1. idle
             cpu0 = {w.pid: cpu_seconds(w.pid) for w in workers}
+            server = dev_server_pid()
+            others0 = (cpu_seconds(os.getpid()), cpu_seconds(server) if server else 0.0)
+            busy0 = machine_busy()
+            temporal0 = temporal_counts(metrics_port)
             reads0 = sum(r.counts()[3] for r in stand_ins.values())
             t0, load0 = time.monotonic(), os.getloadavg()[0]
             await asyncio.sleep(args.idle_minutes * 60)
@@ -303,6 +362,11 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             cpu_pct = sum(cpu_seconds(w.pid) - cpu0[w.pid] for w in workers) / idle_s * 100
             rss = [rss_mib(w.pid) for w in workers]
             reads = (sum(r.counts()[3] for r in stand_ins.values()) - reads0) / idle_s
+            busy1 = machine_busy()
+            temporal1 = temporal_counts(metrics_port)
+            machine_pct = (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]) * 100
+            bench_pct = (cpu_seconds(os.getpid()) - others0[0]) / idle_s * 100
+            server_pct = ((cpu_seconds(server) if server else 0.0) - others0[1]) / idle_s * 100
             print(
                 f"idle {idle_s:.0f}s (load {load0:.1f} → {os.getloadavg()[0]:.1f}): "
                 + against(
@@ -317,6 +381,15 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                     f"< {MAX_RSS_MIB:g} each",
                 )
                 + f"; GCS state reads {reads / max(1, len(stand_ins)):.2f}/s per cluster",
+                flush=True,
+            )
+            print(
+                f"  the machine's CPU meanwhile: {machine_pct:.0f}% of one core busy of "
+                f"{100 * (os.cpu_count() or 1)}%; this process (API server, kubelet "
+                f"simulator, KubeRay and GCS stand-ins) {bench_pct:.0f}%, the Temporal dev "
+                f"server {server_pct:.0f}%, the workers {cpu_pct:.0f}%, the rest (real Ray, "
+                f"other) {machine_pct - bench_pct - server_pct - cpu_pct:.0f}%; "
+                + temporal_rates(temporal0, temporal1, idle_s),
                 flush=True,
             )
             ok &= cpu_pct < MAX_IDLE_CPU_PCT and max(rss) < MAX_RSS_MIB
@@ -342,6 +415,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
 
             # 3. the burst
             t0 = time.monotonic()
+            temporal0 = temporal_counts(metrics_port)
             for ray in stand_ins.values():
                 ray.add_demands({"CPU": 2.0}, args.workers)
             killed = None
@@ -355,6 +429,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                     break
                 await asyncio.sleep(0.2)
             burst_s = time.monotonic() - t0
+            temporal1 = temporal_counts(metrics_port)
             placed = sum(r.counts()[0] for r in stand_ins.values())
             sizes = worker_sizes(sandbox.store)
             grown = ", ".join(f"{n} at {cpu} CPU" for cpu, n in sorted(sizes.items()))
@@ -380,6 +455,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 + f"; worker pods in Kubernetes: {grown}",
                 flush=True,
             )
+            print(f"  meanwhile, {temporal_rates(temporal0, temporal1, burst_s)}", flush=True)
             print(
                 against(
                     f"{'after the SIGKILL: ' if killed else ''}{len(runs)} resize workflows "
