@@ -44,6 +44,7 @@ from raysize.activities.targets import Targets
 from raysize.workflows.contracts import (
     PLAN_DURATION,
     RAY_STATE_READS,
+    WAIT_HEARTBEAT_TIMEOUT,
     Act,
     DrainInput,
     DrainResult,
@@ -77,7 +78,8 @@ class ObserveTimes:
     ray_s: float = 0.0  # Ray's state
 
 
-HEARTBEAT_EVERY_S = 4.0  # the wait's heartbeat timeout is 10 s; the SDK sends at most every 8 s
+# a third of the wait's heartbeat timeout (30 s); the SDK sends at most one every 24 s
+HEARTBEAT_EVERY_S = WAIT_HEARTBEAT_TIMEOUT.total_seconds() / 3
 T = TypeVar("T")
 
 
@@ -88,7 +90,7 @@ def _heartbeats() -> Iterator[None]:
     long as a slow read and the long pause after it took (9 times the read), and its
     heartbeat timed out: a failed wait, a back-off and a new observe for a cluster that
     was only slow to read. Heartbeats cross into the SDK's core, which sends at most one
-    every 8 s of the 10: every few seconds is enough."""
+    every 24 s of the 30."""
 
     async def beat() -> None:
         while True:

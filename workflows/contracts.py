@@ -60,6 +60,12 @@ OBSERVE_ONLY_VAR = "RAYSIZE_OBSERVE_ONLY"
 POLL_INTERVAL_S = 5.0  # re-read a resizing pod after this much silence from its watch
 # the saga's heartbeat timeout for its long activities; they beat well inside it
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
+# the reconcile loop's wait: how long a wait on a worker that died without stopping
+# (SIGKILL, the OOM killer, its node lost) holds its cluster before another worker takes
+# the loop on. Every running wait heartbeats (the SDK sends at most one each 0.8 of this):
+# at 10 s that was 125 heartbeats a second for 1,000 clusters, a third of a core of the
+# dev server beside them, and each one a Temporal action
+WAIT_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 
 
 # --- resize saga ---------------------------------------------------------------------------

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows import telemetry
     from raysize.workflows.contracts import (
         OBSERVE_ONLY_VAR,
+        WAIT_HEARTBEAT_TIMEOUT,
         Act,
         Decision,
         DrainedPod,
@@ -778,7 +779,7 @@ class ReconcileWorkflow:
             summary=f"wait for a change, at most {timeout:.3g}s"
             + ("" if acting else " (Kubernetes only: raysize may not act)"),
             start_to_close_timeout=timedelta(seconds=timeout + 30),
-            heartbeat_timeout=timedelta(seconds=10),
+            heartbeat_timeout=WAIT_HEARTBEAT_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=1),
             # a signal that ends the wait (pause, resume, wake) abandons the watch instead
             # of asking the server to cancel it: a watch that completed at that very moment
