@@ -4,11 +4,14 @@ event loop), read with raysize's own client; `bench.fleet_bench`'s pure helpers.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from bench.fleet_bench import against, worker_sizes
+from bench.fleet_bench import StoreRegistrar, against, worker_sizes
 from raysize.activities.ray_errors import RayReplyError
 from raysize.activities.ray_gcs import RayGcsClient
 from raysize.sandbox.ray_standin import RayStandIn, StandInFleet
@@ -128,3 +131,48 @@ def test_the_store_s_label_index_answers_as_a_scan_does() -> None:
 
 
 KEY = "ray.io/cluster"
+
+
+def test_the_store_registrar_follows_the_pods_as_they_are_written() -> None:
+    """`bench.fleet_bench.StoreRegistrar` gives a stand-in a node per running pod of its
+    cluster from the store's own pod events (pods there before it, then each write), and
+    takes it away when the pod is being deleted."""
+    store = Store()
+    ray = RayStandIn(serve=False)
+
+    def pod(name: str, phase: str) -> dict[str, object]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"ray.io/cluster": "fleet-000"}},
+            "spec": {"containers": []},
+            "status": {"phase": phase},
+        }
+
+    def running(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["status"] = {"phase": "Running"}
+        return obj
+
+    def nodes() -> set[str]:
+        with ray.model.lock:
+            return set(ray.model.nodes)
+
+    store.create("pods", "default", pod("before", "Running"))
+    store.create("pods", "default", {**pod("elsewhere", "Running"), "metadata": {"name": "x"}})
+    with StoreRegistrar(store, {"fleet-000": ray}) as registrar:
+        store.create("pods", "default", pod("w0", "Pending"))
+        store.create("pods", "default", pod("w1", "Pending"))
+        store.update("pods", "default", "w1", running)
+        assert until(lambda: nodes() == {"before", "w1"})
+        store.remove("pods", "default", "before")
+        assert until(lambda: nodes() == {"w1"})
+        assert registrar.registered == 2
+
+
+def until(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.01)
+    return check()
