@@ -35,6 +35,7 @@ from raysize.activities.ray_errors import (
     RayError,
     RayletNotFound,
     RayUnauthenticated,
+    RayUnavailable,
 )
 from raysize.activities.ray_gcs import DrainReply, RayGcsClient, TlsConfig
 from raysize.activities.ray_state import ClusterState
@@ -280,8 +281,14 @@ class ClusterActivities:
             self._clients.clear()
 
     def _address(self, kube: KubeCluster, override: str | None) -> str:
+        """Where the cluster's GCS is dialled, remembered for the Raylet resizes when the
+        cluster itself says it (its loop's address, or its status). KubeRay's default
+        head Service, used until the status says, is not remembered: a worker that saw a
+        cluster only before KubeRay reported its GCS dialled that name for good, and its
+        Raylet syncs failed where the Service's name does not resolve."""
         address = self.ray.dial_address(kube.namespace, kube.name, kube.gcs_address, override)
-        self._addresses[(kube.namespace, kube.name)] = address
+        if override or kube.gcs_address:
+            self._addresses[(kube.namespace, kube.name)] = address
         return address
 
     async def _address_of(self, namespace: str, cluster: str) -> str:
@@ -293,6 +300,11 @@ class ClusterActivities:
         kube = await self._kube(self.kube.read_cluster, namespace, cluster)
         self._sources.setdefault((namespace, cluster), token_source(kube.raycluster))
         return self._address(kube, None)
+
+    def _forget_address(self, namespace: str, cluster: str) -> None:
+        """The GCS did not answer at the address remembered: the next call reads the
+        RayCluster again (a head pod started again may be elsewhere)."""
+        self._addresses.pop((namespace, cluster), None)
 
     # --- activities --------------------------------------------------------------------
     @activity.defn(name=Act.OBSERVE)
@@ -539,6 +551,8 @@ class ClusterActivities:
                 lambda gcs: gcs.resize_raylet(inp.node_id, inp.cpu / 1000.0, inp.memory),
             )
         except RayError as exc:
+            if isinstance(exc, RayUnavailable):
+                self._forget_address(inp.namespace, inp.cluster)
             if exc.retryable or isinstance(exc, RayletNotFound):
                 # Temporal retries this until it takes; a pod (or cluster) deleted meanwhile
                 # would keep the saga retrying a GCS that is gone for ever: look first. A

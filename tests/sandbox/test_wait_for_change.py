@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+from kubernetes import client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -18,7 +19,7 @@ from raysize.sandbox.ports import free_port
 from raysize.workflows.contracts import Err, RayletResizeInput, WaitInput
 from raysize.workflows.resources import GIB
 
-from .test_k8s_activities import env, workers
+from .test_k8s_activities import env, wait_for, workers
 
 __all__ = ["env"]  # the sandbox with a RayCluster "rc" of two workers
 
@@ -245,3 +246,56 @@ def test_a_slow_gcs_never_stops_the_wait_s_heartbeats(env, monkeypatch):
             assert max(gaps) <= 2.0, gaps
         finally:
             acts.close()
+
+
+def test_a_raylet_sync_dials_the_gcs_the_raycluster_reports_now(env):
+    """A worker remembered where each cluster's GCS was for its Raylet syncs, and dialled
+    that address for good: a GCS reported elsewhere later (a head pod started again), or
+    first seen before KubeRay reported it at all (KubeRay's default head Service, which in
+    the 1,000-cluster benchmark failed a sync for 16 s on "react-head-svc.default.svc:
+    Domain name not found"), was never dialled. An address that does not answer is read
+    again now, and the default Service is not remembered."""
+    sb, kube = env
+    pod = workers(kube)[0]
+    acts = ClusterActivities(kube=kube, ray=RaySettings(timeout_s=0.5))
+    inp = RayletResizeInput(
+        namespace="default", cluster="rc", pod=pod, node_id="ab" * 28, cpu=2000, memory=GIB
+    )
+    custom = client.CustomObjectsApi(kube.core.api_client)
+
+    def reported(address: str) -> None:
+        custom.patch_namespaced_custom_object(
+            "ray.io", "v1", "default", "rayclusters", "rc",
+            {"metadata": {"annotations": {"touched": address}}},
+        )  # fmt: skip
+        wait_for(lambda: kube.read_cluster("default", "rc").gcs_address == address)
+
+    with GcsStandIn() as gcs:
+        try:
+            nowhere = f"127.0.0.1:{free_port()}"  # nothing listens there
+            sb.serve_gcs("default", "rc", int(nowhere.rsplit(":", 1)[1]))
+            reported(nowhere)
+            with pytest.raises(ApplicationError) as unanswered:
+                asyncio.run(ActivityEnvironment().run(acts.resize_raylet, inp))
+            assert unanswered.value.type == "RayUnavailable", unanswered.value.message
+            assert nowhere in unanswered.value.message
+            sb.serve_gcs("default", "rc", gcs.port)  # reported elsewhere now
+            reported(gcs.address)
+            result = asyncio.run(ActivityEnvironment().run(acts.resize_raylet, inp))
+            assert (result.cpu, gcs.resizes) == (2000, 1)
+        finally:
+            acts.close()
+
+
+def test_kuberay_s_default_head_service_is_not_remembered(env):
+    """Until KubeRay reports the GCS, raysize dials its default head Service; a later
+    Raylet sync reads the RayCluster again instead of keeping that name."""
+    _, kube = env
+    acts = ClusterActivities(kube=kube, ray=RaySettings(timeout_s=0.5))
+    try:
+        unreported = kube.read_cluster("default", "rc").model_copy(update={"gcs_address": ""})
+        assert acts._address(unreported, None) == "rc-head-svc.default.svc:6379"
+        reported = kube.read_cluster("default", "rc")
+        assert asyncio.run(acts._address_of("default", "rc")) == reported.gcs_address != ""
+    finally:
+        acts.close()
