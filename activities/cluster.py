@@ -81,6 +81,9 @@ class ObserveTimes:
 
 # a third of the wait's heartbeat timeout (30 s); the SDK sends at most one every 24 s
 HEARTBEAT_EVERY_S = WAIT_HEARTBEAT_TIMEOUT.total_seconds() / 3
+# a wait on Kubernetes alone looks this often whether its worker is stopping (it looked at
+# each heartbeat, every 4 s, before heartbeats kept a pace of their own)
+SHUTDOWN_LOOK_S = 4.0
 T = TypeVar("T")
 
 
@@ -433,7 +436,8 @@ class ClusterActivities:
                     ):
                         return True
                     if not inp.watch_ray:
-                        await changed.wait(min(left, HEARTBEAT_EVERY_S))
+                        # the watch wakes it; a stopping worker is looked for meanwhile
+                        await changed.wait(min(left, SHUTDOWN_LOOK_S))
                         continue
                     asked = time.monotonic()
                     reads += 1
