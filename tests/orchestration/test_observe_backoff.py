@@ -79,7 +79,10 @@ async def test_failed_observes_wait_longer_each_time_up_to_a_cap_jittered(
         status = await status_of(handle)
         failures = sum(1 for n, _ in world.observe_attempts if n == 1)
         assert failures >= 6
-        assert status.observe_failures == failures
+        # the clock may stop inside an observe: its first attempt counted, its failure
+        # (after its retries) not yet recorded by the loop
+        assert status.observe_failures in (failures, failures - 1)
+        failures = status.observe_failures
         said = re.fullmatch(
             r"observe failed (\d+) times in a row, next try in ([\d.]+) s; no action this "
             r"tick: list pods: timed out",
