@@ -46,7 +46,7 @@ from kubernetes import client, config
 from temporalio.client import Client
 
 from bench.clusters import small_raycluster
-from bench.idle_bench import cpu_seconds, rss_mib, scrape
+from bench.idle_bench import cpu_seconds, metric_total, rss_mib, scrape
 from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker, stop_on_sigterm
 from bench.reaction_bench import median, report, run_trials
 from bench.reaction_bench import raycluster as real_raycluster
@@ -244,13 +244,11 @@ TEMPORAL_COUNTS = {
 
 def temporal_counts(port: int) -> dict[str, float]:
     """The dev server's counters of TEMPORAL_COUNTS, now."""
-    counts = dict.fromkeys(TEMPORAL_COUNTS, 0.0)
-    for line in scrape(port).splitlines():
-        head, _, value = line.rpartition(" ")
-        for what, (metric, labels) in TEMPORAL_COUNTS.items():
-            if head.split("{", 1)[0] == metric and all(label in head for label in labels):
-                counts[what] += float(value)
-    return counts
+    page = scrape(port)
+    return {
+        what: metric_total(page, metric, labels)
+        for what, (metric, labels) in TEMPORAL_COUNTS.items()
+    }
 
 
 def temporal_rates(before: dict[str, float], after: dict[str, float], seconds: float) -> str:

@@ -88,15 +88,16 @@ async def count_history(temporal: Client, wf_id: str, since: float, until: float
     return out
 
 
-def metric_total(text: str, name: str) -> float:
-    """Sum of a Prometheus counter's samples (every label set) in a /metrics page."""
+def metric_total(text: str, name: str, labels: tuple[str, ...] = ()) -> float:
+    """Sum of a Prometheus counter's samples in a /metrics page: every label set, or only
+    those whose labels hold each of `labels` (text such as 'service_name="history"')."""
     total = 0.0
     for line in text.splitlines():
         if line.startswith("#"):
             continue
         head, _, value = line.rpartition(" ")
         metric = head.split("{", 1)[0]
-        if metric in (name, f"{name}_total"):
+        if metric in (name, f"{name}_total") and all(label in head for label in labels):
             total += float(value)
     return total
 
