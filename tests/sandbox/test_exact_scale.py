@@ -160,8 +160,16 @@ def test_the_scale_reads_the_pods_metadata_only(
     spec or status (5,000 whole KubeRay pods are about 200 MB of JSON), and it marks the
     pods as the whole list does."""
     kuberay, pods = two_workers
-    metas, mark = kuberay.list_cluster_pod_metadata(ns, "rc")
-    whole, whole_mark = kuberay.list_cluster_pods(ns, "rc")
+
+    def between_two_same_marks() -> tuple[list[Any], str, list[Any], str] | None:
+        # the kubelet and KubeRay still write the new pods' status: the two reads are
+        # compared only when no pod changed around them (resourceVersions never go back)
+        metas, mark = kuberay.list_cluster_pod_metadata(ns, "rc")
+        whole, whole_mark = kuberay.list_cluster_pods(ns, "rc")
+        _, after = kuberay.list_cluster_pod_metadata(ns, "rc")
+        return (metas, mark, whole, whole_mark) if after == mark else None
+
+    metas, mark, whole, whole_mark = wait_for(between_two_same_marks, timeout=30)
     assert {m["name"]: m["uid"] for m in metas if m["name"] in pods} == pods
     assert sorted(m["name"] for m in metas) == sorted(p["metadata"]["name"] for p in whole)
     assert mark == whole_mark
