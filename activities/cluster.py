@@ -52,6 +52,7 @@ from raysize.workflows.contracts import (
     Err,
     FinishResizeInput,
     FinishResizeResult,
+    GcsTimetable,
     Observation,
     ObserveInput,
     RayletResizeInput,
@@ -364,7 +365,9 @@ class ClusterActivities:
             )
         asked = time.perf_counter()
         try:
-            state, answered, published = await self._ray_call(source, address, _read_state)
+            state, answered, published, timetable = await self._ray_call(
+                source, address, _read_state
+            )
         except RayError as exc:
             raise _ray_error(exc) from None
         finally:
@@ -387,6 +390,9 @@ class ClusterActivities:
             cluster_mark=kube.mark,
             ray_read_at=answered,
             demand_published=published,
+            gcs_timetable=None
+            if timetable is None
+            else GcsTimetable(address=address, period=timetable[0], window=timetable[1]),
             resizing=tuple(
                 sorted(
                     {
@@ -425,6 +431,9 @@ class ClusterActivities:
                     gcs = await self._gcs(inp.gcs_address, self.gcs, inp.gcs_address, source)
                 except (RayError, KubeError):
                     return True  # let the next observe say what is wrong
+                given = inp.gcs_timetable
+                if given is not None and given.address == inp.gcs_address:
+                    gcs.cadence.adopt(given.period, given.window, time.time() - time.monotonic())
             try:
                 while (left := deadline - time.monotonic()) > 0:
                     if activity.is_worker_shutdown():
@@ -576,15 +585,20 @@ class ClusterActivities:
             )
 
 
-def _read_state(gcs: RayGcsClient) -> tuple[ClusterState, float, tuple[float, float] | None]:
-    """Ray's state; when the read was answered, and the (earliest, latest) instant of the
-    GCS's last task-demand publication before it was sent (`GcsCadence.last_publication`),
-    in epoch seconds: a grow's hold ends at the first publication after it landed
-    (`deadlines.GrowWatch`)."""
+Window = tuple[float, float]
+
+
+def _read_state(
+    gcs: RayGcsClient,
+) -> tuple[ClusterState, float, Window | None, tuple[Window, Window] | None]:
+    """Ray's state; when the read was answered; the (earliest, latest) instant of the
+    GCS's last task-demand publication before it was sent (`GcsCadence.last_publication`):
+    a grow's hold ends at the first publication after it landed (`deadlines.GrowWatch`);
+    and the GCS's timetable (`GcsCadence.timetable`) for the next wait. In epoch seconds."""
     sent = time.monotonic()
     state = gcs.cluster_state()
     answered = time.monotonic()
     published = gcs.cadence.last_publication(sent)
     to_epoch = time.time() - time.monotonic()
     window = None if published is None else (published[0] + to_epoch, published[1] + to_epoch)
-    return state, answered + to_epoch, window
+    return state, answered + to_epoch, window, gcs.cadence.timetable(to_epoch)

@@ -45,6 +45,9 @@ JITTER_S = 0.003
 # period may fit one by chance, hardly two.
 CONFIRMATIONS = 2
 KEPT_WINDOWS = 32  # the period's bounds keep what older windows taught
+# A timetable another worker learned (handed on by the reconcile workflow) is trusted this
+# much less: two machines' clocks agree to NTP's few milliseconds.
+CLOCK_SKEW_S = 0.005
 
 
 @dataclass
@@ -139,6 +142,34 @@ class GcsCadence:
             if latest - earliest > most_uncertain:
                 return None
             return earliest, latest
+
+    def timetable(self, to_epoch: float) -> tuple[tuple[float, float], tuple[float, float]] | None:
+        """The confirmed timetable, to hand to another worker: (the period's bounds, the
+        last publication's (earliest, latest) instant on the clock of `to_epoch` added to
+        monotonic seconds); None while there is none."""
+        with self._lock:
+            if not self.windows or self.confirmed < CONFIRMATIONS:
+                return None
+            _, lo, hi = self.windows[-1]
+            return self.period, (lo + to_epoch, hi + to_epoch)
+
+    def adopt(
+        self, period: tuple[float, float], window: tuple[float, float], to_epoch: float
+    ) -> bool:
+        """Start from a timetable another worker learned (`timetable`), when this one has
+        none confirmed: two workers take a cluster's waits in turn, and each would
+        otherwise learn only from the changes its own reads saw. False (nothing changed)
+        when this one has its own, or what is given is no timetable of Ray's timer."""
+        lo, hi = window[0] - to_epoch - CLOCK_SKEW_S, window[1] - to_epoch + CLOCK_SKEW_S
+        p_lo, p_hi = period
+        if not (PERIOD_MIN_S <= p_lo <= p_hi <= PERIOD_MAX_S and 0 <= hi - lo <= WIDEST_WINDOW_S):
+            return False
+        with self._lock:
+            if self.confirmed >= CONFIRMATIONS:
+                return False
+            self.windows, self.period = [(0, lo, hi)], (p_lo, p_hi)
+            self.strikes, self.confirmed = 0, CONFIRMATIONS
+            return True
 
     def _carried(self, n: int) -> tuple[float, float]:
         """(earliest, latest) instant of the publication `n` periods after the last one

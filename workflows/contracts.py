@@ -258,6 +258,20 @@ class ResizeSagaState(Value):
 
 
 # --- reconcile ---------------------------------------------------------------------------
+class GcsTimetable(Value):
+    """When a GCS publishes Ray's task demands (`activities.gcs_cadence`), as one worker
+    learned it: the reconcile hands it to the next wait, which may run on another worker
+    that has not learned it yet (it would read at random moments: half a second later
+    on average)."""
+
+    address: str = Field(description="the GCS it is of")
+    period: tuple[float, float] = Field(description="the period's bounds, s")
+    window: tuple[float, float] = Field(
+        description="epoch s (the learning worker's clock): (earliest, latest) instant of "
+        "a publication"
+    )
+
+
 class ClusterRead(Value):
     """What one observe read that the reconcile acts on: in the activity's `Observation`
     and, from there, in the `Tick` the workflow records."""
@@ -286,6 +300,9 @@ class ClusterRead(Value):
     pods_version: str = ""
     cluster_mark: str = Field(
         default="", description="the RayCluster's spec generation and annotations, hashed"
+    )
+    gcs_timetable: GcsTimetable | None = Field(
+        default=None, description="when the GCS publishes demands; None: not learned yet"
     )
     resizing: tuple[str, ...] = Field(
         default=(), description="pods with a resize in flight (conditions or resizing-at)"
@@ -469,6 +486,8 @@ class WaitInput(Value):
     # False: raysize may not act on the cluster (config error, Ray's autoscaler owns it),
     # so Ray's demands cannot change a decision: Kubernetes changes only, no GCS reads
     watch_ray: bool = True
+    # the GCS's timetable as a worker learned it, for one that has not (None: unknown)
+    gcs_timetable: GcsTimetable | None = None
 
 
 class ScaleInput(Value):

@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         DrainTarget,
         Err,
         EventInput,
+        GcsTimetable,
         Memory,
         ObserveInput,
         ReconcileInput,
@@ -162,6 +163,9 @@ class ReconcileWorkflow:
         # the wait before the next observe after a failed one (`_observe` sets it)
         self.retry_in = inp.retry_s
         self.watch_failures = 0  # waits failed in a row (a wait that returns resets it)
+        # when the GCS publishes demands, as the last worker that knew it said (the next
+        # wait may run on another worker that has not learned it)
+        self.gcs_timetable: GcsTimetable | None = None
 
     @workflow.signal
     def pause(self) -> None:
@@ -212,6 +216,8 @@ class ReconcileWorkflow:
             self.woken = False
             self.next_decision_in = None
             tick = await self._observe(inp)
+            if tick is not None and tick.gcs_timetable is not None:
+                self.gcs_timetable = tick.gcs_timetable
             if tick is not None and not tick.found:
                 workflow.logger.info("RayCluster %s/%s is gone: done", inp.namespace, inp.cluster)
                 return "RayCluster deleted"
@@ -775,6 +781,7 @@ class ReconcileWorkflow:
                 timeout_s=timeout,
                 cluster_mark=tick.cluster_mark,
                 watch_ray=acting,
+                gcs_timetable=self.gcs_timetable,
             ),
             summary=f"wait for a change, at most {timeout:.3g}s"
             + ("" if acting else " (Kubernetes only: raysize may not act)"),

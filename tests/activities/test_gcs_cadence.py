@@ -47,11 +47,21 @@ class Gcs:
         return shown * 1000 + gone
 
 
-def run_wait(gcs: Gcs, cadence: GcsCadence, until: float) -> tuple[list[float], list[float]]:
+def run_wait(
+    gcs: Gcs,
+    cadence: GcsCadence,
+    until: float,
+    workers: list[GcsCadence] | None = None,
+    hand_over: bool = True,
+) -> tuple[list[float], list[float]]:
     """The wait's reads from 0 to `until`, a fresh wait (fast reads) after every change
     it sees; each new demand is met (its task placed) 0.3 s after it is seen. Returns,
     per arrival, how long after Ray published it the wait saw it, and when each read was
-    made."""
+    made. `workers`: the cadences of workers that take the observe and the next wait
+    after each change at random (`cadence`: the first wait's); with `hand_over`, each
+    wait starts from the timetable the last observe that knew one reported, as the
+    reconcile workflow hands it on."""
+    rng, told = random.Random(7), None
     now, started, last = 0.0, 0.0, None
     reads: list[float] = []
     seen_at: dict[int, float] = {}
@@ -66,6 +76,14 @@ def run_wait(gcs: Gcs, cadence: GcsCadence, until: float) -> tuple[list[float], 
                 seen_at[shown] = now
                 gcs.placed.extend([now + 0.3] * (shown - last // 1000))
             started = now  # the reconcile observes, and the next wait reads fast again
+            if workers:
+                observer = rng.choice(workers)
+                if observer is not cadence:  # the observe reads Ray's state too
+                    observer.note(digest, now, now + READ_S)
+                told = observer.timetable(0.0) or told
+                cadence = rng.choice(workers)
+                if hand_over and told is not None:
+                    cadence.adopt(*told, to_epoch=0.0)
         last = digest
         now += next_read_pause(now - started, READ_S, now, cadence)
     delays = []
@@ -103,6 +121,60 @@ def test_an_idle_cluster_is_read_once_a_second_once_the_timetable_is_known() -> 
     # a GCS that never published a change is read at the steady pace
     _, reads = run_wait(Gcs(period=1.0004, phase=0.37, arrivals=[]), GcsCadence(), 130)
     assert 1.75 <= len([t for t in reads if t >= 10]) / 120 <= 1.85
+
+
+def test_a_second_worker_handed_the_timetable_reads_as_well_as_the_one_that_learned_it() -> None:
+    """Five demands 8–11 s apart, as the fleet benchmark's trials, on a cluster whose
+    observes and waits two workers take at random: each learns only from the changes its
+    own reads saw, and reads at the steady pace (a demand seen 0.28 s late on average)
+    until it has. Handed the timetable the other learned, the pair does as well as one
+    worker alone."""
+
+    def delays(workers: int | None, hand_over: bool = True) -> list[float]:
+        late = []
+        for seed in range(20):
+            rng = random.Random(seed)
+            arrivals = [30.0]
+            for _ in range(4):
+                arrivals.append(arrivals[-1] + rng.uniform(8, 11))
+            gcs = Gcs(period=1.0004, phase=rng.random(), arrivals=arrivals, jitter_s=0.002)
+            cadences = [GcsCadence() for _ in range(workers or 1)]
+            seen, _ = run_wait(
+                gcs, cadences[0], arrivals[-1] + 5, cadences if workers else None, hand_over
+            )
+            assert len(seen) == len(arrivals)
+            late += seen[1:]  # the first demand: nobody has learned anything yet
+        return late
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    one, alone, handed = delays(None), delays(2, hand_over=False), delays(2)
+    assert mean(handed) <= mean(one) + 0.01, (mean(handed), mean(one))
+    assert mean(alone) > mean(one) + 0.05, (mean(alone), mean(one))
+    # from the third demand on, every one is seen just after its publication
+    fast = [d for k, d in enumerate(handed) if k % 4 >= 1]
+    assert max(fast) < 0.08, fast
+
+
+def test_a_timetable_is_adopted_only_by_a_worker_without_one_and_only_if_it_is_ray_s() -> None:
+    learned = GcsCadence()
+    for k in range(3):  # publications at k + 0.33, each seen by reads 50 ms apart
+        learned.note(2 * k, k + 0.30, k + 0.301)
+        learned.note(2 * k + 1, k + 0.35, k + 0.351)
+    assert GcsCadence().timetable(0.0) is None
+    period, window = learned.timetable(to_epoch=1000.0) or pytest.fail("nothing learned")
+    assert window[0] - 1000 <= 2.33 <= window[1] - 1000
+    # another worker, its monotonic clock 400 s behind this one's (the epoch is shared)
+    other = GcsCadence()
+    assert other.adopt(period, window, to_epoch=1400.0)
+    near = other.next_publication(3.0 - 400)
+    assert near is not None and near[0] <= 3.33 - 400 <= near[1]
+    # one with its own keeps it; what is not Ray's timer is refused
+    assert not other.adopt(period, (window[0] + 0.5, window[1] + 0.5), to_epoch=1400.0)
+    assert other.next_publication(3.0 - 400) == near
+    assert not GcsCadence().adopt((0.5, 0.5), window, to_epoch=0.0)
+    assert not GcsCadence().adopt(period, (window[0], window[0] + 1.0), to_epoch=0.0)
 
 
 def test_a_demand_after_ten_quiet_minutes_is_still_seen_quickly() -> None:

@@ -17,6 +17,7 @@ from raysize.workflows.contracts import (
     DrainInput,
     DrainResult,
     EventInput,
+    GcsTimetable,
     Memory,
     Observation,
     ObserveInput,
@@ -52,6 +53,8 @@ class FakeWorld:
         self.observed = 0
         self.version = 0
         self.waits: list[WaitInput] = []  # every wait the loop asked for
+        # the GCS timetable each observe reports, in turn (its worker's; None: not learned)
+        self.timetables: list[GcsTimetable | None] = []
         # Ray is slow to report: a grown pod runs the work it grew for, which Ray still
         # reports as pending
         self.stale_demand = False
@@ -128,6 +131,7 @@ class FakeWorld:
                 gcs_version=self.version,
                 pods_version=str(self.version),
                 resizing=tuple(sorted(self.resizing)),
+                gcs_timetable=self.timetables.pop(0) if self.timetables else None,
             )
 
         @activity.defn(name=Act.WAIT_FOR_CHANGE)

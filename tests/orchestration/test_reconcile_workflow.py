@@ -25,6 +25,7 @@ from raysize.workflows.contracts import (
     ApplyResizeResult,
     FinishResizeInput,
     FinishResizeResult,
+    GcsTimetable,
     ProgressState,
     RayletResizeInput,
     RayletResizeResult,
@@ -232,6 +233,23 @@ async def test_an_idle_cluster_waits_for_its_next_deadline_not_a_tick(
     assert 10 <= world.waits[0].timeout_s <= 11  # the idle pod expires in 10 s
     assert world.waits[0].watch_ray
     assert not world.started and status.resizes_started == 0
+
+
+async def test_the_gcs_timetable_one_worker_learned_is_handed_to_every_later_wait(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Two workers take a cluster's observes and waits in turn: the timetable of Ray's
+    demand publications the first observe's worker reported goes with every later wait,
+    also after an observe on a worker that has not learned it (it reports none)."""
+    world = FakeWorld(snapshot([group()], [pod("w1"), pod("w2")]))
+    learned = GcsTimetable(
+        address="127.0.0.1:6379", period=(1.0003, 1.0005), window=(1.7e9, 1.7e9 + 0.004)
+    )
+    world.timetables = [None, learned, None, None]
+    async with reconciling(ts_env, world, tick_s=0.2):
+        await until(lambda: len(world.waits) >= 4)
+    assert world.waits[0].gcs_timetable is None  # nobody had learned it yet
+    assert [w.gcs_timetable for w in world.waits[1:4]] == [learned] * 3
 
 
 async def test_ray_in_tree_autoscaler_owns_the_cluster_until_handed_over(

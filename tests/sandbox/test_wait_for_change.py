@@ -13,10 +13,11 @@ from temporalio.testing import ActivityEnvironment
 
 from raysize.activities import cluster
 from raysize.activities.cluster import ClusterActivities, RaySettings
+from raysize.activities.gcs_cadence import CLOCK_SKEW_S
 from raysize.activities.ray_gcs import RayGcsClient
 from raysize.sandbox.gcs_standin import GcsStandIn
 from raysize.sandbox.ports import free_port
-from raysize.workflows.contracts import Err, RayletResizeInput, WaitInput
+from raysize.workflows.contracts import Err, ObserveInput, RayletResizeInput, WaitInput
 from raysize.workflows.resources import GIB
 
 from .test_k8s_activities import env, wait_for, workers
@@ -299,3 +300,51 @@ def test_kuberay_s_default_head_service_is_not_remembered(env):
         assert asyncio.run(acts._address_of("default", "rc")) == reported.gcs_address != ""
     finally:
         acts.close()
+
+
+def test_the_timetable_one_worker_learned_goes_with_the_tick_to_the_next_wait(env):
+    """A worker that learned when its GCS publishes demands reports it in its tick; a
+    wait on another worker, which has not, starts from it (for that GCS only)."""
+    _, kube = env
+    with GcsStandIn() as gcs:
+        learner = ClusterActivities(kube=kube, ray=RaySettings())
+        other = ClusterActivities(kube=kube, ray=RaySettings())
+        try:
+            cadence = learner.gcs(gcs.address).cadence
+            now = time.monotonic()
+            for k in range(3):  # publications at now - 2.67 + k, seen by reads 50 ms apart
+                cadence.note(2 * k, now - 3 + k + 0.30, now - 3 + k + 0.301)
+                cadence.note(2 * k + 1, now - 3 + k + 0.35, now - 3 + k + 0.351)
+            tick = asyncio.run(
+                ActivityEnvironment().run(
+                    learner.observe_cluster,
+                    ObserveInput(namespace="default", cluster="rc", gcs_address=gcs.address),
+                )
+            )
+            assert tick.gcs_timetable is not None and tick.gcs_timetable.address == gcs.address
+            fresh = other.gcs(gcs.address).cadence
+            assert fresh.next_publication(time.monotonic()) is None
+            inp = wait_input(kube, gcs.address, 0.2)
+            elsewhere = tick.gcs_timetable.model_copy(update={"address": "10.9.9.9:6379"})
+            for given in (None, elsewhere):
+                asyncio.run(
+                    ActivityEnvironment().run(
+                        other.wait_for_change, inp.model_copy(update={"gcs_timetable": given})
+                    )
+                )
+                assert fresh.next_publication(time.monotonic()) is None
+            asyncio.run(
+                ActivityEnvironment().run(
+                    other.wait_for_change,
+                    inp.model_copy(update={"gcs_timetable": tick.gcs_timetable}),
+                )
+            )
+            at = time.monotonic()
+            adopted, known = fresh.next_publication(at), cadence.next_publication(at)
+            assert adopted is not None and known is not None
+            # the same instant, a clock skew's doubt wider (another machine's clock)
+            assert adopted[0] <= known[0] <= known[1] <= adopted[1]
+            assert (adopted[1] - adopted[0]) - (known[1] - known[0]) < 2 * CLOCK_SKEW_S + 1e-3
+        finally:
+            learner.close()
+            other.close()
