@@ -22,6 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from raysize.activities.gcs_cadence import (
+    Timetable,
     next_read_pause,
 )
 from raysize.activities.k8s import Kube
@@ -59,6 +60,7 @@ from raysize.workflows.contracts import (
     RayletResizeResult,
     Tick,
     WaitInput,
+    WaitResult,
 )
 from raysize.workflows.decide import decide
 from raysize.workflows.model import (
@@ -365,9 +367,7 @@ class ClusterActivities:
             )
         asked = time.perf_counter()
         try:
-            state, answered, published, timetable = await self._ray_call(
-                source, address, _read_state
-            )
+            state, answered, published = await self._ray_call(source, address, _read_state)
         except RayError as exc:
             raise _ray_error(exc) from None
         finally:
@@ -390,9 +390,6 @@ class ClusterActivities:
             cluster_mark=kube.mark,
             ray_read_at=answered,
             demand_published=published,
-            gcs_timetable=None
-            if timetable is None
-            else GcsTimetable(address=address, period=timetable[0], window=timetable[1]),
             resizing=tuple(
                 sorted(
                     {
@@ -408,10 +405,28 @@ class ClusterActivities:
         )
 
     @activity.defn(name=Act.WAIT_FOR_CHANGE)
-    async def wait_for_change(self, inp: WaitInput) -> bool:
-        """Long-poll: True as soon as the cluster's pods, the RayCluster's spec or
-        annotations, or (with `watch_ray`) what Ray reports change; False when
-        `timeout_s` passes quietly."""
+    async def wait_for_change(self, inp: WaitInput) -> WaitResult:
+        """Long-poll: changed as soon as the cluster's pods, the RayCluster's spec or
+        annotations, or (with `watch_ray`) what Ray reports change; not when `timeout_s`
+        passes quietly. With what this worker knows of when the GCS publishes demands,
+        for the next wait (the reconcile hands it on: `WaitInput.gcs_timetable`)."""
+        changed, gcs = await self._wait_for_change(inp)
+        learned = None if gcs is None else gcs.cadence.timetable(time.time() - time.monotonic())
+        return WaitResult(
+            changed=changed,
+            gcs_timetable=None
+            if learned is None
+            else GcsTimetable(
+                address=inp.gcs_address,
+                period=learned.period,
+                windows=learned.windows,
+                confirmed=learned.confirmed,
+            ),
+        )
+
+    async def _wait_for_change(self, inp: WaitInput) -> tuple[bool, RayGcsClient | None]:
+        """`wait_for_change`: whether anything changed, and the GCS's client if it was
+        read."""
         started = time.monotonic()
         deadline = started + inp.timeout_s
         assert self.pods is not None
@@ -424,41 +439,46 @@ class ClusterActivities:
             # from here on, any change of a pod the watch delivers is news
             changes = self.pods.cluster_changes(inp.namespace, inp.cluster)
             if await self._pods_changed_since_observe(inp):
-                return True
+                return True, None
+            gcs, adopted = None, False
             if inp.watch_ray:
                 try:
                     source = await self._source_of(inp.namespace, inp.cluster)
                     gcs = await self._gcs(inp.gcs_address, self.gcs, inp.gcs_address, source)
                 except (RayError, KubeError):
-                    return True  # let the next observe say what is wrong
+                    return True, None  # let the next observe say what is wrong
                 given = inp.gcs_timetable
                 if given is not None and given.address == inp.gcs_address:
-                    gcs.cadence.adopt(given.period, given.window, time.time() - time.monotonic())
+                    handed = Timetable(given.period, given.windows, given.confirmed)
+                    adopted = gcs.cadence.adopt(handed, time.time() - time.monotonic())
             try:
                 while (left := deadline - time.monotonic()) > 0:
                     if activity.is_worker_shutdown():
                         # the worker is stopping: end now (as a quiet tick), so its
                         # shutdown need not wait out its grace period for this wait
-                        return False
+                        return False, gcs
                     if self.pods.cluster_changed_since(
                         inp.namespace, inp.cluster, changes, inp.cluster_mark
                     ):
-                        return True
-                    if not inp.watch_ray:
-                        # the watch wakes it; a stopping worker is looked for meanwhile
+                        return True, gcs
+                    if gcs is None:
+                        # Kubernetes only: the watch wakes it; a stopping worker is
+                        # looked for meanwhile
                         await changed.wait(min(left, SHUTDOWN_LOOK_S))
                         continue
                     asked = time.monotonic()
                     reads += 1
                     try:
                         if await gcs.read_fingerprint() != inp.gcs_version:
-                            return True
+                            if log.isEnabledFor(logging.DEBUG):
+                                _log_ray_change(inp, reads, asked - started, gcs, adopted)
+                            return True, gcs
                     except RayError:
-                        return True  # let the next observe say what is wrong
+                        return True, gcs  # let the next observe say what is wrong
                     now = time.monotonic()
                     pause = next_read_pause(asked - started, now - asked, now, gcs.cadence)
                     await changed.wait(min(pause, left))
-                return False
+                return False, gcs
             finally:
                 _count_state_reads(inp.namespace, inp.cluster, reads)
 
@@ -585,20 +605,34 @@ class ClusterActivities:
             )
 
 
-Window = tuple[float, float]
-
-
-def _read_state(
-    gcs: RayGcsClient,
-) -> tuple[ClusterState, float, Window | None, tuple[Window, Window] | None]:
-    """Ray's state; when the read was answered; the (earliest, latest) instant of the
-    GCS's last task-demand publication before it was sent (`GcsCadence.last_publication`):
-    a grow's hold ends at the first publication after it landed (`deadlines.GrowWatch`);
-    and the GCS's timetable (`GcsCadence.timetable`) for the next wait. In epoch seconds."""
+def _read_state(gcs: RayGcsClient) -> tuple[ClusterState, float, tuple[float, float] | None]:
+    """Ray's state; when the read was answered, and the (earliest, latest) instant of the
+    GCS's last task-demand publication before it was sent (`GcsCadence.last_publication`),
+    in epoch seconds: a grow's hold ends at the first publication after it landed
+    (`deadlines.GrowWatch`)."""
     sent = time.monotonic()
     state = gcs.cluster_state()
     answered = time.monotonic()
     published = gcs.cadence.last_publication(sent)
     to_epoch = time.time() - time.monotonic()
     window = None if published is None else (published[0] + to_epoch, published[1] + to_epoch)
-    return state, answered + to_epoch, window, gcs.cadence.timetable(to_epoch)
+    return state, answered + to_epoch, window
+
+
+def _log_ray_change(
+    inp: WaitInput, reads: int, after_s: float, gcs: RayGcsClient, adopted: bool
+) -> None:
+    """How a wait saw Ray's state change: with a timetable it reads just after the GCS
+    publishes demands, without one at a steady pace (`activities.gcs_cadence`)."""
+    upcoming = gcs.cadence.next_publication(time.monotonic())
+    known = (
+        "not known"
+        if upcoming is None
+        else f"known to {1000 * (upcoming[1] - upcoming[0]):.0f} ms"
+        + (" (handed to this wait)" if adopted else "")
+    )
+    log.debug(
+        "%s/%s: Ray's state changed: seen by read %d of this wait, %.2fs into it; the "
+        "GCS's demand timetable %s",
+        inp.namespace, inp.cluster, reads, after_s, known,
+    )  # fmt: skip

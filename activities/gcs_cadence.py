@@ -46,8 +46,18 @@ JITTER_S = 0.003
 CONFIRMATIONS = 2
 KEPT_WINDOWS = 32  # the period's bounds keep what older windows taught
 # A timetable another worker learned (handed on by the reconcile workflow) is trusted this
-# much less: two machines' clocks agree to NTP's few milliseconds.
+# much less: two machines' clocks agree to NTP's few milliseconds. Its last windows go.
 CLOCK_SKEW_S = 0.005
+HANDED_WINDOWS = 8
+
+
+@dataclass(frozen=True)
+class Timetable:
+    """What a `GcsCadence` learned, on an epoch clock: to hand to another worker."""
+
+    period: tuple[float, float]
+    windows: tuple[tuple[int, float, float], ...]  # (publication number, earliest, latest)
+    confirmed: int
 
 
 @dataclass
@@ -143,32 +153,48 @@ class GcsCadence:
                 return None
             return earliest, latest
 
-    def timetable(self, to_epoch: float) -> tuple[tuple[float, float], tuple[float, float]] | None:
-        """The confirmed timetable, to hand to another worker: (the period's bounds, the
-        last publication's (earliest, latest) instant on the clock of `to_epoch` added to
-        monotonic seconds); None while there is none."""
+    def timetable(self, to_epoch: float) -> Timetable | None:
+        """What was learned, to hand to another worker: the period's bounds, the last
+        HANDED_WINDOWS windows (number, earliest, latest) on the clock of `to_epoch`
+        added to monotonic seconds, and how many windows confirmed them; None before
+        the first window."""
         with self._lock:
-            if not self.windows or self.confirmed < CONFIRMATIONS:
+            if not self.windows:
                 return None
-            _, lo, hi = self.windows[-1]
-            return self.period, (lo + to_epoch, hi + to_epoch)
+            windows = tuple((n, lo + to_epoch, hi + to_epoch) for n, lo, hi in self.windows)
+            return Timetable(self.period, windows[-HANDED_WINDOWS:], self.confirmed)
 
-    def adopt(
-        self, period: tuple[float, float], window: tuple[float, float], to_epoch: float
-    ) -> bool:
-        """Start from a timetable another worker learned (`timetable`), when this one has
-        none confirmed: two workers take a cluster's waits in turn, and each would
-        otherwise learn only from the changes its own reads saw. False (nothing changed)
-        when this one has its own, or what is given is no timetable of Ray's timer."""
-        lo, hi = window[0] - to_epoch - CLOCK_SKEW_S, window[1] - to_epoch + CLOCK_SKEW_S
-        p_lo, p_hi = period
-        if not (PERIOD_MIN_S <= p_lo <= p_hi <= PERIOD_MAX_S and 0 <= hi - lo <= WIDEST_WINDOW_S):
+    def adopt(self, given: Timetable, to_epoch: float) -> bool:
+        """Take what another worker learned (`timetable`) when it knows more than this
+        one: two workers take a cluster's waits in turn, and each would otherwise learn
+        only from the changes its own reads saw (and read at the steady pace until it
+        had seen three). False (nothing changed) when this one knows as much, or what is
+        given is no timetable of Ray's timer."""
+        p_lo, p_hi = given.period
+        numbers = [n for n, _, _ in given.windows]
+        if not (
+            PERIOD_MIN_S <= p_lo <= p_hi <= PERIOD_MAX_S
+            and numbers
+            and numbers == sorted(set(numbers))
+            and all(0 <= hi - lo <= WIDEST_WINDOW_S for _, lo, hi in given.windows)
+        ):
             return False
+        windows = [
+            (n, lo - to_epoch - CLOCK_SKEW_S, hi - to_epoch + CLOCK_SKEW_S)
+            for n, lo, hi in given.windows
+        ]
         with self._lock:
-            if self.confirmed >= CONFIRMATIONS:
-                return False
-            self.windows, self.period = [(0, lo, hi)], (p_lo, p_hi)
-            self.strikes, self.confirmed = 0, CONFIRMATIONS
+            if self.windows:
+                # more windows confirmed, or as many and a later publication seen (one
+                # handed back and forth is no news: it is not taken, nor widened again)
+                mine, theirs = self.windows[-1], windows[-1]
+                later = (theirs[1] + theirs[2]) / 2 > (mine[1] + mine[2]) / 2 + PERIOD_MIN_S / 2
+                if given.confirmed < self.confirmed or (
+                    given.confirmed == self.confirmed and not later
+                ):
+                    return False
+            self.windows, self.period = windows, (p_lo, p_hi)
+            self.strikes, self.confirmed = 0, max(0, given.confirmed)
             return True
 
     def _carried(self, n: int) -> tuple[float, float]:

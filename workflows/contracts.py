@@ -259,16 +259,27 @@ class ResizeSagaState(Value):
 
 # --- reconcile ---------------------------------------------------------------------------
 class GcsTimetable(Value):
-    """When a GCS publishes Ray's task demands (`activities.gcs_cadence`), as one worker
-    learned it: the reconcile hands it to the next wait, which may run on another worker
-    that has not learned it yet (it would read at random moments: half a second later
-    on average)."""
+    """When a GCS publishes Ray's task demands, as far as one worker learned it
+    (`activities.gcs_cadence`): each wait returns it, and the reconcile hands it to the
+    next, which may run on another worker (that one would otherwise learn only from the
+    changes its own reads saw, and read at random moments meanwhile: a new demand seen
+    0.28 s late on average)."""
 
     address: str = Field(description="the GCS it is of")
     period: tuple[float, float] = Field(description="the period's bounds, s")
-    window: tuple[float, float] = Field(
-        description="epoch s (the learning worker's clock): (earliest, latest) instant of "
-        "a publication"
+    windows: tuple[tuple[int, float, float], ...] = Field(
+        description="publications seen: (number, earliest, latest instant), epoch s on the "
+        "learning worker's clock"
+    )
+    confirmed: int = Field(default=0, description="windows that fitted the timetable")
+
+
+class WaitResult(Value):
+    """What a wait for a change ends with (`Act.WAIT_FOR_CHANGE`)."""
+
+    changed: bool = Field(description="False: the timeout passed quietly")
+    gcs_timetable: GcsTimetable | None = Field(
+        default=None, description="what this worker knows of the GCS's timetable, if anything"
     )
 
 
@@ -300,9 +311,6 @@ class ClusterRead(Value):
     pods_version: str = ""
     cluster_mark: str = Field(
         default="", description="the RayCluster's spec generation and annotations, hashed"
-    )
-    gcs_timetable: GcsTimetable | None = Field(
-        default=None, description="when the GCS publishes demands; None: not learned yet"
     )
     resizing: tuple[str, ...] = Field(
         default=(), description="pods with a resize in flight (conditions or resizing-at)"
@@ -486,7 +494,7 @@ class WaitInput(Value):
     # False: raysize may not act on the cluster (config error, Ray's autoscaler owns it),
     # so Ray's demands cannot change a decision: Kubernetes changes only, no GCS reads
     watch_ray: bool = True
-    # the GCS's timetable as a worker learned it, for one that has not (None: unknown)
+    # the GCS's timetable as the last wait's worker knew it (None: nothing learned)
     gcs_timetable: GcsTimetable | None = None
 
 

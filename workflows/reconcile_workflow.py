@@ -35,6 +35,8 @@ from temporalio.exceptions import (
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from raysize.workflows import telemetry
     from raysize.workflows.contracts import (
         OBSERVE_ONLY_VAR,
@@ -56,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleInput,
         Tick,
         WaitInput,
+        WaitResult,
         WouldDo,
     )
     from raysize.workflows.model import (
@@ -163,8 +166,8 @@ class ReconcileWorkflow:
         # the wait before the next observe after a failed one (`_observe` sets it)
         self.retry_in = inp.retry_s
         self.watch_failures = 0  # waits failed in a row (a wait that returns resets it)
-        # when the GCS publishes demands, as the last worker that knew it said (the next
-        # wait may run on another worker that has not learned it)
+        # when the GCS publishes demands, as the last wait's worker knew it: handed to the
+        # next wait, which may run on another worker that has not learned it
         self.gcs_timetable: GcsTimetable | None = None
 
     @workflow.signal
@@ -216,8 +219,6 @@ class ReconcileWorkflow:
             self.woken = False
             self.next_decision_in = None
             tick = await self._observe(inp)
-            if tick is not None and tick.gcs_timetable is not None:
-                self.gcs_timetable = tick.gcs_timetable
             if tick is not None and not tick.found:
                 workflow.logger.info("RayCluster %s/%s is gone: done", inp.namespace, inp.cluster)
                 return "RayCluster deleted"
@@ -806,6 +807,21 @@ class ReconcileWorkflow:
                 await workflow.wait_condition(lambda: self.woken, timeout=pause)
         elif watch.done():
             self.watch_failures = 0
+            learned = _timetable(watch.result(), tick.gcs_address)
+            if learned is not None:
+                self.gcs_timetable = learned
+
+
+def _timetable(result: object, address: str) -> GcsTimetable | None:
+    """The GCS timetable a wait returned (`WaitResult`), if it is of `address`. Read
+    leniently: a worker of an earlier release returns a bare bool."""
+    if not isinstance(result, dict):
+        return None
+    try:
+        learned = WaitResult.model_validate(result).gcs_timetable
+    except ValidationError:
+        return None
+    return learned if learned is not None and learned.address == address else None
 
 
 def _scale_summary(replicas: dict[str, int], to_delete: dict[str, tuple[str, ...]]) -> str:

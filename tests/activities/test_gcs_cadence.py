@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raysize.activities.gcs_cadence import GcsCadence, next_read_pause
+from raysize.activities.gcs_cadence import GcsCadence, Timetable, next_read_pause
 
 READ_S = 0.001  # one read's round trip
 
@@ -59,8 +59,8 @@ def run_wait(
     per arrival, how long after Ray published it the wait saw it, and when each read was
     made. `workers`: the cadences of workers that take the observe and the next wait
     after each change at random (`cadence`: the first wait's); with `hand_over`, each
-    wait starts from the timetable the last observe that knew one reported, as the
-    reconcile workflow hands it on."""
+    wait starts from the timetable the last one returned, as the reconcile workflow
+    hands it on."""
     rng, told = random.Random(7), None
     now, started, last = 0.0, 0.0, None
     reads: list[float] = []
@@ -77,13 +77,13 @@ def run_wait(
                 gcs.placed.extend([now + 0.3] * (shown - last // 1000))
             started = now  # the reconcile observes, and the next wait reads fast again
             if workers:
+                told = cadence.timetable(0.0) or told  # what the wait returns
                 observer = rng.choice(workers)
                 if observer is not cadence:  # the observe reads Ray's state too
                     observer.note(digest, now, now + READ_S)
-                told = observer.timetable(0.0) or told
                 cadence = rng.choice(workers)
                 if hand_over and told is not None:
-                    cadence.adopt(*told, to_epoch=0.0)
+                    cadence.adopt(told, to_epoch=0.0)
         last = digest
         now += next_read_pause(now - started, READ_S, now, cadence)
     delays = []
@@ -157,24 +157,34 @@ def test_a_second_worker_handed_the_timetable_reads_as_well_as_the_one_that_lear
     assert max(fast) < 0.08, fast
 
 
-def test_a_timetable_is_adopted_only_by_a_worker_without_one_and_only_if_it_is_ray_s() -> None:
+def test_a_timetable_is_taken_only_from_a_worker_that_knows_more_and_only_if_it_is_ray_s() -> None:
     learned = GcsCadence()
     for k in range(3):  # publications at k + 0.33, each seen by reads 50 ms apart
         learned.note(2 * k, k + 0.30, k + 0.301)
         learned.note(2 * k + 1, k + 0.35, k + 0.351)
     assert GcsCadence().timetable(0.0) is None
-    period, window = learned.timetable(to_epoch=1000.0) or pytest.fail("nothing learned")
-    assert window[0] - 1000 <= 2.33 <= window[1] - 1000
+    handed = learned.timetable(to_epoch=1000.0) or pytest.fail("nothing learned")
+    assert handed.confirmed == 2 and handed.windows[-1][1] - 1000 <= 2.33
     # another worker, its monotonic clock 400 s behind this one's (the epoch is shared)
     other = GcsCadence()
-    assert other.adopt(period, window, to_epoch=1400.0)
+    assert other.adopt(handed, to_epoch=1400.0)
     near = other.next_publication(3.0 - 400)
     assert near is not None and near[0] <= 3.33 - 400 <= near[1]
-    # one with its own keeps it; what is not Ray's timer is refused
-    assert not other.adopt(period, (window[0] + 0.5, window[1] + 0.5), to_epoch=1400.0)
+    # handed back (no news), it is neither taken again nor widened
+    back = other.timetable(to_epoch=1400.0) or pytest.fail("forgotten")
+    assert not learned.adopt(back, to_epoch=1000.0)
+    # a worker that knows less does not teach one that knows more
+    one_window = GcsCadence()
+    one_window.note(0, 5.30, 5.301)
+    one_window.note(1, 5.35, 5.351)
+    assert not other.adopt(one_window.timetable(0.0) or pytest.fail(), to_epoch=-400.0)
     assert other.next_publication(3.0 - 400) == near
-    assert not GcsCadence().adopt((0.5, 0.5), window, to_epoch=0.0)
-    assert not GcsCadence().adopt(period, (window[0], window[0] + 1.0), to_epoch=0.0)
+    # what is not Ray's timer is refused
+    assert not GcsCadence().adopt(Timetable((0.5, 0.5), handed.windows, 2), to_epoch=0.0)
+    wide = ((0, 0.0, 1.0),)
+    assert not GcsCadence().adopt(Timetable(handed.period, wide, 2), to_epoch=0.0)
+    unordered = (handed.windows[1], handed.windows[0])
+    assert not GcsCadence().adopt(Timetable(handed.period, unordered, 2), to_epoch=0.0)
 
 
 def test_a_demand_after_ten_quiet_minutes_is_still_seen_quickly() -> None:

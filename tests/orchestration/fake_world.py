@@ -24,6 +24,7 @@ from raysize.workflows.contracts import (
     ScaleInput,
     Tick,
     WaitInput,
+    WaitResult,
 )
 from raysize.workflows.model import ClusterSnapshot, Demand, PodPhase, PodView
 from raysize.workflows.pod_template import ConfigError
@@ -53,8 +54,9 @@ class FakeWorld:
         self.observed = 0
         self.version = 0
         self.waits: list[WaitInput] = []  # every wait the loop asked for
-        # the GCS timetable each observe reports, in turn (its worker's; None: not learned)
+        # the GCS timetable each wait returns, in turn (its worker's; None: nothing learned)
         self.timetables: list[GcsTimetable | None] = []
+        self.bare_waits = False  # the waits answer as a worker of release 0.1 did: a bool
         # Ray is slow to report: a grown pod runs the work it grew for, which Ray still
         # reports as pending
         self.stale_demand = False
@@ -131,23 +133,25 @@ class FakeWorld:
                 gcs_version=self.version,
                 pods_version=str(self.version),
                 resizing=tuple(sorted(self.resizing)),
-                gcs_timetable=self.timetables.pop(0) if self.timetables else None,
             )
 
         @activity.defn(name=Act.WAIT_FOR_CHANGE)
-        async def wait(inp: WaitInput) -> bool:
+        async def wait(inp: WaitInput) -> WaitResult | bool:
             self.waits.append(inp)
             if self.fail_wait:
                 self.fail_wait -= 1
                 raise ApplicationError("the pod watch broke", type="KubernetesUnavailable")
+            learned = self.timetables.pop(0) if self.timetables else None
             loop = asyncio.get_running_loop()
             until = loop.time() + min(inp.timeout_s, 0.3)
             while loop.time() < until:
                 if self.version != inp.gcs_version:
-                    return True
+                    return (
+                        True if self.bare_waits else WaitResult(changed=True, gcs_timetable=learned)
+                    )
                 activity.heartbeat()
                 await asyncio.sleep(0.01)
-            return False
+            return False if self.bare_waits else WaitResult(changed=False, gcs_timetable=learned)
 
         @activity.defn(name=Act.DRAIN)
         async def drain(inp: DrainInput) -> DrainResult:

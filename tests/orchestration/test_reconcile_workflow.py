@@ -235,21 +235,39 @@ async def test_an_idle_cluster_waits_for_its_next_deadline_not_a_tick(
     assert not world.started and status.resizes_started == 0
 
 
-async def test_the_gcs_timetable_one_worker_learned_is_handed_to_every_later_wait(
+async def test_the_gcs_timetable_a_wait_returns_is_handed_to_every_later_wait(
     ts_env: WorkflowEnvironment,
 ) -> None:
-    """Two workers take a cluster's observes and waits in turn: the timetable of Ray's
-    demand publications the first observe's worker reported goes with every later wait,
-    also after an observe on a worker that has not learned it (it reports none)."""
+    """Two workers take a cluster's waits in turn: the timetable of Ray's demand
+    publications a wait's worker learned goes with every later wait, also after a wait
+    on a worker that had learned nothing (it returns none); one of another GCS (the head
+    moved) is not handed on."""
     world = FakeWorld(snapshot([group()], [pod("w1"), pod("w2")]))
-    learned = GcsTimetable(
-        address="127.0.0.1:6379", period=(1.0003, 1.0005), window=(1.7e9, 1.7e9 + 0.004)
-    )
-    world.timetables = [None, learned, None, None]
+
+    def learned(address: str = "127.0.0.1:6379") -> GcsTimetable:
+        windows = ((0, 1.7e9, 1.7e9 + 0.004), (3, 1.7e9 + 3.0012, 1.7e9 + 3.0031))
+        return GcsTimetable(address=address, period=(1.0003, 1.0005), windows=windows)
+
+    world.timetables = [None, learned(), None, learned("10.0.0.7:6379"), None]
     async with reconciling(ts_env, world, tick_s=0.2):
-        await until(lambda: len(world.waits) >= 4)
+        await until(lambda: len(world.waits) >= 5)
     assert world.waits[0].gcs_timetable is None  # nobody had learned it yet
-    assert [w.gcs_timetable for w in world.waits[1:4]] == [learned] * 3
+    assert world.waits[1].gcs_timetable is None
+    assert [w.gcs_timetable for w in world.waits[2:5]] == [learned()] * 3
+
+
+async def test_a_wait_of_an_earlier_release_answering_a_bare_bool_still_works(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Workers of release 0.1 answer the wait with a bool: beside them in a rolling
+    upgrade, the loop reads it as a wait that taught nothing, and goes on."""
+    world = FakeWorld(snapshot([group()], [pod("w1"), pod("w2")]))
+    world.bare_waits = True
+    async with reconciling(ts_env, world, tick_s=0.2) as handle:
+        await until(lambda: len(world.waits) >= 3)
+        status = await status_of(handle)
+    assert all(w.gcs_timetable is None for w in world.waits)
+    assert not status.last_error
 
 
 async def test_ray_in_tree_autoscaler_owns_the_cluster_until_handed_over(

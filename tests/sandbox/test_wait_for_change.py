@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 from kubernetes import client
@@ -17,12 +18,21 @@ from raysize.activities.gcs_cadence import CLOCK_SKEW_S
 from raysize.activities.ray_gcs import RayGcsClient
 from raysize.sandbox.gcs_standin import GcsStandIn
 from raysize.sandbox.ports import free_port
-from raysize.workflows.contracts import Err, ObserveInput, RayletResizeInput, WaitInput
+from raysize.workflows.contracts import Err, RayletResizeInput, WaitInput
 from raysize.workflows.resources import GIB
 
 from .test_k8s_activities import env, wait_for, workers
 
 __all__ = ["env"]  # the sandbox with a RayCluster "rc" of two workers
+
+
+def changed_by(acts: ClusterActivities) -> Callable[[WaitInput], Awaitable[bool]]:
+    """The wait activity of `acts`, as whether it saw a change."""
+
+    async def changed(inp: WaitInput) -> bool:
+        return (await acts.wait_for_change(inp)).changed
+
+    return changed
 
 
 def wait_input(kube, gcs: str, timeout_s: float) -> WaitInput:
@@ -45,15 +55,13 @@ def test_quiet_until_the_tick_then_awake_when_a_pod_changes(env):
         try:
             started = time.monotonic()
             quiet = asyncio.run(
-                ActivityEnvironment().run(acts.wait_for_change, wait_input(kube, gcs.address, 1.5))
+                ActivityEnvironment().run(changed_by(acts), wait_input(kube, gcs.address, 1.5))
             )
             assert quiet is False and time.monotonic() - started >= 1.5
 
             async def change_a_pod() -> bool:
                 waiting = asyncio.ensure_future(
-                    ActivityEnvironment().run(
-                        acts.wait_for_change, wait_input(kube, gcs.address, 30)
-                    )
+                    ActivityEnvironment().run(changed_by(acts), wait_input(kube, gcs.address, 30))
                 )
                 await asyncio.sleep(0.5)
                 pod = workers(kube)[0]
@@ -83,10 +91,10 @@ def test_a_pod_changed_between_the_observe_and_the_wait_wakes_it_at_once(env):
                 workers(kube)[0], "default", {"metadata": {"labels": {"touched": "before"}}}
             )
             started = time.monotonic()
-            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, inp)) is True
+            assert asyncio.run(ActivityEnvironment().run(changed_by(acts), inp)) is True
             assert time.monotonic() - started < 10  # not the 30 s tick
             fresh = wait_input(kube, gcs.address, 1.0)
-            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, fresh)) is False
+            assert asyncio.run(ActivityEnvironment().run(changed_by(acts), fresh)) is False
         finally:
             acts.close()
 
@@ -100,7 +108,7 @@ def test_awake_at_once_when_ray_cannot_be_read(env):
     try:
         inp = inp.model_copy(update={"gcs_address": f"127.0.0.1:{free_port()}"})
         started = time.monotonic()
-        assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, inp)) is True
+        assert asyncio.run(ActivityEnvironment().run(changed_by(acts), inp)) is True
         assert time.monotonic() - started < 10
     finally:
         acts.close()
@@ -118,9 +126,7 @@ def wait_through(kube, tick_s: float, patch, body) -> tuple[bool, bool]:
             )
 
             async def change() -> bool:
-                waiting = asyncio.ensure_future(
-                    ActivityEnvironment().run(acts.wait_for_change, inp)
-                )
+                waiting = asyncio.ensure_future(ActivityEnvironment().run(changed_by(acts), inp))
                 await asyncio.sleep(0.5)
                 await asyncio.to_thread(patch, "ray.io", "v1", "default", "rayclusters", "rc", body)
                 return await asyncio.wait_for(waiting, 20)
@@ -128,7 +134,7 @@ def wait_through(kube, tick_s: float, patch, body) -> tuple[bool, bool]:
             during = asyncio.run(change())
             after = asyncio.run(
                 ActivityEnvironment().run(
-                    acts.wait_for_change, inp.model_copy(update={"timeout_s": 1.0})
+                    changed_by(acts), inp.model_copy(update={"timeout_s": 1.0})
                 )
             )
             return during, after
@@ -168,7 +174,7 @@ def test_a_cluster_raysize_may_not_act_on_costs_its_gcs_nothing(env):
                 update={"gcs_version": 0, "watch_ray": False}
             )
             before = gcs.state_reads
-            assert asyncio.run(ActivityEnvironment().run(acts.wait_for_change, inp)) is False
+            assert asyncio.run(ActivityEnvironment().run(changed_by(acts), inp)) is False
             assert gcs.state_reads == before
         finally:
             acts.close()
@@ -210,7 +216,7 @@ def test_a_worker_shutting_down_ends_the_wait_at_once(env):
 
             async def stop_midway() -> bool:
                 waiting = asyncio.ensure_future(
-                    activity_env.run(acts.wait_for_change, wait_input(kube, gcs.address, 60))
+                    activity_env.run(changed_by(acts), wait_input(kube, gcs.address, 60))
                 )
                 await asyncio.sleep(1.0)
                 activity_env.worker_shutdown()
@@ -240,7 +246,7 @@ def test_a_slow_gcs_never_stops_the_wait_s_heartbeats(env, monkeypatch):
             activity_env = ActivityEnvironment()
             activity_env.on_heartbeat = lambda *details: beats.append(time.monotonic())
             started = time.monotonic()
-            assert asyncio.run(activity_env.run(acts.wait_for_change, inp)) is False
+            assert asyncio.run(activity_env.run(changed_by(acts), inp)) is False
             ended = time.monotonic()
             assert gcs.state_reads - reads <= 2  # the slow GCS is still spared: few reads
             gaps = [b - a for a, b in zip([started, *beats], [*beats, ended], strict=True)]
@@ -302,9 +308,10 @@ def test_kuberay_s_default_head_service_is_not_remembered(env):
         acts.close()
 
 
-def test_the_timetable_one_worker_learned_goes_with_the_tick_to_the_next_wait(env):
-    """A worker that learned when its GCS publishes demands reports it in its tick; a
-    wait on another worker, which has not, starts from it (for that GCS only)."""
+def test_a_wait_returns_the_gcs_timetable_and_one_on_another_worker_starts_from_it(env):
+    """A worker that learned when its GCS publishes demands returns it from its wait;
+    a wait on another worker, which has not learned it, starts from it (for that GCS
+    only)."""
     _, kube = env
     with GcsStandIn() as gcs:
         learner = ClusterActivities(kube=kube, ray=RaySettings())
@@ -315,30 +322,21 @@ def test_the_timetable_one_worker_learned_goes_with_the_tick_to_the_next_wait(en
             for k in range(3):  # publications at now - 2.67 + k, seen by reads 50 ms apart
                 cadence.note(2 * k, now - 3 + k + 0.30, now - 3 + k + 0.301)
                 cadence.note(2 * k + 1, now - 3 + k + 0.35, now - 3 + k + 0.351)
-            tick = asyncio.run(
-                ActivityEnvironment().run(
-                    learner.observe_cluster,
-                    ObserveInput(namespace="default", cluster="rc", gcs_address=gcs.address),
-                )
-            )
-            assert tick.gcs_timetable is not None and tick.gcs_timetable.address == gcs.address
+            inp = wait_input(kube, gcs.address, 0.2)
+            done = asyncio.run(ActivityEnvironment().run(learner.wait_for_change, inp))
+            learned = done.gcs_timetable
+            assert not done.changed and learned is not None
+            assert learned.address == gcs.address and learned.confirmed == 2
             fresh = other.gcs(gcs.address).cadence
             assert fresh.next_publication(time.monotonic()) is None
-            inp = wait_input(kube, gcs.address, 0.2)
-            elsewhere = tick.gcs_timetable.model_copy(update={"address": "10.9.9.9:6379"})
+            elsewhere = learned.model_copy(update={"address": "10.9.9.9:6379"})
             for given in (None, elsewhere):
-                asyncio.run(
-                    ActivityEnvironment().run(
-                        other.wait_for_change, inp.model_copy(update={"gcs_timetable": given})
-                    )
-                )
+                handed = inp.model_copy(update={"gcs_timetable": given})
+                asyncio.run(ActivityEnvironment().run(other.wait_for_change, handed))
                 assert fresh.next_publication(time.monotonic()) is None
-            asyncio.run(
-                ActivityEnvironment().run(
-                    other.wait_for_change,
-                    inp.model_copy(update={"gcs_timetable": tick.gcs_timetable}),
-                )
-            )
+            handed = inp.model_copy(update={"gcs_timetable": learned})
+            again = asyncio.run(ActivityEnvironment().run(other.wait_for_change, handed))
+            assert again.gcs_timetable is not None and again.gcs_timetable.confirmed == 2
             at = time.monotonic()
             adopted, known = fresh.next_publication(at), cadence.next_publication(at)
             assert adopted is not None and known is not None
