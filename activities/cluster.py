@@ -8,13 +8,11 @@ fails raises: the workflow treats it as "unknown", never as "nothing".
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +23,7 @@ from raysize.activities.gcs_cadence import (
     Timetable,
     next_read_pause,
 )
+from raysize.activities.heartbeats import heartbeats
 from raysize.activities.k8s import Kube
 from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
@@ -88,27 +87,6 @@ HEARTBEAT_EVERY_S = WAIT_HEARTBEAT_TIMEOUT.total_seconds() / 3
 # each heartbeat, every 4 s, before heartbeats kept a pace of their own)
 SHUTDOWN_LOOK_S = 4.0
 T = TypeVar("T")
-
-
-@contextlib.contextmanager
-def _heartbeats() -> Iterator[None]:
-    """The activity heartbeats every HEARTBEAT_EVERY_S while the block runs, whatever the
-    block awaits meanwhile. A wait that heartbeated between its reads went quiet for as
-    long as a slow read and the long pause after it took (9 times the read), and its
-    heartbeat timed out: a failed wait, a back-off and a new observe for a cluster that
-    was only slow to read. Heartbeats cross into the SDK's core, which sends at most one
-    every 24 s of the 30."""
-
-    async def beat() -> None:
-        while True:
-            await asyncio.sleep(HEARTBEAT_EVERY_S)
-            activity.heartbeat()  # what tells Temporal this worker still waits
-
-    task = asyncio.get_running_loop().create_task(beat())
-    try:
-        yield
-    finally:
-        task.cancel()
 
 
 def _count_state_reads(namespace: str, cluster: str, n: int) -> None:
@@ -434,7 +412,7 @@ class ClusterActivities:
         # the worker's shared watches: no thread or connection of its own per wait
         with (
             self.pods.subscribe_cluster(inp.namespace, inp.cluster) as changed,
-            _heartbeats(),
+            heartbeats(HEARTBEAT_EVERY_S),
         ):
             # from here on, any change of a pod the watch delivers is news
             changes = self.pods.cluster_changes(inp.namespace, inp.cluster)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from temporalio import activity
 
+from raysize.activities.heartbeats import heartbeats
 from raysize.activities.k8s import Kube
 from raysize.activities.k8s_errors import (
     KubeError,
@@ -85,8 +86,14 @@ class K8sActivities:
     @activity.defn(name=Act.APPLY_RESIZE)
     async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         """PATCH pods/resize (absolute, so a retry repeats nothing), record
-        ray.io/ippr-status, then watch the kubelet for up to the window."""
+        ray.io/ippr-status, then watch the kubelet for up to the window. It heartbeats
+        throughout: a patch queued behind a saturated API server is not timed out and
+        sent again beside itself."""
         await self.observe_only.refuse(f"resize of pod {inp.namespace}/{inp.pod}")
+        with heartbeats(HEARTBEAT_EVERY_S):
+            return await self._apply_resize(inp)
+
+    async def _apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         sent = asyncio.ensure_future(
             self._call(
                 self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory, inp.pod_uid
@@ -135,11 +142,13 @@ class K8sActivities:
 
     @activity.defn(name=Act.WAIT_RESIZE)
     async def wait_resize(self, inp: WaitResizeInput) -> ResizeProgress:
-        """Poll the pod until the resize leaves IN_PROGRESS or the window ends; heartbeats."""
-        return await self._watch(
-            inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, inp.generation,
-            inp.poll_interval_s, inp.window_s,
-        )  # fmt: skip
+        """Poll the pod until the resize leaves IN_PROGRESS or the window ends; heartbeats
+        throughout (a slow read of the pod too)."""
+        with heartbeats(HEARTBEAT_EVERY_S):
+            return await self._watch(
+                inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, inp.generation,
+                inp.poll_interval_s, inp.window_s,
+            )  # fmt: skip
 
     async def _watch(
         self,

@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from raysize.activities.k8s import Kube
+from raysize.activities.k8s import DEFAULT_TIMEOUT_S, Kube
 from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.observe_only import ObserveOnly
 from raysize.workflows.contracts import Act, Err, SetStatusInput
@@ -228,3 +228,23 @@ async def test_the_activities_ask_temporal_whether_a_saga_may_go_on(
         assert await saga("after", "after") == [Err.OBSERVE_ONLY, Err.OBSERVE_ONLY]
         assert await saga("acting", "after") == ["written", "written"]  # begun elsewhere
     assert observing.written == ["p", "p", "p"] and acting.written == ["p"]
+
+
+async def test_an_event_has_room_for_a_call_queued_behind_a_saturated_api_server(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """A Kubernetes call may wait its timeout behind the API server's calls in flight,
+    then take as long again. An Event given 10 s was timed out and sent again beside
+    itself, adding to the load (3,161 times in a 1,000-cluster burst)."""
+    world = _cluster()
+    world.observe_only = True  # says so in an Event at once
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: len(world.events) >= 1)
+        history = await handle.fetch_history()
+    timeouts = [
+        e.activity_task_scheduled_event_attributes.start_to_close_timeout.ToTimedelta()
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == Act.EVENT
+    ]
+    assert timeouts and min(timeouts) >= 2 * timedelta(seconds=DEFAULT_TIMEOUT_S), timeouts
