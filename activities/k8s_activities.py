@@ -26,7 +26,7 @@ from raysize.activities.k8s_objects import (
     progress_of,
 )
 from raysize.activities.observe_only import ObserveOnly
-from raysize.activities.pod_watch import PodWatch
+from raysize.activities.pod_watch import PodWatch, Subscription
 from raysize.activities.targets import Targets
 from raysize.workflows.contracts import (
     HEARTBEAT_TIMEOUT,
@@ -113,13 +113,22 @@ class K8sActivities:
             return await self._refused_for_room(inp, exc)
         except KubeError as exc:
             raise exc.to_application_error() from None
-        now = await self._run(
-            self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid
-        )
-        progress = await self._watch(
-            inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, generation,
-            inp.poll_interval_s, inp.window_s, now,
-        )  # fmt: skip
+        with contextlib.ExitStack() as stack:
+            # listening before the status write: a kubelet that finishes after the write
+            # and before the watch would begin is heard (it was only at the next read of
+            # the pod, after POLL_INTERVAL_S of silence: 5 s)
+            changes = (
+                None
+                if self.pods is None
+                else stack.enter_context(self.pods.subscribe(inp.namespace, inp.pod))
+            )
+            now = await self._run(
+                self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid
+            )
+            progress = await self._watch(
+                inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, generation,
+                inp.poll_interval_s, inp.window_s, now, changes,
+            )  # fmt: skip
         return ApplyResizeResult(generation=generation, progress=progress)
 
     async def _refused_for_room(self, inp: ApplyResizeInput, exc: NoRoom) -> ApplyResizeResult:
@@ -161,8 +170,11 @@ class K8sActivities:
         poll_interval_s: float,
         window_s: float,
         current: Obj | None = None,
+        subscribed: Subscription | None = None,
     ) -> ResizeProgress:
-        """Where the resize stands; a pod of the name with another `uid` is the pod gone."""
+        """Where the resize stands; a pod of the name with another `uid` is the pod gone.
+        `current`: the pod as just read; `subscribed`: the caller's subscription to the pod's
+        changes, made before that read."""
         started = time.monotonic()
         deadline = started + window_s
 
@@ -183,7 +195,12 @@ class K8sActivities:
                 beat(progress)
                 await asyncio.sleep(min(poll_interval_s, left))
         # subscribe first, then read: no change can fall between the two
-        with self.pods.subscribe(namespace, pod) as changes:
+        with contextlib.ExitStack() as stack:
+            changes = (
+                subscribed
+                if subscribed is not None
+                else stack.enter_context(self.pods.subscribe(namespace, pod))
+            )
             # what the caller just read is as new as a read now (the watch has the rest)
             obj = current or await self._run(self.kube.find_pod, namespace, pod, uid)
             while True:
