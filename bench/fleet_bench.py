@@ -57,6 +57,7 @@ from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn, StandInFleet
 from raysize.sandbox.store import Store
 from raysize.worker.settings import Settings
+from raysize.workflows.naming import RESIZE_OUTCOME
 
 GIB = 1024**3
 NAMESPACE = "default"
@@ -452,16 +453,23 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             grown = ", ".join(f"{n} at {cpu} CPU" for cpu, n in sorted(sizes.items()))
             # the same resize (pod, from, to) run twice would be a lost or doubled saga; a
             # pod grown again later for more tasks is a new resize, and fine
-            runs: Counter[tuple[str, str, str]] = Counter()
+            runs: dict[tuple[str, str, str], list[str]] = {}
             status: Counter[str] = Counter()
             async for wf in env.client.list_workflows(
                 f"TaskQueue='{queue}' AND WorkflowType='PodResizeWorkflow' "
                 "AND RayCluster STARTS_WITH 'fleet-'"
             ):
                 memo = await wf.memo()
-                runs[(wf.id, str(memo.get("from")), str(memo.get("to")))] += 1
-                status[wf.status.name if wf.status else "?"] += 1
-            twice = sum(1 for n in runs.values() if n > 1)
+                closed = wf.status.name if wf.status else "?"
+                outcome = wf.typed_search_attributes.get(RESIZE_OUTCOME) or "?"
+                key = (wf.id, str(memo.get("from")), str(memo.get("to")))
+                runs.setdefault(key, []).append(
+                    f"{wf.start_time:%H:%M:%S} {closed.lower()} {outcome}"
+                )
+                status[closed] += 1
+            twice = sum(1 for n in runs.values() if len(n) > 1)
+            for (pod, was, to), seen in [(k, v) for k, v in runs.items() if len(v) > 1][:5]:
+                print(f"  run twice: {pod} {was} → {to}: " + "; ".join(sorted(seen)), flush=True)
             loops = await running_reconciles(env.client, queue)
             print(
                 against(
