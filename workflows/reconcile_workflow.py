@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         ReconcileInput,
         ReconcileStatus,
         ResizeRequest,
+        ResizeSagaState,
         ScaleInput,
         Tick,
         WaitInput,
@@ -169,6 +170,12 @@ class ReconcileWorkflow:
         # when the GCS publishes demands, as the last wait's worker knew it: handed to the
         # next wait, which may run on another worker that has not learned it
         self.gcs_timetable: GcsTimetable | None = None
+        # pod → when the resize saga this run started for it ended (workflow time), and
+        # when the last observe began: a decision about a pod whose saga ended after the
+        # read began was made on what the saga has since changed (`_fresh`)
+        self.saga_ends: dict[str, float] = {}
+        self.observe_began = 0.0
+        self.noting: set[asyncio.Future[None]] = set()  # the tasks that wait for them
 
     @workflow.signal
     def pause(self) -> None:
@@ -262,6 +269,9 @@ class ReconcileWorkflow:
 
     # --- observe and plan -------------------------------------------------------------------
     async def _observe(self, inp: ReconcileInput) -> Tick | None:
+        self.observe_began = workflow.now().timestamp()
+        # an end before this read began is in what it reads
+        self.saga_ends = {p: t for p, t in self.saga_ends.items() if t >= self.observe_began}
         try:
             tick: Tick = await workflow.execute_activity(
                 Act.OBSERVE,
@@ -549,14 +559,32 @@ class ReconcileWorkflow:
         # decision)
         results = await asyncio.gather(
             *(self._start_one(inp, r, tick, start=False) for r in retargets),
-            *(self._start_one(inp, r, tick) for r in todo),
+            *(self._start_one(inp, r, tick) for r in self._fresh(inp, todo)),
         )
         return sum(results)
+
+    def _fresh(self, inp: ReconcileInput, resizes: list[ResizeAction]) -> list[ResizeAction]:
+        """The resizes decided on a read of their pod that began after its last saga (of
+        this run) ended. One that ended while the read was under way (the pods read before
+        its patch, Ray after its Raylet sync, under load) left the decision stale: a new
+        saga from the size the read saw grew a pod that had just grown (the 1,000-cluster
+        burst ran two resizes twice so). The next tick, soon, decides on a fresh read."""
+        fresh = [r for r in resizes if self.saga_ends.get(r.pod, -1.0) < self.observe_began]
+        stale = sorted(r.pod for r in resizes if r not in fresh)
+        if stale:
+            line = (
+                f"not acted on: {', '.join(stale)}: the resize of each ended while the read "
+                "it was decided on was under way; decided again on a fresh read"
+            )
+            workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
+            self._decided(line)
+            self.next_decision_in = min(self.next_decision_in or inp.retry_s, 0.1)
+        return fresh
 
     async def _settle(self, inp: ReconcileInput, tick: Tick) -> None:
         """A saga for each resize nobody works on any more: back to the pod's actual size.
         Where a saga still runs (paused by an operator, say), it is left to finish."""
-        for r in tick.stuck:
+        for r in self._fresh(inp, list(tick.stuck)):
             started = await self._start_one(inp, r, tick, retarget=False)
             if r.pod in self.memory.drift_since:
                 # the next look at this Raylet comes a whole RAYLET_DRIFT_S later: a sync
@@ -624,7 +652,7 @@ class ReconcileWorkflow:
         retarget: bool,
     ) -> int:
         try:
-            await workflow.start_child_workflow(
+            saga = await workflow.start_child_workflow(
                 PodResizeWorkflow.run,
                 req,
                 id=wf_id,
@@ -642,11 +670,22 @@ class ReconcileWorkflow:
                 # watched until it lands, and held after (`deadlines.GrowWatch`)
                 growing = (r.from_cpu, r.from_memory, workflow.now().timestamp())
                 self._remember(growing={**self.memory.growing, r.pod: growing})
+            noting = asyncio.ensure_future(self._note_end(r.pod, saga))
+            self.noting.add(noting)
+            noting.add_done_callback(self.noting.discard)
             return 1
         except WorkflowAlreadyStartedError:
             if retarget:
                 await self._send_retarget(inp, r, req, wf_id)
             return 0
+
+    async def _note_end(
+        self, pod: str, saga: workflow.ChildWorkflowHandle[PodResizeWorkflow, ResizeSagaState]
+    ) -> None:
+        """When the saga ended (its outcome is its own to tell: `_fresh`)."""
+        with contextlib.suppress(Exception):
+            await saga
+        self.saga_ends[pod] = workflow.now().timestamp()
 
     async def _send_retarget(
         self, inp: ReconcileInput, r: ResizeAction, req: ResizeRequest, wf_id: str

@@ -43,6 +43,9 @@ class FakeWorld:
         # called as each observe attempt reads, before anything else: may raise (a failed
         # read) or change the world
         self.on_read: Callable[[], None] | None = None
+        # awaited once a read is made and before it answers (the world may move on while
+        # a slow observe is still under way)
+        self.while_reading: Callable[[], Awaitable[None]] | None = None
         # every observe attempt: (its attempt number, when it started, in the server's time)
         self.observe_attempts: list[tuple[int, datetime]] = []
         self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
@@ -121,7 +124,7 @@ class FakeWorld:
                 raise ApplicationError("list pods: timed out", type="K8sUnavailable")
             # every pod that exists has a UID (a pod not created yet has none)
             pods = tuple(p.model_copy(update={"uid": self.uid(p.name)}) for p in self.snapshot.pods)
-            return Observation(
+            read = Observation(
                 found=self.found,
                 snapshot=self.snapshot.model_copy(update={"pods": pods}),
                 config_errors=self.config_errors,
@@ -134,6 +137,9 @@ class FakeWorld:
                 pods_version=str(self.version),
                 resizing=tuple(sorted(self.resizing)),
             )
+            if self.while_reading is not None:
+                await self.while_reading()
+            return read
 
         @activity.defn(name=Act.WAIT_FOR_CHANGE)
         async def wait(inp: WaitInput) -> WaitResult | bool:

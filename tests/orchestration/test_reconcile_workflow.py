@@ -519,6 +519,41 @@ async def test_a_stuck_resize_with_no_saga_is_settled_and_a_live_saga_is_left_al
     assert state.cpu == 4000 and not any(a.result == "retargeted" for a in state.attempts)
 
 
+async def test_a_resize_that_ends_while_its_read_is_under_way_is_not_started_again(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Under load an observe read the pods before a saga's patch landed and Ray before its
+    Raylet sync, and the saga ended before the decision made on that read was acted on:
+    the loop started a second saga from the size the read saw (the 1,000-cluster burst
+    grew two pods 1 → 4 twice). Here the read of the pods misses the held saga's patch,
+    and the saga ends before the read answers: the decision waits for a fresh read."""
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder) as handle:
+        ns = handle.id.split("/")[1]
+        await until(lambda: world.started == ["w1"])  # the first saga, held in its patch
+        saga = ts_env.client.get_workflow_handle(f"resize/{ns}/w1")
+
+        def before_the_patch() -> None:  # the pods as read before the patch landed
+            world.resizing.discard("w1")
+            world.on_read = None
+
+        async def the_saga_ends() -> None:
+            world.while_reading = None
+            recorder.hold = False
+            await saga.result()
+
+        world.on_read, world.while_reading = before_the_patch, the_saga_ends
+        world.version += 1  # wakes the loop
+        await until(lambda: world.while_reading is None)
+        before = world.observed
+        await until(lambda: world.observed >= before + 2)
+        status = await status_of(handle)
+    assert world.started == ["w1"]  # one saga, not a second from the stale read
+    assert any(d.summary.startswith("not acted on: w1") for d in status.decisions)
+
+
 async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
     ts_env: WorkflowEnvironment,
 ) -> None:
