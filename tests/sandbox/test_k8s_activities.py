@@ -139,6 +139,15 @@ def test_resize_keeps_the_gap_and_reports_progress(env):
     assert again.progress.state == ProgressState.DONE
 
 
+def grow_to_2_cpu(pod: str, **timing: float) -> ApplyResizeInput:
+    """The apply of a grow of `pod` to 2 CPU / 3 GiB; `timing`: its poll interval and
+    window."""
+    status = IpprStatus(raylet_id="abc", resizing_at=123)
+    return ApplyResizeInput(
+        namespace="default", pod=pod, cpu=2000, memory=3 * GIB, status=status, **timing
+    )
+
+
 def test_a_resize_behind_a_slow_api_server_keeps_heartbeating(env, monkeypatch):
     """The apply heartbeated only while it watched the kubelet: its patches, queued behind
     a saturated API server's calls in flight and then sent, went quiet for up to twice
@@ -147,15 +156,7 @@ def test_a_resize_behind_a_slow_api_server_keeps_heartbeating(env, monkeypatch):
     Here each write takes 1.5 s; heartbeats every 0.5 s (not 5 s) keep the test short."""
     sb, kube = env
     monkeypatch.setattr(k8s_activities, "HEARTBEAT_EVERY_S", 0.5)
-    pod = workers(kube)[0]
-    apply = ApplyResizeInput(
-        namespace="default",
-        pod=pod,
-        cpu=2000,
-        memory=3 * GIB,
-        status=IpprStatus(raylet_id="abc", resizing_at=123),
-        window_s=0,
-    )
+    apply = grow_to_2_cpu(workers(kube)[0], window_s=0)
     sb.faults.add(FaultRule(verb="patch", resource="*", latency_s=1.5))
     beats: list[float] = []
     activity_env = ActivityEnvironment()
@@ -215,15 +216,7 @@ def test_a_kubelet_that_finishes_just_after_the_status_write_is_heard(env, monke
             return find(*args)
 
         monkeypatch.setattr(kube, "find_pod", counted_find)
-        apply = ApplyResizeInput(
-            namespace="default",
-            pod=pod,
-            cpu=2000,
-            memory=3 * GIB,
-            status=IpprStatus(raylet_id="abc", resizing_at=123),
-            poll_interval_s=30,
-            window_s=3,
-        )
+        apply = grow_to_2_cpu(pod, poll_interval_s=30, window_s=3)
         result = run(K8sActivities(kube, pods=watch).apply_resize, apply)
         assert result.progress.state == ProgressState.DONE, result.progress
         assert reads == []  # heard from the watch, not found by a read after the silence
