@@ -39,6 +39,7 @@ from raysize.sandbox.podprocs import ProcessRuntime, pods_of_deployment
 from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.sandbox.realworld import RealControlPlane
+from raysize.worker.health import DEFAULT_INTERVAL_S
 from tests.deploy.conftest import DEPLOY, run_kubectl
 from tests.e2e.conftest import eventually, ippr_cluster
 
@@ -301,7 +302,9 @@ async def test_a_failing_liveness_probe_restarts_the_container(
 ) -> None:
     """The worker stops (SIGSTOP: a hung worker, its heartbeat goes stale); the liveness
     probe (the deployed one, with a shorter period and max-age) fails and the kubelet
-    restarts the container."""
+    restarts the container. The max-age stays above the worker's beat (every 10 s): at 3 s the
+    probe failed a running worker 3 s after each beat, and the test passed only when its
+    SIGSTOP came first (CI once saw the healthy worker stopped by SIGTERM, exit 0)."""
     w = world
     await eventually(lambda: w.ready("raysize", WORKER), 60)
     patch = [
@@ -309,7 +312,7 @@ async def test_a_failing_liveness_probe_restarts_the_container(
          "value": 2},
         {"op": "replace", "path": "/spec/template/spec/containers/0/livenessProbe",
          "value": {"exec": {"command": ["python", "-m", "raysize.worker.health", "live",
-                                        "--max-age", "3"]},
+                                        "--max-age", str(DEFAULT_INTERVAL_S + 2)]},
                    "initialDelaySeconds": 2, "periodSeconds": 1, "failureThreshold": 2,
                    "timeoutSeconds": 5}},
     ]  # fmt: skip

@@ -456,7 +456,10 @@ def test_a_resize_above_the_nodes_room_is_infeasible_in_both_worlds(kube, ns):
         },
     }
     core.create_namespaced_pod(ns, body)
-    wait_for(lambda: core.read_namespaced_pod("ray-worker", ns).status.phase == "Running")
+    # 10 s was too short once for the real world's pod, with CI's three parts running
+    wait_for(
+        lambda: core.read_namespaced_pod("ray-worker", ns).status.phase == "Running", timeout=60
+    )
     kube_ = Kube(kube, timeout_s=5.0)
     with pytest.raises(NoRoom) as refused:
         kube_.patch_resize(ns, "ray-worker", 9000, GIB)
