@@ -8,6 +8,7 @@ fails raises: the workflow treats it as "unknown", never as "nothing".
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -394,12 +395,7 @@ class ClusterActivities:
             changed=changed,
             gcs_timetable=None
             if learned is None
-            else GcsTimetable(
-                address=inp.gcs_address,
-                period=learned.period,
-                windows=learned.windows,
-                confirmed=learned.confirmed,
-            ),
+            else GcsTimetable(address=inp.gcs_address, **dataclasses.asdict(learned)),
         )
 
     async def _wait_for_change(self, inp: WaitInput) -> tuple[bool, RayGcsClient | None]:
@@ -427,7 +423,7 @@ class ClusterActivities:
                     return True, None  # let the next observe say what is wrong
                 given = inp.gcs_timetable
                 if given is not None and given.address == inp.gcs_address:
-                    handed = Timetable(given.period, given.windows, given.confirmed)
+                    handed = Timetable(**given.model_dump(exclude={"address"}))
                     adopted = gcs.cadence.adopt(handed, time.time() - time.monotonic())
             try:
                 while (left := deadline - time.monotonic()) > 0:

@@ -175,15 +175,8 @@ class K8sActivities:
         """Where the resize stands; a pod of the name with another `uid` is the pod gone.
         `current`: the pod as just read; `subscribed`: the caller's subscription to the pod's
         changes, made before that read."""
-        started = time.monotonic()
-        deadline = started + window_s
-
-        def beat(progress: ResizeProgress) -> None:
-            # a heartbeat is a write on the server: none while a resize is quick (the
-            # timeout is 15 s; the SDK sends the first one at once, then throttles)
-            if time.monotonic() - started >= HEARTBEAT_EVERY_S:
-                activity.heartbeat(progress.state.value)
-
+        # the callers heartbeat from a task of their own (`heartbeats`)
+        deadline = time.monotonic() + window_s
         if self.pods is None:
             while True:
                 progress = await self._run(
@@ -192,7 +185,6 @@ class K8sActivities:
                 left = deadline - time.monotonic()
                 if progress.state != ProgressState.IN_PROGRESS or left <= 0:
                     return progress
-                beat(progress)
                 await asyncio.sleep(min(poll_interval_s, left))
         # subscribe first, then read: no change can fall between the two
         with contextlib.ExitStack() as stack:
@@ -210,9 +202,8 @@ class K8sActivities:
                 left = deadline - time.monotonic()
                 if progress.state != ProgressState.IN_PROGRESS or left <= 0:
                     return progress
-                beat(progress)
                 # silence longer than the poll interval: read the pod (a watch can be
-                # quiet for reasons of its own); every few seconds at most, to heartbeat
+                # quiet for reasons of its own), every few seconds at most
                 heard = await changes.wait(min(poll_interval_s, HEARTBEAT_EVERY_S, left))
                 if heard and changes.latest is not None and not changes.deleted:
                     obj = changes.latest
