@@ -6,6 +6,7 @@ The conformance tests use only `kube` (a real `kubernetes` client from a kubecon
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -189,10 +190,32 @@ def ns(core: client.CoreV1Api, parked_node: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        # the pods first, at once: the real world has no namespace controller to delete
-        # them, and pods left running would hold their node's room for the next test
-        core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
-        core.delete_namespace(name)
+        empty_namespace(core.api_client, name)
+
+
+def empty_namespace(kube: client.ApiClient, name: str) -> None:
+    """Delete namespace `name` and what a test left in it, as the namespace controller and
+    the garbage collector would (the real world runs neither).
+
+    Its RayClusters first: one left in a terminating namespace is reconciled by the shared
+    KubeRay operator for the rest of the run, failing each time ("unable to create new
+    content … being terminated") and backing off, which held the first reconcile of a later
+    test's cluster back past 120 s in CI. Then the pods, at once (left running, they hold
+    their node's room); then the namespace; then the pods again, for one the operator made
+    between the two deletes (a terminating namespace takes no new one)."""
+    core = client.CoreV1Api(kube)
+    co = client.CustomObjectsApi(kube)
+    try:
+        co.delete_collection_namespaced_custom_object("ray.io", "v1", name, "rayclusters")
+    except client.exceptions.ApiException as err:
+        if err.status != 404:  # an external cluster without KubeRay's CRDs has none
+            raise
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    core.delete_namespace(name)
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    with contextlib.suppress(client.exceptions.ApiException):
+        left = co.list_namespaced_custom_object("ray.io", "v1", name, "rayclusters")["items"]
+        assert not left, f"RayClusters left in {name}: {[o['metadata'] for o in left]}"
 
 
 @pytest.fixture
