@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +40,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -218,11 +220,87 @@ def worker_setting(text: str) -> tuple[str, str]:
     return name, value
 
 
+def server_config_value(text: str) -> str:
+    """`--server-config KEY=JSON`, checked before the dev server is started with it."""
+    key, sep, value = text.partition("=")
+    try:
+        if not (key and sep):
+            raise ValueError("no '='")
+        json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not KEY=JSON (e.g. system.enableActivityEagerExecution=true; "
+            f"a string value needs quotes): {exc}"
+        ) from None
+    return text
+
+
 async def running_reconciles(temporal: Client, queue: str) -> int:
     query = (
         f"TaskQueue='{queue}' AND WorkflowType='ReconcileWorkflow' AND ExecutionStatus='Running'"
     )
     return (await temporal.count_workflows(query)).count
+
+
+class CpuSplit:
+    """Where the machine's CPU went between `__init__` and `line()`: the workers, this
+    process, the dev server and the rest, as % of one core."""
+
+    def __init__(self, workers: list[subprocess.Popen[bytes]]) -> None:
+        self.workers = workers
+        self.server = dev_server_pid()
+        self.t0 = time.monotonic()
+        self.cpu0 = {w.pid: cpu_seconds(w.pid) for w in workers}
+        self.own0 = cpu_seconds(os.getpid())
+        self.server0 = self._server_s()
+        self.busy0 = machine_busy()
+
+    def _server_s(self) -> float:
+        return cpu_seconds(self.server) if self.server else 0.0
+
+    def workers_pct(self) -> float:
+        took = time.monotonic() - self.t0
+        return sum(cpu_seconds(w.pid) - self.cpu0[w.pid] for w in self.workers) / took * 100
+
+    def line(self) -> str:
+        took = time.monotonic() - self.t0
+        busy1 = machine_busy()
+        machine = (busy1[0] - self.busy0[0]) / (busy1[1] - self.busy0[1]) * 100
+        own = (cpu_seconds(os.getpid()) - self.own0) / took * 100
+        server = (self._server_s() - self.server0) / took * 100
+        workers = self.workers_pct()
+        return (
+            f"the machine's CPU meanwhile: {machine:.0f}% of one core busy of "
+            f"{100 * (os.cpu_count() or 1)}%; this process (API server, kubelet simulator, "
+            f"KubeRay and GCS stand-ins) {own:.0f}%, the Temporal dev server {server:.0f}%, "
+            f"the workers {workers:.0f}%, the rest (real Ray, other) "
+            f"{machine - own - server - workers:.0f}%"
+        )
+
+
+async def loop_work(temporal: Client, clusters: list[str], since: datetime) -> str:
+    """What the reconcile loops of `clusters` did since `since` (their current runs):
+    workflow tasks and activities per loop, by type, and the resize sagas they started."""
+    tasks = 0
+    acts: Counter[str] = Counter()
+    sagas = 0
+    for name in clusters:
+        handle = temporal.get_workflow_handle(f"reconcile/{NAMESPACE}/{name}")
+        async for e in handle.fetch_history_events():
+            if e.event_time.ToDatetime(UTC) < since:
+                continue
+            if e.HasField("workflow_task_completed_event_attributes"):
+                tasks += 1
+            elif e.HasField("activity_task_scheduled_event_attributes"):
+                acts[e.activity_task_scheduled_event_attributes.activity_type.name] += 1
+            elif e.HasField("start_child_workflow_execution_initiated_event_attributes"):
+                sagas += 1
+    n = max(1, len(clusters))
+    per = ", ".join(f"{k} {v / n:.1f}" for k, v in acts.most_common())
+    return (
+        f"a reconcile loop in the burst (mean of {len(clusters)}): {tasks / n:.1f} workflow "
+        f"tasks, {sagas / n:.1f} resizes started; activities: {per}"
+    )
 
 
 def machine_busy() -> tuple[float, float]:
@@ -295,7 +373,10 @@ def against(figure: str, ok: bool, target: str) -> str:
 
 async def run(args: argparse.Namespace, tmp: Path) -> int:
     metrics_port = free_port()
-    env = await start_dev_server(*ONE_PARTITION, "--metrics-port", str(metrics_port))
+    server_config = [a for kv in args.server_config for a in ("--dynamic-config-value", kv)]
+    env = await start_dev_server(
+        *ONE_PARTITION, *server_config, "--metrics-port", str(metrics_port)
+    )
     pods_total = args.clusters * (args.workers + 1)
     sandbox = Sandbox(
         SandboxConfig(
@@ -368,23 +449,16 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             await asyncio.sleep(args.warmup)
 
             # 1. idle
-            cpu0 = {w.pid: cpu_seconds(w.pid) for w in workers}
-            server = dev_server_pid()
-            others0 = (cpu_seconds(os.getpid()), cpu_seconds(server) if server else 0.0)
-            busy0 = machine_busy()
+            split = CpuSplit(workers)
             temporal0 = temporal_counts(metrics_port)
             reads0 = sum(r.counts()[3] for r in stand_ins.values())
             t0, load0 = time.monotonic(), os.getloadavg()[0]
             await asyncio.sleep(args.idle_minutes * 60)
             idle_s = time.monotonic() - t0
-            cpu_pct = sum(cpu_seconds(w.pid) - cpu0[w.pid] for w in workers) / idle_s * 100
+            cpu_pct = split.workers_pct()
             rss = [rss_mib(w.pid) for w in workers]
             reads = (sum(r.counts()[3] for r in stand_ins.values()) - reads0) / idle_s
-            busy1 = machine_busy()
             temporal1 = temporal_counts(metrics_port)
-            machine_pct = (busy1[0] - busy0[0]) / (busy1[1] - busy0[1]) * 100
-            bench_pct = (cpu_seconds(os.getpid()) - others0[0]) / idle_s * 100
-            server_pct = ((cpu_seconds(server) if server else 0.0) - others0[1]) / idle_s * 100
             print(
                 f"idle {idle_s:.0f}s (load {load0:.1f} → {os.getloadavg()[0]:.1f}): "
                 + against(
@@ -401,15 +475,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 + f"; GCS state reads {reads / max(1, len(stand_ins)):.2f}/s per cluster",
                 flush=True,
             )
-            print(
-                f"  the machine's CPU meanwhile: {machine_pct:.0f}% of one core busy of "
-                f"{100 * (os.cpu_count() or 1)}%; this process (API server, kubelet "
-                f"simulator, KubeRay and GCS stand-ins) {bench_pct:.0f}%, the Temporal dev "
-                f"server {server_pct:.0f}%, the workers {cpu_pct:.0f}%, the rest (real Ray, "
-                f"other) {machine_pct - bench_pct - server_pct - cpu_pct:.0f}%; "
-                + temporal_rates(temporal0, temporal1, idle_s),
-                flush=True,
-            )
+            print(f"  {split.line()}; {temporal_rates(temporal0, temporal1, idle_s)}", flush=True)
             ok &= cpu_pct < MAX_IDLE_CPU_PCT and max(rss) < MAX_RSS_MIB
 
             # 2. reaction on the real cluster
@@ -432,13 +498,18 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             ok &= p50 < MAX_REACTION_P50_S
 
             # 3. the burst
-            t0 = time.monotonic()
+            t0, began = time.monotonic(), datetime.now(UTC)
             temporal0 = temporal_counts(metrics_port)
+            split = CpuSplit(workers[1:] if args.kill_one else workers)
             for ray in stand_ins.values():
                 ray.add_demands({"CPU": 2.0}, args.workers)
             killed = None
             want = len(stand_ins) * args.workers
-            while sum(r.counts()[0] for r in stand_ins.values()) < want:
+            told = 0  # progress, every 30 s: where a slow burst lost its time
+            while (running := sum(r.counts()[0] for r in stand_ins.values())) < want:
+                if time.monotonic() - t0 >= told + 30:
+                    told += 30
+                    print(f"  burst: {running}/{want} tasks running after {told}s", flush=True)
                 if args.kill_one and killed is None and time.monotonic() - t0 > 2:
                     killed = workers[0]
                     os.killpg(killed.pid, 9)
@@ -480,7 +551,13 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 + f"; worker pods in Kubernetes: {grown}",
                 flush=True,
             )
-            print(f"  meanwhile, {temporal_rates(temporal0, temporal1, burst_s)}", flush=True)
+            print(
+                f"  {split.line()} (the killed worker not counted); "
+                f"{temporal_rates(temporal0, temporal1, burst_s)}"
+                if args.kill_one
+                else f"  {split.line()}; {temporal_rates(temporal0, temporal1, burst_s)}",
+                flush=True,
+            )
             print(
                 against(
                     f"{'after the SIGKILL: ' if killed else ''}{len(runs)} resize workflows "
@@ -498,6 +575,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 ),
                 flush=True,
             )
+            sample = sorted(stand_ins)[:: max(1, len(stand_ins) // 10)]
+            print(f"  {await loop_work(env.client, sample, began)}", flush=True)
             ok &= placed == want and burst_s < MAX_BURST_S and twice == 0
             ok &= loops == args.clusters
     finally:
@@ -541,6 +620,16 @@ def main() -> None:
         metavar="NAME=VALUE",
         help="a setting for every raysize worker (RAYSIZE_NAME), e.g. "
         "max_cached_workflows=500; repeatable",
+    )
+    parser.add_argument(
+        "--server-config",
+        dest="server_config",
+        type=server_config_value,
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a dynamic config value of the Temporal dev server, e.g. "
+        "system.enableActivityEagerExecution=true (README, *Temporal server*); repeatable",
     )
     args = parser.parse_args()
     if args.clusters < 2 or args.workers < 1 or args.replicas < 1 or args.trials < 1:
