@@ -175,6 +175,9 @@ class ReconcileWorkflow:
         # read began was made on what the saga has since changed (`_fresh`)
         self.saga_ends: dict[str, float] = {}
         self.observe_began = 0.0
+        # pods whose saga this run started and whose end has not reached it yet (under
+        # load the end may come tasks after the saga closed): never started again
+        self.sagas_running: set[str] = set()
         self.noting: set[asyncio.Future[None]] = set()  # the tasks that wait for them
 
     @workflow.signal
@@ -550,6 +553,14 @@ class ReconcileWorkflow:
         retargets = [r for r in p.resize if r.pod in in_flight and r.retarget]
         # the tick holds no more new resizes than may start (`decide.within_budget`)
         todo = [r for r in p.resize if r.pod not in in_flight]
+        # a pod the read shows still but whose saga this loop runs: the read is older than
+        # the saga's first write, or the saga ended and its end is still on its way here.
+        # The decision goes to that saga as a new target, as a start would have done had
+        # the saga been running; if it has ended, the signal fails and the next tick
+        # decides on a fresh read. Started instead, a saga that had ended unheard was run
+        # again from the size the read saw
+        unheard = [r for r in todo if r.pod in self.sagas_running]
+        todo = [r for r in todo if r.pod not in self.sagas_running]
         if tick.held_resizes:
             self._decided(
                 f"held {tick.held_resizes} resize(s): {inp.max_concurrent_resizes} already running"
@@ -558,7 +569,7 @@ class ReconcileWorkflow:
         # observe, the next tick plans on what it left (a new saga would act on a stale
         # decision)
         results = await asyncio.gather(
-            *(self._start_one(inp, r, tick, start=False) for r in retargets),
+            *(self._start_one(inp, r, tick, start=False) for r in [*retargets, *unheard]),
             *(self._start_one(inp, r, tick) for r in await self._fresh(inp, todo)),
         )
         return sum(results)
@@ -588,7 +599,9 @@ class ReconcileWorkflow:
     async def _settle(self, inp: ReconcileInput, tick: Tick) -> None:
         """A saga for each resize nobody works on any more: back to the pod's actual size.
         Where a saga still runs (paused by an operator, say), it is left to finish."""
-        for r in await self._fresh(inp, list(tick.stuck)):
+        # a saga of this loop's still running (as far as it has heard) finishes on its own
+        stuck = [r for r in tick.stuck if r.pod not in self.sagas_running]
+        for r in await self._fresh(inp, stuck):
             started = await self._start_one(inp, r, tick, retarget=False)
             if r.pod in self.memory.drift_since:
                 # the next look at this Raylet comes a whole RAYLET_DRIFT_S later: a sync
@@ -674,6 +687,7 @@ class ReconcileWorkflow:
                 # watched until it lands, and held after (`deadlines.GrowWatch`)
                 growing = (r.from_cpu, r.from_memory, workflow.now().timestamp())
                 self._remember(growing={**self.memory.growing, r.pod: growing})
+            self.sagas_running.add(r.pod)
             noting = asyncio.ensure_future(self._note_end(r.pod, saga))
             self.noting.add(noting)
             noting.add_done_callback(self.noting.discard)
@@ -690,6 +704,7 @@ class ReconcileWorkflow:
         with contextlib.suppress(Exception):
             await saga
         self.saga_ends[pod] = workflow.now().timestamp()
+        self.sagas_running.discard(pod)
 
     async def _send_retarget(
         self, inp: ReconcileInput, r: ResizeAction, req: ResizeRequest, wf_id: str

@@ -554,6 +554,36 @@ async def test_a_resize_that_ends_while_its_read_is_under_way_is_not_started_aga
     assert any(d.summary.startswith("not acted on: w1") for d in status.decisions)
 
 
+async def test_a_pod_whose_saga_the_loop_runs_is_never_started_again_on_a_stale_read(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Under load a saga's end reached the loop tasks after the saga closed, and a read
+    older than the saga's patch showed the pod still at its old size: the loop started a
+    second saga from it (the 1,000-cluster burst, 3 pods 1 → 4 twice). A decision about a
+    pod whose saga the loop has not heard end goes to that saga as a new target, never as
+    a start: here the read misses the held saga's patch, and the loop's history shows no
+    second start of it, only the signal."""
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder) as handle:
+        await until(lambda: world.started == ["w1"])  # the saga, held in its patch
+        world.resizing.discard("w1")  # every read from now on misses the patch
+        before = world.observed
+        world.version += 1  # wakes the loop
+        await until(lambda: world.observed >= before + 2)
+        starts, signals = 0, 0
+        async for e in handle.fetch_history_events():
+            if e.HasField("start_child_workflow_execution_initiated_event_attributes"):
+                starts += 1
+            if e.HasField("signal_external_workflow_execution_initiated_event_attributes"):
+                signals += 1
+        recorder.hold = False
+    assert world.started == ["w1"]
+    assert starts == 1  # the first saga's start alone
+    assert signals >= 1
+
+
 async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
     ts_env: WorkflowEnvironment,
 ) -> None:
