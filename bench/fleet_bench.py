@@ -501,6 +501,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             t0, began = time.monotonic(), datetime.now(UTC)
             temporal0 = temporal_counts(metrics_port)
             split = CpuSplit(workers[1:] if args.kill_one else workers)
+            reads0 = sum(r.counts()[3] for r in stand_ins.values())
             for ray in stand_ins.values():
                 ray.add_demands({"CPU": 2.0}, args.workers)
             killed = None
@@ -551,11 +552,14 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 + f"; worker pods in Kubernetes: {grown}",
                 flush=True,
             )
+            reads = (sum(r.counts()[3] for r in stand_ins.values()) - reads0) / burst_s
             print(
-                f"  {split.line()} (the killed worker not counted); "
+                f"  GCS state reads {reads / max(1, len(stand_ins)):.2f}/s per cluster; "
+                f"{split.line()} (the killed worker not counted); "
                 f"{temporal_rates(temporal0, temporal1, burst_s)}"
                 if args.kill_one
-                else f"  {split.line()}; {temporal_rates(temporal0, temporal1, burst_s)}",
+                else f"  GCS state reads {reads / max(1, len(stand_ins)):.2f}/s per cluster; "
+                f"{split.line()}; {temporal_rates(temporal0, temporal1, burst_s)}",
                 flush=True,
             )
             print(
