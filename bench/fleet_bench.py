@@ -615,26 +615,23 @@ def main() -> None:
     parser.add_argument(
         "--kill-one", action="store_true", help="SIGKILL one worker during the burst"
     )
-    parser.add_argument(
-        "--set",
-        dest="worker_settings",
-        type=worker_setting,
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a setting for every raysize worker (RAYSIZE_NAME), e.g. "
-        "max_cached_workflows=500; repeatable",
-    )
-    parser.add_argument(
-        "--server-config",
-        dest="server_config",
-        type=server_config_value,
-        action="append",
-        default=[],
-        metavar="KEY=JSON",
-        help="a dynamic config value of the Temporal dev server, e.g. "
-        "system.enableActivityEagerExecution=true (README, *Temporal server*); repeatable",
-    )
+    repeatable: list[tuple[str, str, Any, str, str]] = [
+        ("--set", "worker_settings", worker_setting, "NAME=VALUE",
+         "a setting for every raysize worker (RAYSIZE_NAME), e.g. max_cached_workflows=500"),
+        ("--server-config", "server_config", server_config_value, "KEY=JSON",
+         "a dynamic config value of the Temporal dev server, e.g. "
+         "system.enableActivityEagerExecution=true (README, *Temporal server*)"),
+    ]  # fmt: skip
+    for flag, dest, kind, metavar, what in repeatable:
+        parser.add_argument(
+            flag,
+            dest=dest,
+            type=kind,
+            action="append",
+            default=[],
+            metavar=metavar,
+            help=f"{what}; repeatable",
+        )
     args = parser.parse_args()
     if args.clusters < 2 or args.workers < 1 or args.replicas < 1 or args.trials < 1:
         parser.error("need --clusters ≥ 2, --workers ≥ 1, --replicas ≥ 1, --trials ≥ 1")
