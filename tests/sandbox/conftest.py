@@ -199,8 +199,9 @@ def empty_namespace(kube: client.ApiClient, name: str) -> None:
 
     Its RayClusters first: one left in a terminating namespace is reconciled by the shared
     KubeRay operator for the rest of the run, failing each time ("unable to create new
-    content … being terminated") and backing off, which held the first reconcile of a later
-    test's cluster back past 120 s in CI. Then the pods, at once (left running, they hold
+    content … being terminated") and backing off (140 such errors in one run of this
+    package's real tier); a later test's head pod came later than 120 s in CI beside them.
+    Then the pods, at once (left running, they hold
     their node's room); then the namespace; then the pods again, for one the operator made
     between the two deletes (a terminating namespace takes no new one)."""
     core = client.CoreV1Api(kube)
