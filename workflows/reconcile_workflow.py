@@ -560,7 +560,6 @@ class ReconcileWorkflow:
         # decides on a fresh read. Started instead, a saga that had ended unheard was run
         # again from the size the read saw
         unheard = [r for r in todo if r.pod in self.sagas_running]
-        todo = [r for r in todo if r.pod not in self.sagas_running]
         if tick.held_resizes:
             self._decided(
                 f"held {tick.held_resizes} resize(s): {inp.max_concurrent_resizes} already running"
@@ -576,14 +575,18 @@ class ReconcileWorkflow:
 
     async def _fresh(self, inp: ReconcileInput, resizes: list[ResizeAction]) -> list[ResizeAction]:
         """The resizes decided on a read of their pod that began after its last saga (of
-        this run) ended. One that ended while the read was under way (the pods read before
-        its patch, Ray after its Raylet sync, under load) left the decision stale: a new
-        saga from the size the read saw grew a pod that had just grown (the 1,000-cluster
-        burst ran two resizes twice so). The next tick, soon, decides on a fresh read."""
+        this run) ended, leaving out pods whose saga this run has not heard end. One that
+        ended while the read was under way (the pods read before its patch, Ray after its
+        Raylet sync, under load) left the decision stale: a new saga from the size the
+        read saw grew a pod that had just grown (the 1,000-cluster burst ran two resizes
+        twice so). The next tick, soon, decides on a fresh read."""
         # A saga's end that reached this workflow task with the read (a backlogged task
         # holds both) is noted once every task that is ready has run: the read resumed
         # this code first. A condition is looked at only when nothing else is ready.
         await workflow.wait_condition(lambda: True)
+        # a pod whose saga is still running as far as this run has heard is that saga's
+        # (`_start_resizes` sends it the new target; `_settle` leaves it to finish)
+        resizes = [r for r in resizes if r.pod not in self.sagas_running]
         fresh = [r for r in resizes if self.saga_ends.get(r.pod, -1.0) < self.observe_began]
         stale = sorted(r.pod for r in resizes if r not in fresh)
         if stale:
@@ -599,9 +602,7 @@ class ReconcileWorkflow:
     async def _settle(self, inp: ReconcileInput, tick: Tick) -> None:
         """A saga for each resize nobody works on any more: back to the pod's actual size.
         Where a saga still runs (paused by an operator, say), it is left to finish."""
-        # a saga of this loop's still running (as far as it has heard) finishes on its own
-        stuck = [r for r in tick.stuck if r.pod not in self.sagas_running]
-        for r in await self._fresh(inp, stuck):
+        for r in await self._fresh(inp, list(tick.stuck)):
             started = await self._start_one(inp, r, tick, retarget=False)
             if r.pod in self.memory.drift_since:
                 # the next look at this Raylet comes a whole RAYLET_DRIFT_S later: a sync
