@@ -1,4 +1,4 @@
-"""`bench.fleet_bench --set NAME=VALUE`: settings for its workers, refused by name when wrong."""
+"""`bench.fleet_bench --set NAME=VALUE` and `--server-config KEY=JSON`: refused when wrong."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from bench.fleet_bench import worker_setting
+from bench.fleet_bench import server_config_value, worker_setting
 
 
 def test_a_worker_setting_is_taken_by_its_name_or_its_variable() -> None:
@@ -26,3 +26,25 @@ def test_a_worker_setting_is_taken_by_its_name_or_its_variable() -> None:
 def test_a_bad_setting_is_refused_by_name(text: str, says: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=says):
         worker_setting(text)
+
+
+def test_a_server_config_value_is_passed_as_given() -> None:
+    """`--server-config KEY=JSON`: a dynamic config value of the dev server."""
+    given = "system.enableActivityEagerExecution=true"
+    assert server_config_value(given) == given
+    assert server_config_value('limit.name="x"') == 'limit.name="x"'
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("system.enableActivityEagerExecution", "not KEY=JSON.*no '='"),
+        ("=true", "not KEY=JSON.*no '='"),
+        ("limit.name=x", "not KEY=JSON.*a string value needs quotes"),
+    ],
+)
+def test_a_bad_server_config_value_is_refused_before_the_server_starts(
+    text: str, says: str
+) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=says):
+        server_config_value(text)
