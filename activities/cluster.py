@@ -198,7 +198,9 @@ class ClusterActivities:
             self.resize_raylet,
             self.finish_resize,
             self.drain_raylets,
-            *K8sActivities(self.kube, self.pods, self.observe_only, self.targets).activities(),
+            *K8sActivities(
+                self.kube, self.pods, self.observe_only, self.targets, self._finish_resize
+            ).activities(),
         ]
 
     # --- helpers --------------------------------------------------------------------
@@ -531,6 +533,11 @@ class ClusterActivities:
         repeats them safely. A status Kubernetes refuses does not undo a done resize: it
         is reported back instead."""
         await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
+        return await self._finish_resize(inp)
+
+    async def _finish_resize(self, inp: FinishResizeInput) -> FinishResizeResult:
+        """`finish_resize`'s work; an apply with `finish` does it too, in its own activity
+        (`K8sActivities.apply_resize`), once the kubelet is done."""
         applied = await self._resize_raylet(inp)
         try:
             await self._kube(

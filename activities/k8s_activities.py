@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -34,6 +35,8 @@ from raysize.workflows.contracts import (
     ApplyResizeInput,
     ApplyResizeResult,
     EventInput,
+    FinishResizeInput,
+    FinishResizeResult,
     ProgressState,
     ResizeProgress,
     ScaleInput,
@@ -43,7 +46,15 @@ from raysize.workflows.contracts import (
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 HEARTBEAT_EVERY_S = HEARTBEAT_TIMEOUT.total_seconds() / 3  # well inside the saga's timeout
+# an apply's `finish` (a GCS call, then a pod write) is begun only with this much of the
+# activity's start-to-close timeout left: begun later, a slow GCS would time the whole
+# apply out, and its retry would patch and watch again. Left out, the saga runs it
+FINISH_NEEDS_S = 20.0
+
+Finisher = Callable[[FinishResizeInput], Awaitable[FinishResizeResult]]
 
 
 class K8sActivities:
@@ -55,14 +66,18 @@ class K8sActivities:
         pods: PodWatch | None = None,
         observe_only: ObserveOnly | None = None,
         targets: Targets | None = None,
+        finisher: Finisher | None = None,
     ) -> None:
         """`pods`: the worker's shared pod watch; without it, waits poll the pod.
         `observe_only`: the worker's switch; on, every write here is refused (Events
-        excepted). `targets`: the worker's threads for blocking calls (its own if None)."""
+        excepted). `targets`: the worker's threads for blocking calls (its own if None).
+        `finisher`: `finish_resize`'s work (the Raylet, then the final status), which an
+        apply with `finish` does once the kubelet is done; without it, the saga does."""
         self.kube = kube
         self.pods = pods
         self.observe_only = observe_only or ObserveOnly()
         self.targets = targets or Targets()
+        self.finisher = finisher
 
     def _call(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
         """`fn(*args)` on the threads of the API server (activities/targets.py)."""
@@ -86,12 +101,45 @@ class K8sActivities:
     @activity.defn(name=Act.APPLY_RESIZE)
     async def apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         """PATCH pods/resize (absolute, so a retry repeats nothing), record
-        ray.io/ippr-status, then watch the kubelet for up to the window. It heartbeats
-        throughout: a patch queued behind a saturated API server is not timed out and
-        sent again beside itself."""
+        ray.io/ippr-status, then watch the kubelet for up to the window; with `finish`,
+        once the kubelet is done, bring the Raylet to the pod's size and write the final
+        status (`finished`). It heartbeats throughout: a patch queued behind a saturated
+        API server is not timed out and sent again beside itself."""
         await self.observe_only.refuse(f"resize of pod {inp.namespace}/{inp.pod}")
+        began = time.monotonic()
         with heartbeats(HEARTBEAT_EVERY_S):
-            return await self._apply_resize(inp)
+            applied = await self._apply_resize(inp)
+            if (
+                inp.finish is None
+                or self.finisher is None
+                or applied.progress.state != ProgressState.DONE
+                or not _time_left_to_finish(began)
+            ):
+                return applied
+            return applied.model_copy(update={"finished": await self._finish(inp.finish)})
+
+    async def _finish(self, finish: FinishResizeInput) -> FinishResizeResult | None:
+        """The Raylet to the pod's size, then the final status; None if that did not take
+        (the saga's `finish_resize` does it then, with its retries and its answers to a
+        Raylet or pod gone). Begun, it is carried through even when the activity is
+        canceled meanwhile (a new target, an operator's cancel): the pod has its size, so
+        the resize is done, and the saga is told, with the Raylet's size, in the result.
+        A result the saga could not take (canceled by an operator) leaves it unsure of
+        the Raylet, which its rollback then brings back too."""
+        assert self.finisher is not None
+        job = asyncio.ensure_future(self.finisher(finish))
+        await _carried_through(job)
+        try:
+            return job.result()
+        except Exception as exc:
+            log.info(
+                "%s/%s: the kubelet is done; the Raylet and the final status are left to "
+                "finish_resize: %s",
+                finish.namespace,
+                finish.pod,
+                exc,
+            )
+            return None
 
     async def _apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         sent = asyncio.ensure_future(
@@ -239,3 +287,19 @@ class K8sActivities:
             inp.message,
             inp.warning,
         )
+
+
+def _time_left_to_finish(began: float) -> bool:
+    """Whether this activity has FINISH_NEEDS_S of its start-to-close timeout left."""
+    timeout = activity.info().start_to_close_timeout
+    if timeout is None:
+        return True
+    return timeout.total_seconds() - (time.monotonic() - began) >= FINISH_NEEDS_S
+
+
+async def _carried_through(job: asyncio.Future[Any]) -> None:
+    """Wait until `job` has ended, whatever cancels the caller meanwhile (`job` is not
+    canceled with it). Its outcome is the caller's to read."""
+    while not job.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([job])

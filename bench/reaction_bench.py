@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import statistics
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client, config
+from temporalio.api.common.v1 import Payloads
 from temporalio.client import Client
 
 from bench.clusters import small_raycluster
@@ -108,9 +110,10 @@ async def report(temporal: Client, trials: list[Trial], timeline: bool) -> None:
                         e.activity_task_scheduled_event_attributes.activity_type.name
                     )
                 elif e.HasField("activity_task_completed_event_attributes"):
-                    name = names[e.activity_task_completed_event_attributes.scheduled_event_id]
+                    done = e.activity_task_completed_event_attributes
+                    name = names[done.scheduled_event_id]
                     steps.append(f"{name}+{at - t.demand_seen:.2f}")
-                    if name == Act.FINISH_RESIZE:
+                    if not t.raylet_resized and brought_the_raylet_up(name, done.result):
                         t.raylet_resized = at
             t.steps = " ".join(steps)
             break
@@ -132,6 +135,16 @@ async def report(temporal: Client, trials: list[Trial], timeline: bool) -> None:
             print(
                 f"  {t.cpus} CPU: task running +{t.task_started - t.demand_seen:.2f}s | {t.steps}"
             )
+
+
+def brought_the_raylet_up(activity: str, result: Payloads) -> bool:
+    """Whether this completed activity is the one that resized the Raylet: finish_resize,
+    or an apply that did its work (on the happy path: `ApplyResizeResult.finished`)."""
+    if activity == Act.FINISH_RESIZE:
+        return True
+    if activity != Act.APPLY_RESIZE or not result.payloads:
+        return False
+    return json.loads(result.payloads[0].data).get("finished") is not None
 
 
 def median(values: list[float]) -> float:

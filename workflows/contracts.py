@@ -89,9 +89,20 @@ class RayletResizeResult(Value):
     memory: int
 
 
+class FinishResizeInput(RayletResizeInput):
+    """Bring the Raylet to the pod's size, then write the pod's final ray.io/ippr-status."""
+
+    status: IpprStatus
+
+
+class FinishResizeResult(RayletResizeResult):
+    status_error: str = Field("", description="why the final status was not written, if not")
+
+
 class ApplyResizeInput(Value):
-    """Patch the pod, record the status, then watch the kubelet for up to `window_s`:
-    one activity (one round trip) for what is, on the happy path, the whole resize."""
+    """Patch the pod, record the status, then watch the kubelet for up to `window_s`;
+    with `finish`, once the kubelet is done, bring the Raylet to the pod's size and write
+    the final status too: one activity (one round trip) for the whole happy path."""
 
     namespace: str
     pod: str
@@ -101,6 +112,11 @@ class ApplyResizeInput(Value):
     poll_interval_s: float = POLL_INTERVAL_S
     window_s: float = 30.0
     pod_uid: str = Field(default="", description=POD_UID_DOC)
+    finish: FinishResizeInput | None = Field(
+        default=None,
+        description="once the kubelet is done, this `finish_resize` in the same activity "
+        "(the saga runs it on its own if the result has no `finished`)",
+    )
 
 
 class ProgressState(StrEnum):
@@ -141,6 +157,11 @@ class ResizeProgress(Value):
 class ApplyResizeResult(Value):
     generation: int
     progress: ResizeProgress
+    finished: FinishResizeResult | None = Field(
+        default=None,
+        description="the input's `finish`, done (None: not asked, the kubelet not done, or "
+        "it did not take: the saga's own `finish_resize` does it, with its retries)",
+    )
 
 
 class SetStatusInput(Value):
@@ -148,16 +169,6 @@ class SetStatusInput(Value):
     pod: str
     status: IpprStatus
     pod_uid: str = Field(default="", description=POD_UID_DOC)
-
-
-class FinishResizeInput(RayletResizeInput):
-    """Bring the Raylet to the pod's size, then write the pod's final ray.io/ippr-status."""
-
-    status: IpprStatus
-
-
-class FinishResizeResult(RayletResizeResult):
-    status_error: str = Field("", description="why the final status was not written, if not")
 
 
 KUBE_CLUSTER_DOC = (

@@ -7,6 +7,10 @@
 (e) Error, timeout or operator cancel → roll the pod (and Raylet) back, record why
 (f) done → resize the Raylet through the GCS until it takes, clear resizing-at
 
+On the happy path (b), (c) and a first try of (f) are one activity (`apply_pod_resize`
+with `finish`): two workflow tasks for the saga instead of three. If that try does not
+take, the saga runs (f) as its own activity, with its retries.
+
 Every pod write names the pod's UID the resize was decided on (`ResizeRequest.pod_uid`): a
 pod created again under the same name is the saga's pod gone, never resized by it.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -57,7 +62,6 @@ with workflow.unsafe.imports_passed_through():
         RESIZE_PHASE,
         RESIZE_WORKFLOW,
         resize_search_attributes,
-        shrinks,
     )
     from raysize.workflows.summaries import outcome_details, size_text
     from raysize.workflows.waiting import until_done_or
@@ -131,6 +135,12 @@ class PodResizeWorkflow:
         self.unset_attributes: list[SearchAttributeUpdate[Any]] = []
         self.indexed_phase: str | None = None
         self.rolling_back = False
+        # the size an apply with `finish` may have brought the Raylet to, while the saga
+        # does not know whether it did (the apply's end not taken: a new target, an
+        # operator's cancel, or its finish did not take): the Raylet is then shrunk
+        # first below it, and a rollback brings the Raylet back too
+        self.raylet_unsure: tuple[int, int] | None = None
+        self.finished: FinishResizeResult | None = None  # the apply did finish_resize's work
 
     # --- messages ------------------------------------------------------------------------
     @workflow.signal
@@ -238,24 +248,36 @@ class PodResizeWorkflow:
             if len(tries) >= req.max_attempts:
                 raise _Failed(f"gave up after {len(tries)} attempts", FailureCause.MAX_ATTEMPTS)
             target = (self.cpu, self.memory)
-            # (a) Raylet first where the pod shrinks, so Ray never over-schedules
-            if shrinks(req, self.cpu, self.memory):
+            # (a) Raylet first where the pod shrinks, so Ray never over-schedules: below
+            # the pod's starting size, or below what an apply whose end the saga did not
+            # take may have brought the Raylet to. It goes to no more than the starting
+            # size: a Raylet that apply did not reach is never grown ahead of its pod
+            high_cpu, high_memory = self._raylet_high(req)
+            if self.cpu < high_cpu or self.memory < high_memory:
                 self._set_phase(ResizePhase.SHRINKING_RAYLET)
                 applied = await self._raylet(
                     req, min(self.cpu, req.from_cpu), min(self.memory, req.from_memory)
                 )
+                self.raylet_unsure = None  # the reply is the Raylet's size (or it is gone)
                 if applied is not None:
-                    if self.cpu < req.from_cpu:
+                    if self.cpu < high_cpu:
                         self.cpu = max(self.cpu, applied.cpu)
-                    if self.memory < req.from_memory:
+                    if self.memory < high_memory:
                         self.memory = max(self.memory, applied.memory)
                 await self._gate()
-            # (b) ask Kubernetes, (c) and watch the kubelet: one activity on the happy path
+            # (b) ask Kubernetes, (c) watch the kubelet, and (f) once it is done, the
+            # Raylet and the final status: one activity on the happy path
             self._set_phase(ResizePhase.POLLING)
             self.status = self.status.model_copy(
                 update={"resizing_at": int(workflow.now().timestamp())}
             )
-            progress = await self._apply(req, self.cpu, self.memory, self.status)
+            progress = await self._apply(
+                req,
+                self.cpu,
+                self.memory,
+                self.status,
+                finish=self.status.model_copy(update={"resizing_at": None}),
+            )
             if progress is None:
                 if self.new_target is not None:
                     self.attempts.append(self._attempt("retargeted"))
@@ -296,13 +318,16 @@ class PodResizeWorkflow:
             self.detail = f"{progress.reason}: asking again at the size the node allows"
             self.cpu, self.memory = cpu, memory
 
-        # (f) the pod has it: now the Raylet, then the final ray.io/ippr-status
-        await self._gate()
-        self._set_phase(ResizePhase.SYNCING_RAYLET)
-        done = self.status.model_copy(update={"resizing_at": None})
-        finished = await self._finish_resize(req, self.cpu, self.memory, done, saying_why=True)
+        # (f) the pod has it: now the Raylet, then the final ray.io/ippr-status, unless
+        # the apply did both
+        finished = self.finished
         if finished is None:
-            raise _PodGone()
+            await self._gate()
+            self._set_phase(ResizePhase.SYNCING_RAYLET)
+            done = self.status.model_copy(update={"resizing_at": None})
+            finished = await self._finish_resize(req, self.cpu, self.memory, done, saying_why=True)
+            if finished is None:
+                raise _PodGone()
         telemetry.raylet_synced(req)
         note = finished.status_error
         self._finish(ResizeOutcome.SUCCEEDED, note and f"ray.io/ippr-status not written: {note}")
@@ -313,11 +338,28 @@ class PodResizeWorkflow:
         cpu: int,
         memory: int,
         status: IpprStatus,
+        *,
+        finish: IpprStatus | None = None,
     ) -> ResizeProgress | None:
         """Patch the pod and wait for the kubelet, bounded by the group's resize-timeout;
-        None on timeout or when a new target arrives (none does while rolling back)."""
+        None on timeout or when a new target arrives (none does while rolling back). With
+        `finish` (the final status), the activity also brings the Raylet to the pod's size
+        once the kubelet is done (`self.finished`)."""
         deadline = workflow.now() + timedelta(seconds=req.timeout_s)
         window = min(req.poll_window_s, req.timeout_s)
+        then = None
+        if finish is not None:
+            then = FinishResizeInput(
+                namespace=req.namespace,
+                cluster=req.cluster,
+                pod=req.pod,
+                node_id=req.node_id,
+                cpu=cpu,
+                memory=memory,
+                status=finish,
+                pod_uid=req.pod_uid,
+            )
+            self.raylet_unsure = _larger(self.raylet_unsure, (cpu, memory))
         apply = workflow.start_activity(
             Act.APPLY_RESIZE,
             ApplyResizeInput(
@@ -329,9 +371,11 @@ class PodResizeWorkflow:
                 poll_interval_s=req.poll_interval_s,
                 window_s=window,
                 pod_uid=req.pod_uid,
+                finish=then,
             ),
             result_type=ApplyResizeResult,
-            summary=f"patch pods/resize to {size_text(cpu, memory)}, then watch the kubelet",
+            summary=f"patch pods/resize to {size_text(cpu, memory)}, then watch the kubelet"
+            + (" and bring the Raylet to it" if then else ""),
             start_to_close_timeout=timedelta(seconds=window) + K8S_TIMEOUT,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
             retry_policy=K8S_RETRY,
@@ -340,12 +384,24 @@ class PodResizeWorkflow:
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
         try:
-            applied: ApplyResizeResult | None = await self._unless_retargeted(apply)
+            applied: ApplyResizeResult | None = await self._unless_retargeted(
+                apply, keep=lambda a: isinstance(a, ApplyResizeResult) and a.finished is not None
+            )
         except ActivityError as exc:
             self._raise_k8s_failure(exc)
         if applied is None:
             return None
         self.status = status
+        if applied.finished is not None and then is not None:
+            # done, Raylet included: a new target that came meanwhile is for the next
+            # tick, on a fresh read (as one that comes while the saga syncs the Raylet)
+            self.finished = applied.finished
+            self.raylet = (applied.finished.cpu, applied.finished.memory)
+            self.raylet_unsure = None
+            self.status = then.status
+            return applied.progress
+        if applied.progress.state != ProgressState.DONE:
+            self.raylet_unsure = None  # the Raylet is left alone until the kubelet is done
         if applied.progress.state != ProgressState.IN_PROGRESS:
             return applied.progress
         self._show(_kubelet_says(applied.progress, workflow.now()))
@@ -452,7 +508,9 @@ class PodResizeWorkflow:
                 )
                 raise _Failed(f"the kubelet did not confirm the starting size ({seen})", cause)
             done = failed.model_copy(update={"resizing_at": None})
-            if self.raylet is not None and self.raylet != (cpu, memory):
+            if self.raylet_unsure is not None or (
+                self.raylet is not None and self.raylet != (cpu, memory)
+            ):
                 await self._finish_resize(req, cpu, memory, done)
             else:
                 await self._set_status(req, done)
@@ -501,9 +559,12 @@ class PodResizeWorkflow:
         except ActivityError as exc:
             self._raise_k8s_failure(exc)
 
-    async def _unless_retargeted(self, activity: asyncio.Future[T]) -> T | None:
+    async def _unless_retargeted(
+        self, activity: asyncio.Future[T], keep: Callable[[T], bool] | None = None
+    ) -> T | None:
         """The activity's result, or None (the activity canceled) when a new target
-        arrives first."""
+        arrives first; with `keep`, a result the activity ended with all the same is
+        taken if `keep` says so (a resize it finished despite the cancel)."""
         try:
             await until_done_or(activity, lambda: self.new_target is not None)
         except asyncio.CancelledError:
@@ -516,7 +577,9 @@ class PodResizeWorkflow:
             # canceled (or done as the target changed): wait for it to end, so whatever it
             # sent has landed before the next patch, and take its end as read
             with contextlib.suppress(ActivityError, asyncio.CancelledError):
-                await activity
+                result = await activity
+                if keep is not None and keep(result):
+                    return result
             return None
         return activity.result()
 
@@ -614,10 +677,16 @@ class PodResizeWorkflow:
                 return None
             raise
         self.raylet = (result.cpu, result.memory)
+        self.raylet_unsure = None
         self.status = status
         return result
 
     # --- bookkeeping ---------------------------------------------------------------------
+    def _raylet_high(self, req: ResizeRequest) -> tuple[int, int]:
+        """The most the Raylet may hold now: its starting size, or what an apply whose end
+        the saga did not take may have brought it to (`raylet_unsure`)."""
+        return _larger(self.raylet_unsure, (req.from_cpu, req.from_memory))
+
     def _attempt(self, result: str) -> AttemptRecord:
         return AttemptRecord(cpu=self.cpu, memory=self.memory, result=result)
 
@@ -675,6 +744,11 @@ class PodResizeWorkflow:
         workflow.set_current_details(
             outcome_details(outcome.value, self.cpu, self.memory, self.detail)
         )
+
+
+def _larger(a: tuple[int, int] | None, b: tuple[int, int]) -> tuple[int, int]:
+    """Each dimension's larger of the two (`a` None: `b`)."""
+    return b if a is None else (max(a[0], b[0]), max(a[1], b[1]))
 
 
 def _kubelet_says(progress: ResizeProgress, now: datetime) -> str:

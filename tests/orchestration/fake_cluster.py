@@ -71,6 +71,13 @@ class FakeCluster:
         # the kubelet finishes just after a watch that saw it still at work has ended: the
         # saga learns of it only if it looks again
         self.finish_unseen = False
+        # an apply asked to `finish` does finish_resize's work too once the kubelet is
+        # done, as the worker's own does (`K8sActivities.finisher`); off: as a worker
+        # whose apply has no finisher, the saga's own finish_resize does it
+        self.finish_in_apply = True
+        # set: a Raylet resize waits for it (`raylet_called` says one is waiting)
+        self.raylet_gate: asyncio.Event | None = None
+        self.raylet_called = asyncio.Event()
 
     def activities(self) -> list[object]:
         async def patch(inp: ApplyResizeInput) -> int:
@@ -124,7 +131,19 @@ class FakeCluster:
                     pod_uid=inp.pod_uid,
                 )
             )
-            return ApplyResizeResult(generation=generation, progress=progress)
+            applied = ApplyResizeResult(generation=generation, progress=progress)
+            if inp.finish is None or not self.finish_in_apply or progress.state != "done":
+                return applied
+            # carried through a cancel, as the real one (`K8sActivities._finish`)
+            job = asyncio.ensure_future(finish(inp.finish))
+            while not job.done():  # a cancel of this activity does not reach `job`
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait([job])
+            try:
+                done = job.result()
+            except ApplicationError:
+                return applied  # the saga's finish_resize does it, with its retries
+            return applied.model_copy(update={"finished": done})
 
         @activity.defn(name=Act.WAIT_RESIZE)
         async def wait(inp: WaitResizeInput) -> ResizeProgress:
@@ -211,6 +230,9 @@ class FakeCluster:
             if self.raylet_failures > 0:
                 self.raylet_failures -= 1
                 raise ApplicationError("GCS unavailable", type="RayUnavailable")
+            self.raylet_called.set()
+            if self.raylet_gate is not None:
+                await self.raylet_gate.wait()
             self.raylet_calls.append((inp.cpu, inp.memory))
             # like the Raylet: a downsize is clamped to what is in use
             self.pod.raylet_cpu = max(inp.cpu, self.pod.raylet_in_use_cpu)

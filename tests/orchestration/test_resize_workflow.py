@@ -8,7 +8,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+)
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -64,6 +69,18 @@ async def running(
         yield handle
 
 
+def activity_types(history: WorkflowHistory) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
+def workflow_tasks(history: WorkflowHistory) -> int:
+    return sum(e.HasField("workflow_task_completed_event_attributes") for e in history.events)
+
+
 def pod(**kw: int | str) -> FakePod:
     base: dict[str, int | str] = dict(
         cpu=1000, memory=2 * GIB, raylet_cpu=1000, raylet_memory=2 * GIB
@@ -86,6 +103,10 @@ async def test_happy_path_grows_pod_then_raylet(ts_env: WorkflowEnvironment) -> 
     assert cluster.statuses[0].raylet_id == "ab" * 28
     assert cluster.pod.status.resizing_at is None  # cleared once the Raylet has it
     assert len(history.events) <= 40
+    # patch, kubelet, Raylet and final status in one activity: two workflow tasks, not
+    # three (a 1,000-cluster burst is bound by workflow tasks per second)
+    assert activity_types(history) == ["apply_pod_resize"]
+    assert workflow_tasks(history) == 2
     assert attrs["ResizePhase"] == "Done" and attrs["ResizeOutcome"] == "Succeeded"
     assert attrs["PodName"] == "w1" and attrs["RayCluster"] == "demo"
     assert attrs["RayNamespace"] == "ray"
@@ -170,6 +191,7 @@ async def test_pause_holds_the_saga_before_its_next_side_effect(
     ts_env: WorkflowEnvironment,
 ) -> None:
     cluster = FakeCluster(pod())
+    cluster.finish_in_apply = False  # the Raylet is a step of its own (a worker without it)
     cluster.mode = "hang"
     async with running(ts_env, cluster, request()) as handle:
         await asyncio.wait_for(cluster.polls_started.wait(), 30)
@@ -188,6 +210,81 @@ async def test_pause_holds_the_saga_before_its_next_side_effect(
         final = await handle.result()
     assert final.outcome == ResizeOutcome.SUCCEEDED
     assert cluster.pod.raylet_cpu == 4000
+
+
+async def test_a_pause_lets_the_step_in_flight_end_with_the_raylet_at_the_pods_size(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Paused while the kubelet works: the step in flight (patch, kubelet, Raylet) ends,
+    so the pod and its Raylet agree, and nothing is left for the saga to do."""
+    cluster = FakeCluster(pod())
+    cluster.mode = "hang"
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.polls_started.wait(), 30)
+        await handle.signal(PodResizeWorkflow.pause)
+        cluster.mode = "done"
+        final = await asyncio.wait_for(handle.result(), 30)
+    assert final.outcome == ResizeOutcome.SUCCEEDED and final.paused
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (4000, 4000)
+
+
+async def test_a_raylet_step_that_fails_in_the_apply_is_run_by_the_saga(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The apply's try at the Raylet meets a GCS that is down: the saga's own
+    finish_resize takes over, with its retries, until the Raylet has the pod's size."""
+    cluster = FakeCluster(pod())
+    cluster.raylet_failures = 2  # the apply's try, then the saga's first
+    async with running(ts_env, cluster, request(), cached=False) as handle:
+        state = await handle.result()
+        history = await handle.fetch_history()
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (4000, 4000)
+    assert cluster.pod.status.resizing_at is None
+    assert activity_types(history) == ["apply_pod_resize", "finish_resize"]
+
+
+async def test_a_new_target_while_the_apply_brings_the_raylet_up_takes_the_resize_as_done(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """A new target comes while the apply, the kubelet done, is bringing the Raylet up:
+    the apply is canceled, carries its Raylet step through, and the saga takes the resize
+    as done (the next tick decides on what it left). Taken as canceled instead, the saga
+    would patch to the new target with a Raylet it does not know is at 4 CPU."""
+    cluster = FakeCluster(pod())
+    cluster.raylet_gate = asyncio.Event()
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.raylet_called.wait(), 30)
+        await handle.signal(PodResizeWorkflow.retarget, request(cpu=3000))
+        await asyncio.sleep(0.3)  # the cancel reaches the apply while its Raylet call runs
+        cluster.raylet_gate.set()
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.outcome == ResizeOutcome.SUCCEEDED
+    assert (state.cpu, state.raylet_cpu) == (4000, 4000)
+    assert cluster.patches == [(4000, 2 * GIB)]
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (4000, 4000)
+
+
+async def test_a_cancel_while_the_apply_brings_the_raylet_up_rolls_the_raylet_back_too(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """An operator cancels while the apply, the kubelet done, is bringing the Raylet to
+    4 CPU: the rollback puts the pod back to 1 CPU, and the Raylet too (it may be at 4 CPU:
+    a Raylet left bigger than its pod over-schedules Ray)."""
+    cluster = FakeCluster(pod())
+    cluster.raylet_gate = asyncio.Event()
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.raylet_called.wait(), 30)
+        await handle.cancel()
+        await asyncio.sleep(0.3)
+        cluster.raylet_gate.set()
+        with pytest.raises(WorkflowFailureError):
+            await asyncio.wait_for(handle.result(), 30)
+        state = await handle.query(PodResizeWorkflow.state)
+    assert state.outcome == ResizeOutcome.CANCELED
+    assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (1000, 1000)
+    assert cluster.raylet_calls == [(4000, 2 * GIB), (1000, 2 * GIB)]
 
 
 async def test_raylet_unavailable_is_retried_until_synced(ts_env: WorkflowEnvironment) -> None:

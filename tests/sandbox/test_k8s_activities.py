@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
+from datetime import timedelta
 
 import pytest
 from kubernetes import client
@@ -31,6 +33,8 @@ from raysize.workflows.contracts import (
     ApplyResizeInput,
     Err,
     EventInput,
+    FinishResizeInput,
+    FinishResizeResult,
     ProgressState,
     SetStatusInput,
     WaitResizeInput,
@@ -146,6 +150,106 @@ def grow_to_2_cpu(pod: str, **timing: float) -> ApplyResizeInput:
     return ApplyResizeInput(
         namespace="default", pod=pod, cpu=2000, memory=3 * GIB, status=status, **timing
     )
+
+
+def long_activity() -> ActivityEnvironment:
+    """An activity context with the saga's apply timeout: an apply begins its Raylet step
+    only with time for it left (the test environment's default is 1 s)."""
+    env_ = ActivityEnvironment()
+    env_.info = dataclasses.replace(env_.info, start_to_close_timeout=timedelta(seconds=60))
+    return env_
+
+
+def finishing(pod: str) -> FinishResizeInput:
+    return FinishResizeInput(
+        namespace="default", cluster="rc", pod=pod, node_id="abc", cpu=2000,
+        memory=3 * GIB, status=IpprStatus(raylet_id="abc"),
+    )  # fmt: skip
+
+
+def test_an_apply_with_finish_brings_the_raylet_up_once_the_kubelet_is_done(env):
+    """The saga's happy path in one activity: patch, kubelet, then `finish_resize`'s work
+    (here a stand-in for the Raylet), asked only once the pod has its size."""
+    _, kube = env
+    pod = workers(kube)[0]
+    seen: list[ProgressState] = []
+
+    async def finisher(inp: FinishResizeInput) -> FinishResizeResult:
+        raw = kube.get_pod("default", pod)
+        seen.append(progress_of(raw, inp.cpu, inp.memory, raw["metadata"]["generation"]).state)
+        return FinishResizeResult(cpu=inp.cpu, memory=inp.memory)
+
+    acts = K8sActivities(kube, finisher=finisher)
+    apply = grow_to_2_cpu(pod, poll_interval_s=0.05, window_s=10)
+    result = asyncio.run(
+        long_activity().run(acts.apply_resize, apply.model_copy(update={"finish": finishing(pod)}))
+    )
+    assert result.progress.state == ProgressState.DONE
+    assert result.finished == FinishResizeResult(cpu=2000, memory=3 * GIB)
+    assert seen == [ProgressState.DONE]
+    # not asked to finish: the saga does it (a rollback, or an older saga's apply)
+    other = workers(kube)[1]
+    result = run(acts.apply_resize, grow_to_2_cpu(other, poll_interval_s=0.05, window_s=10))
+    assert result.progress.state == ProgressState.DONE and result.finished is None
+    assert len(seen) == 1
+
+
+def test_an_apply_leaves_the_raylet_to_the_saga_when_its_try_fails_or_the_kubelet_is_not_done(
+    env,
+):
+    _, kube = env
+    pod = workers(kube)[0]
+    calls: list[str] = []
+
+    async def down(inp: FinishResizeInput) -> FinishResizeResult:
+        calls.append(inp.pod)
+        raise ApplicationError("GCS unavailable", type="RayUnavailable")
+
+    acts = K8sActivities(kube, finisher=down)
+    apply = grow_to_2_cpu(pod, poll_interval_s=0.05, window_s=10)
+    result = asyncio.run(
+        long_activity().run(acts.apply_resize, apply.model_copy(update={"finish": finishing(pod)}))
+    )
+    assert result.progress.state == ProgressState.DONE and result.finished is None
+    assert calls == [pod]
+    # the kubelet not done within the window: the Raylet is not touched
+    other = workers(kube)[1]
+    apply = grow_to_2_cpu(other, window_s=0).model_copy(update={"finish": finishing(other)})
+    result = asyncio.run(long_activity().run(acts.apply_resize, apply))
+    assert result.progress.state == ProgressState.IN_PROGRESS and result.finished is None
+    assert calls == [pod]
+
+
+def test_an_apply_canceled_while_it_brings_the_raylet_up_ends_with_the_raylets_size(env):
+    """A new target (the saga cancels the apply) while the Raylet is being brought to the
+    pod's size: the Raylet step is carried through and its size reported, so the saga knows
+    where the Raylet is; stopped half-way, it would not."""
+    _, kube = env
+    pod = workers(kube)[0]
+    env_ = long_activity()
+
+    async def main() -> object:
+        called, release = asyncio.Event(), asyncio.Event()
+
+        async def slow(inp: FinishResizeInput) -> FinishResizeResult:
+            called.set()
+            await release.wait()
+            return FinishResizeResult(cpu=inp.cpu, memory=inp.memory)
+
+        acts = K8sActivities(kube, finisher=slow)
+        apply = grow_to_2_cpu(pod, poll_interval_s=0.05, window_s=10)
+        task = asyncio.ensure_future(
+            env_.run(acts.apply_resize, apply.model_copy(update={"finish": finishing(pod)}))
+        )
+        await asyncio.wait_for(called.wait(), 10)
+        env_.cancel()
+        await asyncio.sleep(0.1)
+        assert not task.done()
+        release.set()
+        return await asyncio.wait_for(task, 10)
+
+    result = asyncio.run(main())
+    assert result.finished == FinishResizeResult(cpu=2000, memory=3 * GIB)
 
 
 def test_a_resize_behind_a_slow_api_server_keeps_heartbeating(env, monkeypatch):
