@@ -71,6 +71,10 @@ from raysize.workflows.resources import CPU, MEMORY
 log = logging.getLogger("raysize.activities")
 # an observe this slow (read and plan) says where its time went, in the worker's log
 SLOW_OBSERVE_S = 1.0
+# how long an observe waits (on the event loop) for the pod watch to deliver this worker's
+# own writes to the cluster's pods before its read lists them instead: a LIST under the
+# load that holds the watch back took ~11 s in a 1,000-cluster burst
+WATCH_CATCH_UP_S = 10.0
 
 
 @dataclass
@@ -323,6 +327,10 @@ class ClusterActivities:
         how long the Kubernetes and the Ray reads took."""
         took = ObserveTimes() if took is None else took
         started = time.perf_counter()
+        if self.pods is not None:
+            # this worker's own writes to the pods through the watch first, waited for
+            # here on the event loop: under load the read would list instead
+            await self.pods.delivered(inp.namespace, inp.cluster, WATCH_CATCH_UP_S)
         try:
             # the pods from the pod watch's cache once it is synced (a LIST until then)
             kube = await self._kube(

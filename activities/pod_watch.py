@@ -272,6 +272,35 @@ class PodWatch:
         with self._lock:
             return namespace in self._synced
 
+    def _writes_pending(self, namespace: str, cluster: str) -> bool:
+        """A write of this process to a pod of the cluster the watch has not delivered
+        (under the lock)."""
+        return any(k[0] == namespace and w.cluster == cluster for k, w in self._written.items())
+
+    async def delivered(self, namespace: str, cluster: str, wait_s: float) -> bool:
+        """Wait on the event loop, holding no thread, until the watch has delivered this
+        process's writes to the cluster's pods: True then (or at once when there are
+        none), False after `wait_s`, or at once when the namespace's watch is not synced
+        (the caller's read lists then). An observe waits here before its read
+        (`cluster_pods` waits only `write_wait_s` more, on a thread of the API server's):
+        in a 1,000-cluster burst the watch ran seconds behind this worker's resize
+        writes, and each observe that listed instead held one of the server's threads
+        for up to 10 s, added to the load that kept the watch behind, and, the threads
+        all taken, left other calls to fail unsent."""
+        deadline = time.monotonic() + wait_s
+        with self.subscribe_cluster(namespace, cluster) as changes:
+            while True:
+                with self._lock:
+                    if namespace not in self._synced:
+                        return False
+                    if not self._writes_pending(namespace, cluster):
+                        return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                # a delivery of one of its pods wakes this; a sync lost, the timeout, too
+                await changes.wait(min(left, 1.0))
+
     def cluster_pods(
         self, namespace: str, cluster: str, wait_s: float | None = None
     ) -> tuple[list[Obj], str] | None:
@@ -285,9 +314,7 @@ class PodWatch:
         key = (namespace, cluster)
 
         def ready() -> bool:
-            return namespace in self._synced and not any(
-                k[0] == namespace and w.cluster == cluster for k, w in self._written.items()
-            )
+            return namespace in self._synced and not self._writes_pending(namespace, cluster)
 
         with self._changed:
             synced = namespace in self._synced

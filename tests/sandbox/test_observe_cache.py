@@ -4,6 +4,7 @@ seen, this process's own writes never missed, a LIST while the watch cannot answ
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
@@ -166,6 +167,50 @@ def test_a_synced_watch_serves_the_observe_without_a_pod_list(kube, ns) -> None:
     finally:
         counted.flowing.set()
         counted.connecting.set()
+        watch.close()
+        custom.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", RC)
+
+
+def test_an_observe_waits_for_the_watch_to_bring_its_own_write_instead_of_listing(kube, ns) -> None:
+    """`PodWatch.delivered`, which the observe awaits before its read: while the watch is
+    behind this process's write it waits on the event loop (no thread of the API
+    server's), and once the watch delivers the write the read answers from the cache,
+    with no LIST. Under a 1,000-cluster burst each read that listed instead took ~11 s."""
+    custom = client.CustomObjectsApi(kube)
+    custom.create_namespaced_custom_object(
+        "ray.io", "v1", ns, "rayclusters", small_raycluster(RC, workers=2)
+    )
+    counted = CountedPods(client.CoreV1Api(kube))
+    plain = Kube(kube)
+    k = Kube(kube)
+    k.core = counted  # type: ignore[assignment]
+    watch = PodWatch(counted)
+    k.pod_watch = watch
+    try:
+        wait_for(lambda: len(plain.read_cluster(ns, RC).pods) == 3, 60, 0.2)
+        assert asyncio.run(watch.delivered(ns, RC, 5)) is False  # not synced: list at once
+        wait_for(lambda: watch.synced(ns), 20)
+        listed = settled(k, plain, ns)
+        assert asyncio.run(watch.delivered(ns, RC, 5)) is True  # nothing of ours pending
+        worker = next(p for p in listed.pods if p.group == "small")
+        counted.flowing.clear()  # the watch falls behind
+        k.set_ippr_status(ns, worker.name, IpprStatus(raylet_id="cd" * 28), worker.uid)
+        assert asyncio.run(watch.delivered(ns, RC, 0.3)) is False  # behind for 0.3 s
+
+        async def behind_then_caught_up() -> bool:
+            waiting = asyncio.ensure_future(watch.delivered(ns, RC, 20))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+            counted.flowing.set()
+            return await waiting
+
+        lists = counted.lists
+        assert asyncio.run(behind_then_caught_up()) is True
+        seen = k.read_cluster(ns, RC, cached=True)
+        assert next(p for p in seen.pods if p.name == worker.name).raylet_id == "cd" * 28
+        assert counted.lists == lists  # from the cache: the write came through the watch
+    finally:
+        counted.flowing.set()
         watch.close()
         custom.delete_namespaced_custom_object("ray.io", "v1", ns, "rayclusters", RC)
 
