@@ -349,16 +349,7 @@ class PodResizeWorkflow:
         window = min(req.poll_window_s, req.timeout_s)
         then = None
         if finish is not None:
-            then = FinishResizeInput(
-                namespace=req.namespace,
-                cluster=req.cluster,
-                pod=req.pod,
-                node_id=req.node_id,
-                cpu=cpu,
-                memory=memory,
-                status=finish,
-                pod_uid=req.pod_uid,
-            )
+            then = _finish_input(req, cpu, memory, finish)
             self.raylet_unsure = _larger(self.raylet_unsure, (cpu, memory))
         apply = workflow.start_activity(
             Act.APPLY_RESIZE,
@@ -613,15 +604,7 @@ class PodResizeWorkflow:
         try:
             result: RayletResizeResult = await workflow.execute_activity(
                 Act.RESIZE_RAYLET,
-                RayletResizeInput(
-                    namespace=req.namespace,
-                    cluster=req.cluster,
-                    pod=req.pod,
-                    node_id=req.node_id,
-                    cpu=cpu,
-                    memory=memory,
-                    pod_uid=req.pod_uid,
-                ),
+                _raylet_input(req, cpu, memory),
                 result_type=RayletResizeResult,
                 summary=f"resize the Raylet to {size_text(cpu, memory)}",
                 start_to_close_timeout=timedelta(seconds=30),
@@ -654,16 +637,7 @@ class PodResizeWorkflow:
         try:
             result: FinishResizeResult = await workflow.execute_activity(
                 Act.FINISH_RESIZE,
-                FinishResizeInput(
-                    namespace=req.namespace,
-                    cluster=req.cluster,
-                    pod=req.pod,
-                    node_id=req.node_id,
-                    cpu=cpu,
-                    memory=memory,
-                    status=status,
-                    pod_uid=req.pod_uid,
-                ),
+                _finish_input(req, cpu, memory, status),
                 result_type=FinishResizeResult,
                 summary=f"Raylet to {size_text(cpu, memory)}, then ray.io/ippr-status",
                 start_to_close_timeout=timedelta(seconds=30),
@@ -744,6 +718,26 @@ class PodResizeWorkflow:
         workflow.set_current_details(
             outcome_details(outcome.value, self.cpu, self.memory, self.detail)
         )
+
+
+def _finish_input(
+    req: ResizeRequest, cpu: int, memory: int, status: IpprStatus
+) -> FinishResizeInput:
+    """The Raylet of the saga's pod to `cpu`/`memory`, then `status` on the pod."""
+    return FinishResizeInput(**dict(_raylet_input(req, cpu, memory)), status=status)
+
+
+def _raylet_input(req: ResizeRequest, cpu: int, memory: int) -> RayletResizeInput:
+    """The Raylet of the saga's pod to `cpu`/`memory`."""
+    return RayletResizeInput(
+        namespace=req.namespace,
+        cluster=req.cluster,
+        pod=req.pod,
+        node_id=req.node_id,
+        cpu=cpu,
+        memory=memory,
+        pod_uid=req.pod_uid,
+    )
 
 
 def _larger(a: tuple[int, int] | None, b: tuple[int, int]) -> tuple[int, int]:
