@@ -348,9 +348,10 @@ class PodResizeWorkflow:
         deadline = workflow.now() + timedelta(seconds=req.timeout_s)
         window = min(req.poll_window_s, req.timeout_s)
         then = None
+        unsure_before = self.raylet_unsure
         if finish is not None:
             then = _finish_input(req, cpu, memory, finish)
-            self.raylet_unsure = _larger(self.raylet_unsure, (cpu, memory))
+            self.raylet_unsure = _larger(unsure_before, (cpu, memory))
         apply = workflow.start_activity(
             Act.APPLY_RESIZE,
             ApplyResizeInput(
@@ -391,8 +392,10 @@ class PodResizeWorkflow:
             self.raylet_unsure = None
             self.status = then.status
             return applied.progress
-        if applied.progress.state != ProgressState.DONE:
-            self.raylet_unsure = None  # the Raylet is left alone until the kubelet is done
+        if then is not None and applied.progress.state != ProgressState.DONE:
+            # this apply left the Raylet alone (it does not touch it before the kubelet is
+            # done); an apply without `finish` (a rollback's) says nothing of the Raylet
+            self.raylet_unsure = unsure_before
         if applied.progress.state != ProgressState.IN_PROGRESS:
             return applied.progress
         self._show(_kubelet_says(applied.progress, workflow.now()))
@@ -486,6 +489,22 @@ class PodResizeWorkflow:
             update={"last_failed_at": now, "last_failed_reason": reason, "resizing_at": now}
         )
         try:
+            raylet_high = self._raylet_high(req)
+            if self.raylet is not None:
+                raylet_high = _larger(self.raylet, raylet_high)
+            if raylet_high[0] > req.from_cpu or raylet_high[1] > req.from_memory:
+                # the Raylet may hold more than the pod goes back to (an apply brought it
+                # up before the failure or the cancel reached it): it goes first, as in any
+                # shrink, so Ray never keeps room the pod loses. What it keeps runs work
+                kept = await self._raylet(req, req.from_cpu, req.from_memory)
+                self.raylet_unsure = None
+                if kept is not None and (kept.cpu > req.from_cpu or kept.memory > req.from_memory):
+                    raise _Failed(
+                        f"Ray runs work on the new room (its Raylet keeps "
+                        f"{size_text(kept.cpu, kept.memory)}): the pod keeps its size, as a "
+                        "rollback would take the room from under that work",
+                        cause,
+                    )
             self.cpu, self.memory = req.from_cpu, req.from_memory
             progress = await self._apply(req, req.from_cpu, req.from_memory, failed)
             cpu, memory = req.from_cpu, req.from_memory

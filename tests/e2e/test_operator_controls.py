@@ -27,7 +27,9 @@ from .conftest import Stack, eventually, ippr_cluster, stop_driver
 from .test_seed_cases import cpu_of
 
 # the kubelet takes 4 s to actuate: the saga is in flight long enough to cancel it
-SLOW = KubeletTiming(actuation_delay_s=4.0)
+# slower than an apply takes to hear of a cancel (its first heartbeat, at 5 s): the
+# cancel comes while the kubelet works, not after the resize took (then it stands)
+SLOW = KubeletTiming(actuation_delay_s=10.0)
 
 
 async def _until(check, timeout: float) -> None:  # type: ignore[no-untyped-def]
@@ -74,9 +76,14 @@ async def test_pause_then_cancel_rolls_back_and_resume_grows_again(any_stack: St
             return bool(cpu_of(p) == "1" and actual == "1")
 
         await eventually(rolled_back, 60)
-        with RayGcsClient(gcs) as ray:
-            node = next(n for n in ray.cluster_state().nodes if n.pod == pod)
-        assert node.total.cpu == 1000
+
+        def raylet_back() -> bool:
+            with RayGcsClient(gcs) as ray:
+                node = next(n for n in ray.cluster_state().nodes if n.pod == pod)
+            return node.total.cpu == 1000
+
+        # the GCS's node table shows a Raylet's new total about a second after it took
+        await eventually(raylet_back, 10)
         # paused: three ticks go by and nothing starts again, the task still waits
         await asyncio.sleep(6)
         runs = [wf async for wf in s.temporal.list_workflows(f"WorkflowId='{resize.id}'")]

@@ -78,6 +78,9 @@ class FakeCluster:
         # set: a Raylet resize waits for it (`raylet_called` says one is waiting)
         self.raylet_gate: asyncio.Event | None = None
         self.raylet_called = asyncio.Event()
+        # an apply that did finish_resize's work then fails for good (its worker lost and
+        # its retries spent): the saga never hears where the Raylet went
+        self.fail_after_finish = False
 
     def activities(self) -> list[object]:
         async def patch(inp: ApplyResizeInput) -> int:
@@ -143,6 +146,11 @@ class FakeCluster:
                 done = job.result()
             except ApplicationError:
                 return applied  # the saga's finish_resize does it, with its retries
+            if self.fail_after_finish:
+                self.fail_after_finish = False
+                raise ApplicationError(
+                    "activity lost after its Raylet step", type="Lost", non_retryable=True
+                )
             return applied.model_copy(update={"finished": done})
 
         @activity.defn(name=Act.WAIT_RESIZE)

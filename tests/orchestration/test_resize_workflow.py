@@ -265,26 +265,70 @@ async def test_a_new_target_while_the_apply_brings_the_raylet_up_takes_the_resiz
     assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (4000, 4000)
 
 
-async def test_a_cancel_while_the_apply_brings_the_raylet_up_rolls_the_raylet_back_too(
-    ts_env: WorkflowEnvironment,
+@pytest.mark.parametrize("work_placed", [False, True])
+async def test_a_cancel_after_the_apply_brought_the_raylet_up_rolls_the_raylet_back_first(
+    ts_env: WorkflowEnvironment, work_placed: bool
 ) -> None:
-    """An operator cancels while the apply, the kubelet done, is bringing the Raylet to
-    4 CPU: the rollback puts the pod back to 1 CPU, and the Raylet too (it may be at 4 CPU:
-    a Raylet left bigger than its pod over-schedules Ray)."""
+    """An operator cancels while the apply, the kubelet done, brings the Raylet to 4 CPU
+    (an apply hears of a cancel only at its next heartbeat). The rollback shrinks the
+    Raylet first, as any shrink does: with no work on the new room, pod and Raylet go back
+    to 1 CPU. If Ray already runs work on it, the Raylet keeps it, and so does the pod: a
+    rollback would take the room from under that work (pod-first, it shrank the pod under
+    a Raylet still at 4 CPU)."""
     cluster = FakeCluster(pod())
     cluster.raylet_gate = asyncio.Event()
     async with running(ts_env, cluster, request()) as handle:
         await asyncio.wait_for(cluster.raylet_called.wait(), 30)
         await handle.cancel()
         await asyncio.sleep(0.3)
+        if work_placed:
+            cluster.pod.raylet_in_use_cpu = 4000
         cluster.raylet_gate.set()
         with pytest.raises(WorkflowFailureError):
             await asyncio.wait_for(handle.result(), 30)
         state = await handle.query(PodResizeWorkflow.state)
-    assert state.outcome == ResizeOutcome.CANCELED
-    assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert cluster.raylet_calls[:2] == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    if work_placed:
+        assert state.outcome == ResizeOutcome.FAILED
+        assert "Ray runs work on the new room" in state.detail
+        assert cluster.patches == [(4000, 2 * GIB)]  # the pod keeps the room
+        assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (4000, 4000)
+        assert cluster.pod.status.last_failed_at is not None  # not grown again
+    else:
+        assert state.outcome == ResizeOutcome.CANCELED
+        assert cluster.patches == [(4000, 2 * GIB), (1000, 2 * GIB)]
+        assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (1000, 1000)
+        assert raylet_before_pod_on_the_way_back(cluster.calls)
+
+
+def raylet_before_pod_on_the_way_back(calls: list[str]) -> bool:
+    """The rollback's first Raylet call came before its patch of the pod."""
+    raylets = [i for i, c in enumerate(calls) if c == "raylet"]
+    patches = [i for i, c in enumerate(calls) if c == "patch"]
+    return len(raylets) >= 2 and len(patches) >= 2 and raylets[1] < patches[1]
+
+
+async def test_a_rollback_after_an_apply_whose_end_was_lost_brings_the_raylet_back_too(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The apply brings the Raylet to 4 CPU and then fails for good (its worker lost, its
+    retries spent): the saga never learns where the Raylet is, and rolls back. The
+    rollback's own apply first sees the kubelet still at work putting the pod back, which
+    says nothing of the Raylet: the rollback brings the Raylet back to 1 CPU, first."""
+    cluster = FakeCluster(pod())
+    cluster.fail_after_finish = True
+    cluster.raylet_gate = asyncio.Event()
+    async with running(ts_env, cluster, request()) as handle:
+        await asyncio.wait_for(cluster.raylet_called.wait(), 30)
+        cluster.mode = "hang"  # the kubelet takes its time putting the pod back
+        cluster.raylet_gate.set()
+        await asyncio.sleep(1.0)  # the rollback's first window ends with the pod on its way
+        cluster.mode = "done"
+        state = await asyncio.wait_for(handle.result(), 30)
+    assert state.outcome == ResizeOutcome.ROLLED_BACK
     assert (cluster.pod.cpu, cluster.pod.raylet_cpu) == (1000, 1000)
-    assert cluster.raylet_calls == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert cluster.raylet_calls[:2] == [(4000, 2 * GIB), (1000, 2 * GIB)]
+    assert raylet_before_pod_on_the_way_back(cluster.calls)
 
 
 async def test_raylet_unavailable_is_retried_until_synced(ts_env: WorkflowEnvironment) -> None:
