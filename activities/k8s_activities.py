@@ -125,7 +125,7 @@ class K8sActivities:
         canceled meanwhile (a new target, an operator's cancel): the pod has its size, so
         the resize is done, and the saga is told, with the Raylet's size, in the result.
         A result the saga could not take (canceled by an operator) leaves it unsure of
-        the Raylet, which its rollback then brings back too."""
+        the Raylet, which its rollback then brings back first."""
         assert self.finisher is not None
         job = asyncio.ensure_future(self.finisher(finish))
         await _carried_through(job)
