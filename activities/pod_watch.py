@@ -287,6 +287,10 @@ class PodWatch:
         writes, and each observe that listed instead held one of the server's threads
         for up to 10 s, added to the load that kept the watch behind, and, the threads
         all taken, left other calls to fail unsent."""
+        self._ensure(namespace)
+        with self._lock:  # the usual case, on every observe: nothing to wait for
+            if namespace not in self._synced or not self._writes_pending(namespace, cluster):
+                return namespace in self._synced
         deadline = time.monotonic() + wait_s
         with self.subscribe_cluster(namespace, cluster) as changes:
             while True:

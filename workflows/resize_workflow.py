@@ -490,8 +490,6 @@ class PodResizeWorkflow:
         )
         try:
             raylet_high = self._raylet_high(req)
-            if self.raylet is not None:
-                raylet_high = _larger(self.raylet, raylet_high)
             if raylet_high[0] > req.from_cpu or raylet_high[1] > req.from_memory:
                 # the Raylet may hold more than the pod goes back to (an apply brought it
                 # up before the failure or the cancel reached it): it goes first, as in any
@@ -676,9 +674,10 @@ class PodResizeWorkflow:
 
     # --- bookkeeping ---------------------------------------------------------------------
     def _raylet_high(self, req: ResizeRequest) -> tuple[int, int]:
-        """The most the Raylet may hold now: its starting size, or what an apply whose end
-        the saga did not take may have brought it to (`raylet_unsure`)."""
-        return _larger(self.raylet_unsure, (req.from_cpu, req.from_memory))
+        """The most the Raylet may hold now: its starting size, what it last replied, or
+        what an apply whose end the saga did not take may have brought it to
+        (`raylet_unsure`)."""
+        return _larger(self.raylet_unsure, _larger(self.raylet, (req.from_cpu, req.from_memory)))
 
     def _attempt(self, result: str) -> AttemptRecord:
         return AttemptRecord(cpu=self.cpu, memory=self.memory, result=result)
