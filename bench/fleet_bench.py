@@ -48,6 +48,7 @@ from kubernetes import client, config
 from temporalio.client import Client
 
 from bench.clusters import small_raycluster
+from bench.histories import local_activity
 from bench.idle_bench import cpu_seconds, metric_total, rss_mib, scrape
 from bench.procs import ONE_PARTITION, start_dev_server, start_raysize_worker, stop_on_sigterm
 from bench.reaction_bench import median, report, run_trials
@@ -283,23 +284,51 @@ async def loop_work(temporal: Client, clusters: list[str], since: datetime) -> s
     workflow tasks and activities per loop, by type, and the resize sagas they started."""
     tasks = 0
     acts: Counter[str] = Counter()
+    woke: Counter[str] = Counter()  # what the events before each workflow task were
     sagas = 0
     for name in clusters:
         handle = temporal.get_workflow_handle(f"reconcile/{NAMESPACE}/{name}")
+        kinds: set[str] = set()
+        scheduled: dict[int, str] = {}  # activity's scheduled event id → its type
         async for e in handle.fetch_history_events():
             if e.event_time.ToDatetime(UTC) < since:
                 continue
             if e.HasField("workflow_task_completed_event_attributes"):
                 tasks += 1
+                woke[" + ".join(sorted(kinds)) or "?"] += 1
+                kinds = set()
             elif e.HasField("activity_task_scheduled_event_attributes"):
-                acts[e.activity_task_scheduled_event_attributes.activity_type.name] += 1
+                kind = e.activity_task_scheduled_event_attributes.activity_type.name
+                acts[kind] += 1
+                scheduled[e.event_id] = kind
             elif e.HasField("start_child_workflow_execution_initiated_event_attributes"):
                 sagas += 1
+            elif local := local_activity(e):  # ran inside the task just completed
+                acts[f"{local} (local)"] += 1
+            elif e.HasField("activity_task_completed_event_attributes"):
+                at = e.activity_task_completed_event_attributes
+                kinds.add(scheduled.get(at.scheduled_event_id, "activity"))
+            elif e.HasField("activity_task_failed_event_attributes") or e.HasField(
+                "activity_task_timed_out_event_attributes"
+            ):
+                kinds.add("activity failed")
+            elif e.HasField("child_workflow_execution_started_event_attributes"):
+                kinds.add("saga started")
+            elif e.HasField("child_workflow_execution_completed_event_attributes"):
+                kinds.add("saga ended")
+            elif e.HasField("workflow_execution_signaled_event_attributes"):
+                kinds.add("signal")
+            elif e.HasField("timer_fired_event_attributes"):
+                kinds.add("timer")
+            elif e.HasField("workflow_task_timed_out_event_attributes"):
+                kinds.add("task timed out")
     n = max(1, len(clusters))
     per = ", ".join(f"{k} {v / n:.1f}" for k, v in acts.most_common())
+    by = ", ".join(f"{k} {v / n:.1f}" for k, v in woke.most_common(8))
     return (
         f"a reconcile loop in the burst (mean of {len(clusters)}): {tasks / n:.1f} workflow "
-        f"tasks, {sagas / n:.1f} resizes started; activities: {per}"
+        f"tasks, {sagas / n:.1f} resizes started; activities: {per}; its workflow tasks "
+        f"came after: {by}"
     )
 
 

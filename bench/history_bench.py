@@ -29,6 +29,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from bench.histories import local_activity, task_of
 from bench.plan_bench import generate
 from bench.procs import start_dev_server
 from raysize.worker.scenario import load_scenario
@@ -150,7 +151,8 @@ async def _chain(client: Client, wf_id: str, run_id: str) -> list[HistoryEvent]:
 
 async def measure(client: Client, pods: int, *, busy: bool, budget: int) -> tuple[int, int, int]:
     """(bytes of the first tick, bytes per later tick, ticks): a tick is everything from
-    one observe's scheduling to the next's."""
+    the scheduling of the workflow task that observed (the observe is a local activity)
+    to the next such task's."""
     world = World(cluster(pods, busy=busy))
     queue = f"history-{uuid.uuid4()}"
     wf_id = f"reconcile/bench/{pods}-{'busy' if busy else 'quiet'}-{uuid.uuid4().hex[:6]}"
@@ -174,11 +176,9 @@ async def measure(client: Client, pods: int, *, busy: bool, budget: int) -> tupl
             await asyncio.sleep(0.1)
         await handle.terminate("measured")
         events = await _chain(client, wf_id, handle.first_execution_run_id or "")
+    # each tick from the scheduling of the workflow task that observed (a local activity)
     starts = [
-        i
-        for i, e in enumerate(events)
-        if e.HasField("activity_task_scheduled_event_attributes")
-        and e.activity_task_scheduled_event_attributes.activity_type.name == Act.OBSERVE
+        task_of(events, i)[0] for i, e in enumerate(events) if local_activity(e) == Act.OBSERVE
     ]
     sizes = [sum(_size(e) for e in events[a:b]) for a, b in itertools.pairwise(starts)]
     later = sizes[1:] or sizes

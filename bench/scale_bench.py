@@ -8,8 +8,9 @@ the pods; the time it took is printed), the GCS stand-in (`sandbox/ray_standin.p
 it with a Raylet per running pod, a real Temporal dev server and a real `raysize worker`
 process. Measured (issue #30 item 4, targets on a 2-core machine):
 
-- per tick, from the reconcile workflow's history: the observe activity (scheduled →
-  completed, the pods from the pod watch's cache and Ray's state read, the plan made),
+- per tick, from the reconcile workflow's history: the observe (a local activity: the
+  workflow task it ran in, started → completed, the pods from the pod watch's cache and
+  Ray's state read, the plan made; and how long that task was queued),
   the plan's own wall time (the tick's `plan_s`), the act (observe completed → the
   workflow waits again: its drain, RayCluster write, events and resize sagas started),
   and the history bytes the tick added (each event's protobuf size, as
@@ -31,7 +32,6 @@ import argparse
 import asyncio
 import contextlib
 import itertools
-import json
 import math
 import statistics
 import subprocess
@@ -51,6 +51,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from bench.clusters import small_raycluster
+from bench.histories import local_activity, local_result, task_of
 from bench.history_bench import TARGET_BYTES, _chain, _size
 from bench.idle_bench import rss_mib
 from bench.procs import (
@@ -79,7 +80,7 @@ MAX_TICK_S = 2.0
 MAX_RSS_MB = 600.0
 MAX_TICK_BYTES = TARGET_BYTES  # 64 KB
 _WAITS = (Act.WAIT_FOR_CHANGE,)
-_ACTS = (Act.DRAIN, Act.SCALE, Act.EVENT)
+_ACTS = (Act.DRAIN, Act.SCALE)
 
 
 # --- the pure part: arguments and figures ------------------------------------------------
@@ -109,15 +110,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 class TickFigures:
     """One tick of the reconcile loop, from its history (seconds, bytes)."""
 
-    observe_s: float  # observe scheduled → completed
-    queued_s: float  # observe scheduled → started: before the worker ran it
+    observe_s: float  # the workflow task that observed: started → completed (read + plan)
+    queued_s: float  # that task scheduled → started: before the worker ran it
     plan_s: float  # the plan's own wall time, inside the observe
-    act_s: float  # observe completed → the loop waits again (or the next observe)
-    bytes: int  # every event from this observe's scheduling to the next's
+    act_s: float  # that task completed → the loop waits again (or the next observe)
+    bytes: int  # every event from the observing task's scheduling to the next's
     resizes: int = 0  # the plan's
     terminates: int = 0
     launches: int = 0
-    acts: dict[str, float] = field(default_factory=dict)  # activity → scheduled → completed
+    # activity → scheduled → completed (an Event is a local activity: inside the act)
+    acts: dict[str, float] = field(default_factory=dict)
     sagas: int = 0  # resize child workflows started
 
     @property
@@ -140,12 +142,10 @@ def _activity(e: HistoryEvent) -> str:
     return str(e.activity_task_scheduled_event_attributes.activity_type.name)
 
 
-def _plan_of(completed: HistoryEvent) -> tuple[float, int, int, int]:
+def _plan_of(tick: Any) -> tuple[float, int, int, int]:
     """(plan_s, resizes, terminates, launches) of an observe's Tick result."""
-    payloads = completed.activity_task_completed_event_attributes.result.payloads
-    if not payloads:
+    if not isinstance(tick, dict):
         return 0.0, 0, 0, 0
-    tick = json.loads(payloads[0].data)
     plan = tick.get("plan") or {}
     launches = sum(int(a.get("count", 1)) for a in plan.get("launch") or ())
     return (
@@ -158,26 +158,27 @@ def _plan_of(completed: HistoryEvent) -> tuple[float, int, int, int]:
 
 def tick_figures(events: Sequence[HistoryEvent]) -> list[TickFigures]:
     """The figures of every whole tick in `events` (a workflow's history, its runs in
-    order): a tick runs from one observe's scheduling to the next's, so the last one (not
-    over yet) is left out."""
-    starts = [i for i, e in enumerate(events) if _activity(e) == Act.OBSERVE]
+    order). The observe is a local activity: a tick runs from the scheduling of the
+    workflow task that observed (its marker) to the next such task's, so the last one
+    (not over yet) is left out, and so is a failed observe (no plan, nothing acted)."""
+    observes = [i for i, e in enumerate(events) if local_activity(e) == Act.OBSERVE]
+    tasks = [task_of(events, i) for i in observes]
     out: list[TickFigures] = []
-    for a, b in itertools.pairwise(starts):
+    for (marker, (a, started_at, done_at)), (_, (b, _, _)) in itertools.pairwise(
+        zip(observes, tasks, strict=True)
+    ):
         segment = events[a:b]
+        tick = local_result(events[marker])
+        if tick is None:
+            continue
         scheduled: dict[int, HistoryEvent] = {}
         done: dict[int, HistoryEvent] = {}
-        started: dict[int, HistoryEvent] = {}
         for e in segment:
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                 scheduled[e.event_id] = e
-            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-                started[e.activity_task_started_event_attributes.scheduled_event_id] = e
             elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 done[e.activity_task_completed_event_attributes.scheduled_event_id] = e
-        observe = segment[0]
-        completed = done.get(observe.event_id)
-        if completed is None:  # a failed observe: no plan, nothing acted
-            continue
+        completed = events[done_at]
         end = next(
             (
                 e
@@ -187,7 +188,7 @@ def tick_figures(events: Sequence[HistoryEvent]) -> list[TickFigures]:
             ),
             events[b],
         )
-        plan_s, resizes, terminates, launches = _plan_of(completed)
+        plan_s, resizes, terminates, launches = _plan_of(tick)
         acts: dict[str, float] = {}
         for sid, e in scheduled.items():
             name = _activity(e)
@@ -195,12 +196,8 @@ def tick_figures(events: Sequence[HistoryEvent]) -> list[TickFigures]:
                 acts[name] = acts.get(name, 0.0) + _at(done[sid]) - _at(e)
         out.append(
             TickFigures(
-                observe_s=_at(completed) - _at(observe),
-                queued_s=(
-                    _at(started[observe.event_id]) - _at(observe)
-                    if observe.event_id in started
-                    else 0.0
-                ),
+                observe_s=_at(completed) - _at(events[started_at]),
+                queued_s=_at(events[started_at]) - _at(events[a]),
                 plan_s=plan_s,
                 act_s=max(0.0, _at(end) - _at(completed)),
                 bytes=sum(_size(e) for e in segment),

@@ -72,7 +72,7 @@ def simulate(rng: random.Random) -> Samples:
             out[("raysize_raylet_sync_retries", f"team-a/{cluster}")][t] += retries
         if rng.random() < 0.02:
             out[("raysize_resizes_failed", f"failed: {rng.choice(FAILURE_REASONS)}")][t] += 1
-        out[("temporal_activity_execution_failed", "raysize")][t] = (
+        out[("temporal_local_activity_execution_failed", "raysize")][t] = (
             6 + rng.randrange(4) if t in GCS_RESTART else 0
         )
         slow = 6.0 if full else 1.0

@@ -236,6 +236,9 @@ def build_worker(
         # hundred clusters left no slot for anything else (a resize waited for a wait to
         # end: reaction 1.3 s instead of 0.2 s)
         max_concurrent_activities=settings.max_concurrent_activities,
+        # each cluster's observe and Events are local activities (run in its loop's
+        # workflow task): one at a time per cluster, so as many as it may have clusters
+        max_concurrent_local_activities=settings.max_concurrent_activities,
         max_cached_workflows=settings.max_cached_workflows,
         graceful_shutdown_timeout=timedelta(seconds=10),
         # a version of RAYSIZE_DEPLOYMENT_NAME, or unversioned (worker/deployment.py)

@@ -242,7 +242,11 @@ class ReconcileWorkflow:
                 or ticks_this_run >= inp.max_ticks_per_run
                 or upgrade_due()  # to the new current version (workflows/versioning.py)
             ):
-                if tick is None:  # a failed read: the next run's first observe waits too
+                if not upgrade_due():
+                    # the next run's first observe comes after a wait, as every tick's
+                    # does: without it a run of one tick observed again at once, and, the
+                    # observe a local activity, a loop of such runs never left its
+                    # workflow task. A new version is moved to at once
                     await self._wait(inp, tick)
                 self._continue_as_new(inp)
             await self._wait(inp, tick)
@@ -276,7 +280,13 @@ class ReconcileWorkflow:
         # an end before this read began is in what it reads
         self.saga_ends = {p: t for p, t in self.saga_ends.items() if t >= self.observe_began}
         try:
-            tick: Tick = await workflow.execute_activity(
+            # a local activity: it runs in the workflow task that decided to observe, so the
+            # tick is planned, and acted on, in that same task; a separate activity cost a
+            # second workflow task and an activity task per tick (in a 1,000-cluster
+            # burst the dev server was the machine's busiest process, bound by tasks per
+            # second). A worker killed meanwhile: the task times out (10 s) and another
+            # worker runs it, the read too
+            tick: Tick = await workflow.execute_local_activity(
                 Act.OBSERVE,
                 ObserveInput(
                     namespace=inp.namespace,
@@ -296,7 +306,7 @@ class ReconcileWorkflow:
                     non_retryable_error_types=[Err.FORBIDDEN, Err.RAY_AUTH],
                 ),
             )
-        except ActivityError as exc:
+        except FailureError as exc:  # a local activity's failure is its cause itself
             raise_if_cancelled(exc)
             # a failed read is "unknown", never "nothing": no action this tick
             failures = self.carry.observe_failures + 1
@@ -756,7 +766,8 @@ class ReconcileWorkflow:
         self, inp: ReconcileInput, reason: str, message: str, *, warning: bool = False
     ) -> None:
         try:
-            await workflow.execute_activity(
+            # a local activity, as the observe: no workflow task of its own
+            await workflow.execute_local_activity(
                 Act.EVENT,
                 EventInput(
                     namespace=inp.namespace,
@@ -773,7 +784,7 @@ class ReconcileWorkflow:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=3),
             )
-        except ActivityError as exc:  # an event is a courtesy: never block on it
+        except FailureError as exc:  # an event is a courtesy: never block on it
             raise_if_cancelled(exc)
             workflow.logger.warning("event %s not recorded: %s", reason, _message(exc))
 
@@ -897,17 +908,23 @@ def _size(cpu: int, memory: int) -> str:
     return f"{units_to_float(cpu, CPU):g} CPU, {mem}"
 
 
-def _retry_after(exc: ActivityError) -> float:
+def _cause(exc: FailureError) -> BaseException | None:
+    """What an activity failed with: an `ActivityError`'s cause, or (a local activity's
+    failure, as the SDK raises it) the error itself."""
+    return exc.cause if isinstance(exc, ActivityError) else exc
+
+
+def _retry_after(exc: FailureError) -> float:
     """Seconds the failure asked to wait before the next try (a throttled API server's
     Retry-After, as the activity's `next_retry_delay`); 0 when it did not."""
-    cause = exc.cause
+    cause = _cause(exc)
     if isinstance(cause, ApplicationError) and cause.next_retry_delay is not None:
         return cause.next_retry_delay.total_seconds()
     return 0.0
 
 
-def _message(exc: ActivityError) -> str:
-    cause = exc.cause
+def _message(exc: FailureError) -> str:
+    cause = _cause(exc)
     if isinstance(cause, ApplicationError):
         return cause.message
     return str(cause or exc)

@@ -10,6 +10,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
+from bench.histories import LOCAL_ACTIVITY_MARKER
 from bench.scale_bench import MAX_TICK_BYTES, Memory, TickFigures, parse_args, report, tick_figures
 from raysize.workflows.contracts import Act
 
@@ -26,21 +27,33 @@ class History:
         self.events.append(e)
         return e
 
+    def task(self, scheduled: float, started: float, completed: float) -> None:
+        """A workflow task."""
+        self._add(scheduled, EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+        self._add(started, EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED)
+        self._add(completed, EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+
+    def local(self, at: float, name: str, result: object = None) -> None:
+        """A local activity's marker, recorded with the task just completed (`result`
+        None: it failed)."""
+        e = self._add(at, EventType.EVENT_TYPE_MARKER_RECORDED)
+        marker = e.marker_recorded_event_attributes
+        marker.marker_name = LOCAL_ACTIVITY_MARKER
+        data = json.dumps({"seq": 1, "activity_type": name}).encode()
+        marker.details["data"].payloads.append(Payload(data=data))
+        if result is None:
+            marker.failure.message = "list pods: timed out"
+        else:
+            marker.details["result"].payloads.append(Payload(data=json.dumps(result).encode()))
+
     def scheduled(self, at: float, name: str) -> int:
         e = self._add(at, EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
         e.activity_task_scheduled_event_attributes.activity_type.name = name
         return e.event_id
 
-    def started(self, at: float, sid: int) -> None:
-        e = self._add(at, EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
-        e.activity_task_started_event_attributes.scheduled_event_id = sid
-
-    def completed(self, at: float, sid: int, result: object = None) -> None:
+    def completed(self, at: float, sid: int) -> None:
         e = self._add(at, EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED)
         e.activity_task_completed_event_attributes.scheduled_event_id = sid
-        if result is not None:
-            payload = Payload(data=json.dumps(result).encode())
-            e.activity_task_completed_event_attributes.result.payloads.append(payload)
 
     def child(self, at: float) -> None:
         self._add(at, EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED)
@@ -48,49 +61,56 @@ class History:
 
 def busy_then_quiet() -> History:
     h = History()
-    # tick 1: observe 0.5 s (plan 0.1 s), a resize saga, a drain, a scale, then the wait
-    obs = h.scheduled(100.0, Act.OBSERVE)
-    h.started(100.2, obs)  # queued 0.2 s before a worker ran it
+    # tick 1: observe 0.3 s (plan 0.1 s) in a task queued 0.2 s, a resize saga, a drain,
+    # an Event and a scale, then the wait
+    h.task(100.0, 100.2, 100.5)
     plan = {"resize": [{"pod": "p1"}], "terminate": [{"pod": "p2"}], "launch": []}
-    h.completed(100.5, obs, {"plan_s": 0.1, "plan": plan})
-    h.child(100.6)
-    drain = h.scheduled(100.6, Act.DRAIN)
+    h.local(100.5, Act.OBSERVE, {"plan_s": 0.1, "plan": plan})
+    h.child(100.5)
+    drain = h.scheduled(100.5, Act.DRAIN)
+    h.task(100.55, 100.55, 100.6)  # the saga started
     h.completed(100.8, drain)
-    scale = h.scheduled(100.8, Act.SCALE)
-    h.completed(101.1, scale)
+    h.task(100.8, 100.8, 100.85)
+    h.local(100.85, Act.EVENT, None)
+    scale = h.scheduled(100.85, Act.SCALE)
+    h.completed(101.15, scale)
+    h.task(101.15, 101.15, 101.2)
     wait = h.scheduled(101.2, Act.WAIT_FOR_CHANGE)
     h.completed(130.0, wait)  # the wait's own time is no part of the tick
     # tick 2: quiet
-    obs = h.scheduled(130.1, Act.OBSERVE)
-    h.completed(130.3, obs, {"plan_s": 0.05, "plan": {}})
-    h.scheduled(130.4, Act.WAIT_FOR_CHANGE)
+    h.task(130.0, 130.1, 130.3)
+    h.local(130.3, Act.OBSERVE, {"plan_s": 0.05, "plan": {}})
+    h.scheduled(130.3, Act.WAIT_FOR_CHANGE)
     # tick 3 began: not over, left out
-    h.scheduled(140.0, Act.OBSERVE)
+    h.task(140.0, 140.0, 140.1)
+    h.local(140.1, Act.OBSERVE, {"plan_s": 0.05, "plan": {}})
     return h
 
 
 def test_tick_figures_read_observe_plan_act_and_bytes_from_the_history() -> None:
     h = busy_then_quiet()
     busy, quiet = tick_figures(h.events)
-    assert busy.observe_s == pytest.approx(0.5)
+    assert busy.observe_s == pytest.approx(0.3)
     assert busy.queued_s == pytest.approx(0.2)
-    assert quiet.queued_s == 0.0  # no start recorded: not known
+    assert quiet.queued_s == pytest.approx(0.1)
     assert busy.plan_s == pytest.approx(0.1)
-    assert busy.act_s == pytest.approx(0.7)  # observe completed → the wait scheduled
-    assert busy.tick_s == pytest.approx(1.2)
-    assert busy.acts == {Act.DRAIN: pytest.approx(0.2), Act.SCALE: pytest.approx(0.3)}
+    assert busy.act_s == pytest.approx(0.7)  # the observing task completed → the wait scheduled
+    assert busy.tick_s == pytest.approx(1.0)
+    assert busy.acts == {Act.DRAIN: pytest.approx(0.3), Act.SCALE: pytest.approx(0.3)}
     assert (busy.resizes, busy.terminates, busy.launches, busy.sagas) == (1, 1, 0, 1)
     assert busy.busy and not quiet.busy
-    assert quiet.tick_s == pytest.approx(0.3)
+    assert quiet.tick_s == pytest.approx(0.2)
     # every event of a tick counted once, the unfinished tick's not at all
     sizes = [len(e.SerializeToString()) for e in h.events]
-    assert busy.bytes + quiet.bytes == sum(sizes[:-1])
+    assert busy.bytes + quiet.bytes == sum(sizes[:-4])
 
 
 def test_a_failed_observe_is_no_tick() -> None:
     h = History()
-    h.scheduled(1.0, Act.OBSERVE)  # failed: never completed
-    h.scheduled(5.0, Act.OBSERVE)
+    h.task(1.0, 1.0, 1.1)
+    h.local(1.1, Act.OBSERVE, None)  # failed
+    h.task(5.0, 5.0, 5.1)
+    h.local(5.1, Act.OBSERVE, {"plan_s": 0.05, "plan": {}})
     assert tick_figures(h.events) == []
 
 

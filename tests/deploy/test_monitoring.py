@@ -129,7 +129,7 @@ class ObserveOnce:
     @workflow.run
     async def run(self) -> str:
         return str(
-            await workflow.execute_activity(
+            await workflow.execute_local_activity(  # as the reconcile loop runs it
                 Act.OBSERVE,
                 start_to_close_timeout=timedelta(seconds=10),
                 retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100)),
@@ -147,7 +147,7 @@ class Exported:
 async def exported() -> AsyncIterator[Exported]:
     """The series names a worker's Prometheus endpoint (RAYSIZE_PROMETHEUS_BIND) serves:
     each metric raysize's code creates, recorded once through the Temporal runtime that
-    exports them; and the SDK's own metrics after an observe_cluster activity failed once
+    exports them; and the SDK's own metrics after an observe_cluster local activity failed once
     on a real (test) Temporal server."""
     calls = meter_calls_in_the_code()
     assert {c.name for c in calls} >= {"raysize_resizes_started", "raysize_raylet_sync_retries"}
@@ -343,8 +343,10 @@ def test_every_series_and_label_in_the_alert_rules_is_exported(monitoring, expor
 
 def test_the_sdk_counts_a_failed_observe_by_activity_type(exported):
     """The observe alert reads the Temporal SDK's metric: it is there after a failure,
-    with the activity type raysize's observe runs as."""
-    assert {"activity_type", "task_queue"} <= exported.series["temporal_activity_execution_failed"]
+    with the activity type raysize's observe runs as (a local activity: the SDK counts it
+    apart from the activities)."""
+    failed = exported.series["temporal_local_activity_execution_failed"]
+    assert {"activity_type", "task_queue"} <= failed
     assert Act.OBSERVE == "observe_cluster"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -54,6 +54,7 @@ class FakeWorld:
         self.started: list[str] = []
         self.scales: list[ScaleInput] = []
         self.events: list[EventInput] = []
+        self.event_timeouts: list[timedelta | None] = []  # each Event's, as it was given
         self.observed = 0
         self.version = 0
         self.waits: list[WaitInput] = []  # every wait the loop asked for
@@ -116,7 +117,11 @@ class FakeWorld:
         async def read(inp: ObserveInput) -> Observation:
             self.observed += 1
             info = activity.info()
-            self.observe_attempts.append((info.attempt, info.started_time))
+            # the observe is a local activity: its times are the worker's clock, so the
+            # attempt's start on the workflow's clock (the test server's, which skips) is
+            # the tick's time plus the worker's time since the observe was scheduled
+            began = datetime.fromtimestamp(inp.now, UTC) + (info.started_time - info.scheduled_time)
+            self.observe_attempts.append((info.attempt, began))
             if self.on_read is not None:
                 self.on_read()
             if self.fail_observe:
@@ -202,6 +207,7 @@ class FakeWorld:
         @activity.defn(name=Act.EVENT)
         async def event(inp: EventInput) -> None:
             self.events.append(inp)
+            self.event_timeouts.append(activity.info().start_to_close_timeout)
 
         return [observe, wait, drain, scale, event]
 

@@ -5,18 +5,17 @@ once, acts on nothing, and acts again on the first tick after it is switched off
 from __future__ import annotations
 
 import contextlib
-import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
 from temporalio import workflow
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from bench.histories import local_activity, local_result
 from raysize.activities.k8s import DEFAULT_TIMEOUT_S, Kube
 from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.observe_only import ObserveOnly
@@ -39,17 +38,13 @@ def _cluster() -> FakeWorld:
 
 async def observed_ticks(handle: WorkflowHandle) -> list[dict[str, object]]:
     """The observe results in the loop's history: the ticks as recorded."""
-    out = []
     history = await handle.fetch_history()
-    scheduled: dict[int, str] = {}
-    for e in history.events:
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            done = e.activity_task_completed_event_attributes
-            if scheduled.get(done.scheduled_event_id) == Act.OBSERVE:
-                out.append(json.loads(done.result.payloads[0].data))
-    return out
+    # the observe is a local activity: its result is in its marker
+    return [
+        local_result(e)
+        for e in history.events
+        if local_activity(e) == Act.OBSERVE and local_result(e) is not None
+    ]
 
 
 async def test_observe_only_says_what_it_would_do_once_and_does_nothing(
@@ -238,13 +233,8 @@ async def test_an_event_has_room_for_a_call_queued_behind_a_saturated_api_server
     itself, adding to the load (3,161 times in a 1,000-cluster burst)."""
     world = _cluster()
     world.observe_only = True  # says so in an Event at once
-    async with reconciling(ts_env, world) as handle:
+    async with reconciling(ts_env, world):
         await until(lambda: len(world.events) >= 1)
-        history = await handle.fetch_history()
-    timeouts = [
-        e.activity_task_scheduled_event_attributes.start_to_close_timeout.ToTimedelta()
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == Act.EVENT
-    ]
+    # as the Event's (local) activity was given it
+    timeouts = [t for t in world.event_timeouts if t is not None]
     assert timeouts and min(timeouts) >= 2 * timedelta(seconds=DEFAULT_TIMEOUT_S), timeouts
