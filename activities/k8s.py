@@ -132,6 +132,23 @@ def follow_token_file(cfg: client.Configuration, path: Path) -> None:
     cfg.refresh_api_key_hook = refresh  # type: ignore[assignment]
 
 
+# connections the pool keeps beside the calls': the watches' (two per namespace watched
+# hold one each for minutes), so they never take a call's
+WATCH_CONNECTIONS = 8
+
+
+def fit_pool(cfg: client.Configuration, calls: int) -> bool:
+    """Size the client's connection pool for `calls` in flight at once plus the watches
+    (`WATCH_CONNECTIONS`); True if it changed (a client made from `cfg` before must be
+    made again). Its own size is 5 per CPU (10 on 2 cores): a call beyond the pool opens
+    a connection and drops it after, with a urllib3 WARNING each time."""
+    want = calls + WATCH_CONNECTIONS if calls > 0 else 0
+    if want <= int(cfg.connection_pool_maxsize or 0):
+        return False
+    cfg.connection_pool_maxsize = want
+    return True
+
+
 def surface_throttling(api: client.ApiClient) -> None:
     """Let a 429 (or 503) with a Retry-After reach raysize. urllib3, under the
     `kubernetes` client, retries such an answer by itself (up to three times, sleeping its
@@ -189,7 +206,11 @@ class Kube:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         qps: float = DEFAULT_QPS,
         burst: int = DEFAULT_BURST,
+        connections: int = 0,
     ) -> Kube:
+        """`connections`: calls to have in flight at once (the worker's threads for this
+        server): the client's connection pool holds as many, beside the watches' (0: the
+        client's own size)."""
         if path is None:
             try:
                 cfg = client.Configuration()
@@ -198,6 +219,7 @@ class Kube:
                 pass
             else:
                 follow_token_file(cfg, SERVICE_ACCOUNT_TOKEN)
+                fit_pool(cfg, connections)
                 return cls._with_limits(client.ApiClient(cfg), timeout_s, qps, burst)
         try:
             api = config.new_client_from_config(config_file=path)
@@ -211,6 +233,9 @@ class Kube:
                 "KUBECONFIG) at a valid kubeconfig file; in a pod, raysize uses its "
                 "ServiceAccount instead"
             ) from None
+        if fit_pool(api.configuration, connections):
+            old, api.rest_client = api.rest_client, rest.RESTClientObject(api.configuration)
+            old.close()
         return cls._with_limits(api, timeout_s, qps, burst)
 
     @classmethod

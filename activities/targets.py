@@ -54,9 +54,8 @@ log = logging.getLogger("raysize.activities")
 
 T = TypeVar("T")
 
-# per API server: every cluster's reads and writes share it. Under the kubernetes client's
-# connection pool (5 per CPU, 10 on 2 cores, the watches hold some): a call beyond the pool
-# opens a connection and drops it after, with a urllib3 WARNING each time
+# per API server: every cluster's reads and writes share them (RAYSIZE_KUBE_THREADS). The
+# client's connection pool is sized to match (`activities.k8s.fit_pool`)
 KUBE_THREADS = 8
 GCS_THREADS = 4  # per GCS: a cluster's observe, with its Raylet resizes and drains
 PLAN_THREADS = 2  # the planner is pure Python: more threads only share the GIL

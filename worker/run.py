@@ -306,6 +306,7 @@ async def _serve(
             str(settings.kubeconfig) if settings.kubeconfig else None,
             qps=settings.kube_qps,
             burst=settings.kube_burst,
+            connections=settings.kube_threads,
         )
     except KubeconfigError as exc:
         raise SetupError(str(exc)) from None
@@ -323,7 +324,7 @@ async def _serve(
     if added:
         log.info("registered search attributes: %s", ", ".join(added))
     # the worker's threads for blocking calls, per API server and GCS: closed on the way out
-    targets = Targets()
+    targets = Targets(kube_threads=settings.kube_threads)
     try:
         await targets.kube(
             kube.host, None, warn_about_watched_namespaces, kube, settings.namespace_list()

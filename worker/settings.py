@@ -14,6 +14,7 @@ from temporalio.common import WorkerDeploymentVersion
 
 import raysize
 from raysize.activities.kube_limits import DEFAULT_BURST, DEFAULT_QPS
+from raysize.activities.targets import KUBE_THREADS
 from raysize.workflows.contracts import POLL_INTERVAL_S
 from raysize.workflows.model import PlannerSettings, ResizePolicy
 from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
@@ -181,6 +182,14 @@ class Settings(BaseSettings):
         ge=1,
         description="requests the worker may send at once, above RAYSIZE_KUBE_QPS, after a "
         "quiet spell (client-go's burst: the bucket's size)",
+    )
+    kube_threads: int = Field(
+        KUBE_THREADS,
+        ge=1,
+        le=256,
+        description="calls the worker has in flight to the Kubernetes API server at once, "
+        "each on a thread (and a pooled connection) of its own; a call waits at most 10 s "
+        "for one, then fails unsent. The GCS's and the planner's threads are apart",
     )
 
     # --- Ray ---

@@ -148,6 +148,15 @@ async def replays_alike(env: WorkflowEnvironment, workflow_id: str, first_run_id
         )
 
 
+async def count_events(handle: WorkflowHandle, *kinds: str) -> list[int]:
+    """How many events of each kind (its attributes' field name) the run's history has."""
+    counts = [0] * len(kinds)
+    async for e in handle.fetch_history_events():
+        for i, kind in enumerate(kinds):
+            counts[i] += e.HasField(kind)
+    return counts
+
+
 async def until(check: Callable[[], object], seconds: float = 20) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
@@ -577,12 +586,11 @@ async def test_a_resize_that_ends_while_its_read_is_under_way_is_not_started_aga
         await until(lambda: world.while_reading is None)
         before = world.observed
         await until(lambda: world.observed >= before + 2)
-        starts, failed_signals = 0, 0
-        async for e in handle.fetch_history_events():
-            if e.HasField("start_child_workflow_execution_initiated_event_attributes"):
-                starts += 1
-            if e.HasField("signal_external_workflow_execution_failed_event_attributes"):
-                failed_signals += 1
+        starts, failed_signals = await count_events(
+            handle,
+            "start_child_workflow_execution_initiated_event_attributes",
+            "signal_external_workflow_execution_failed_event_attributes",
+        )
     assert world.started == ["w1"]  # one saga, not a second from the stale read
     assert starts == 1 and failed_signals == 1
 
@@ -605,12 +613,11 @@ async def test_a_pod_whose_saga_the_loop_runs_is_never_started_again_on_a_stale_
         before = world.observed
         world.version += 1  # wakes the loop
         await until(lambda: world.observed >= before + 2)
-        starts, signals = 0, 0
-        async for e in handle.fetch_history_events():
-            if e.HasField("start_child_workflow_execution_initiated_event_attributes"):
-                starts += 1
-            if e.HasField("signal_external_workflow_execution_initiated_event_attributes"):
-                signals += 1
+        starts, signals = await count_events(
+            handle,
+            "start_child_workflow_execution_initiated_event_attributes",
+            "signal_external_workflow_execution_initiated_event_attributes",
+        )
         recorder.hold = False
     assert world.started == ["w1"]
     assert starts == 1  # the first saga's start alone

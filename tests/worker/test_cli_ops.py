@@ -150,6 +150,14 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_KUBE_BURST": "2.5"},
             "RAYSIZE_KUBE_BURST: Input should be a valid integer",
         ),
+        (
+            {"RAYSIZE_KUBE_THREADS": "0"},
+            "RAYSIZE_KUBE_THREADS: Input should be greater than or equal to 1",
+        ),
+        (
+            {"RAYSIZE_KUBE_THREADS": "1000"},
+            "RAYSIZE_KUBE_THREADS: Input should be less than or equal to 256",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_by_name(env: dict[str, str], message: str) -> None:
