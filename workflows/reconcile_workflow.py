@@ -80,6 +80,8 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.waiting import backoff_s, raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
+# a local activity's retry due later than this waits on a workflow timer, not in its task
+LOCAL_RETRY_THRESHOLD = timedelta(seconds=1)
 # a decision keeps its first lines (status, the carry over continue-as-new); the log line of
 # each decision (`telemetry.log_decisions`) has every one. 50 decisions of 100 grows each
 # would carry over a megabyte into each new run
@@ -305,6 +307,9 @@ class ReconcileWorkflow:
                     initial_interval=timedelta(milliseconds=200),
                     non_retryable_error_types=[Err.FORBIDDEN, Err.RAY_AUTH],
                 ),
+                # a retry due later (a throttled server's Retry-After) waits on a timer,
+                # after this task: slept in the task, it held queries and signals
+                local_retry_threshold=LOCAL_RETRY_THRESHOLD,
             )
         except FailureError as exc:  # a local activity's failure is its cause itself
             raise_if_cancelled(exc)
@@ -783,6 +788,7 @@ class ReconcileWorkflow:
                 # beside itself, adding to the load (3,161 times in a 1,000-cluster burst)
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_attempts=3),
+                local_retry_threshold=LOCAL_RETRY_THRESHOLD,
             )
         except FailureError as exc:  # an event is a courtesy: never block on it
             raise_if_cancelled(exc)

@@ -48,6 +48,8 @@ class FakeWorld:
         self.while_reading: Callable[[], Awaitable[None]] | None = None
         # every observe attempt: (its attempt number, when it started, in the server's time)
         self.observe_attempts: list[tuple[int, datetime]] = []
+        # the server's clock (`WorkflowEnvironment.get_current_time`), set by `reconciling`
+        self.clock: Callable[[], Awaitable[datetime]] | None = None
         self.replicas = {g: sum(1 for p in snapshot.pods if p.group == g) for g in snapshot.groups}
         self.resizing: set[str] = set()
         # Every pod whose resize began, in order: `resizing` is only the ones running now.
@@ -117,10 +119,14 @@ class FakeWorld:
         async def read(inp: ObserveInput) -> Observation:
             self.observed += 1
             info = activity.info()
-            # the observe is a local activity: its times are the worker's clock, so the
-            # attempt's start on the workflow's clock (the test server's, which skips) is
-            # the tick's time plus the worker's time since the observe was scheduled
-            began = datetime.fromtimestamp(inp.now, UTC) + (info.started_time - info.scheduled_time)
+            # the observe is a local activity: its times are the worker's clock, not the
+            # test server's, which skips (a retry's backoff is a workflow timer)
+            began = (
+                await self.clock()
+                if self.clock is not None
+                else datetime.fromtimestamp(inp.now, UTC)
+                + (info.started_time - info.scheduled_time)
+            )
             self.observe_attempts.append((info.attempt, began))
             if self.on_read is not None:
                 self.on_read()

@@ -15,11 +15,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from raysize.workflows.contracts import Err
+from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.waiting import backoff_s
 
 from ..workflows.kit import group, pod, res, snapshot
 from .fake_world import FakeWorld
-from .test_reconcile_workflow import reconciling, status_of
+from .test_reconcile_workflow import reconciling, status_of, until
 
 # the observe's own retries (RetryPolicy: 0.2 s, then 0.4 s) and the moments a workflow
 # task and an activity take on the test server's clock
@@ -140,6 +141,32 @@ async def test_a_throttled_observe_waits_out_the_retry_after(ts_env: WorkflowEnv
     times = [at for _, at in world.observe_attempts]
     gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
     assert all(7.0 <= g <= 7.0 + SLACK_S for g in gaps), gaps
+
+
+async def test_a_throttled_observe_holds_no_workflow_task_while_it_waits(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The observe is a local activity: a retry due after a long Retry-After waits on a
+    workflow timer (`LOCAL_RETRY_THRESHOLD`). Slept inside the workflow task, it held the
+    task, and a query (`raysize status`) waited for the whole Retry-After."""
+    world = _world()
+    throttled = 0
+
+    def read() -> None:
+        nonlocal throttled
+        throttled += 1
+        raise ApplicationError(
+            "the Kubernetes API server is throttling raysize (429 Too Many Requests)",
+            type=Err.KUBE_THROTTLED,
+            next_retry_delay=timedelta(seconds=60),
+        )
+
+    world.on_read = read
+    async with reconciling(ts_env, world) as handle:
+        await until(lambda: throttled >= 1)
+        # answered within 5 s: the task that observed has completed
+        status = await handle.query(ReconcileWorkflow.status, rpc_timeout=timedelta(seconds=5))
+    assert status.observe_failures == 0  # the observe's own retries still run
 
 
 async def test_failed_waits_back_off_too(ts_env: WorkflowEnvironment) -> None:

@@ -102,6 +102,7 @@ async def reconciling(
 ) -> AsyncIterator[WorkflowHandle[ReconcileWorkflow, str]]:
     queue = f"q-{uuid.uuid4()}"
     recorder = recorder or ResizeRecorder(world)
+    world.clock = world.clock or env.get_current_time
     async with Worker(
         env.client,
         task_queue=queue,
