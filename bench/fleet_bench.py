@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client, config
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from bench.clusters import small_raycluster
@@ -279,6 +280,18 @@ class CpuSplit:
         )
 
 
+# events that wake a workflow task → how `loop_work` names them
+WAKERS = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity failed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity failed",
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED: "saga started",
+    EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED: "saga ended",
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: "signal",
+    EventType.EVENT_TYPE_TIMER_FIRED: "timer",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "task timed out",
+}
+
+
 async def loop_work(temporal: Client, clusters: list[str], since: datetime) -> str:
     """What the reconcile loops of `clusters` did since `since` (their current runs):
     workflow tasks and activities per loop, by type, and the resize sagas they started."""
@@ -308,20 +321,8 @@ async def loop_work(temporal: Client, clusters: list[str], since: datetime) -> s
             elif e.HasField("activity_task_completed_event_attributes"):
                 at = e.activity_task_completed_event_attributes
                 kinds.add(scheduled.get(at.scheduled_event_id, "activity"))
-            elif e.HasField("activity_task_failed_event_attributes") or e.HasField(
-                "activity_task_timed_out_event_attributes"
-            ):
-                kinds.add("activity failed")
-            elif e.HasField("child_workflow_execution_started_event_attributes"):
-                kinds.add("saga started")
-            elif e.HasField("child_workflow_execution_completed_event_attributes"):
-                kinds.add("saga ended")
-            elif e.HasField("workflow_execution_signaled_event_attributes"):
-                kinds.add("signal")
-            elif e.HasField("timer_fired_event_attributes"):
-                kinds.add("timer")
-            elif e.HasField("workflow_task_timed_out_event_attributes"):
-                kinds.add("task timed out")
+            elif e.event_type in WAKERS:
+                kinds.add(WAKERS[e.event_type])
     n = max(1, len(clusters))
     per = ", ".join(f"{k} {v / n:.1f}" for k, v in acts.most_common())
     by = ", ".join(f"{k} {v / n:.1f}" for k, v in woke.most_common(8))

@@ -12,6 +12,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHistory
 
 LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
@@ -40,19 +41,30 @@ def local_result(e: HistoryEvent) -> Any:
 def task_of(events: Sequence[HistoryEvent], marker: int) -> tuple[int, int, int]:
     """Indexes of the workflow task (scheduled, started, completed) whose completion
     recorded the marker at `marker`: the task the local activity ran in."""
-    done = next(
-        i
-        for i in range(marker, -1, -1)
-        if events[i].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
-    )
-    started = next(
-        i
-        for i in range(done, -1, -1)
-        if events[i].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
-    )
-    scheduled = next(
-        i
-        for i in range(started, -1, -1)
-        if events[i].event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
-    )
+    at = marker
+    found: list[int] = []
+    for kind in (
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+        EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+    ):
+        at = next(i for i in range(at, -1, -1) if events[i].event_type == kind)
+        found.append(at)
+    done, started, scheduled = found
     return scheduled, started, done
+
+
+async def runs(client: Client, wf_id: str, run_id: str) -> list[WorkflowHistory]:
+    """The history of every run of the workflow, from `run_id` on through its
+    continue-as-new."""
+    out: list[WorkflowHistory] = []
+    while run_id:
+        history = await client.get_workflow_handle(wf_id, run_id=run_id).fetch_history()
+        out.append(history)
+        last = history.events[-1]
+        run_id = (
+            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+            if last.HasField("workflow_execution_continued_as_new_event_attributes")
+            else ""
+        )
+    return out

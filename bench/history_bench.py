@@ -29,7 +29,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from bench.histories import local_activity, task_of
+from bench.histories import local_activity, runs, task_of
 from bench.plan_bench import generate
 from bench.procs import start_dev_server
 from raysize.worker.scenario import load_scenario
@@ -136,17 +136,7 @@ def _size(event: HistoryEvent) -> int:
 async def _chain(client: Client, wf_id: str, run_id: str) -> list[HistoryEvent]:
     """The events of every run of the workflow, from `run_id` on through its
     continue-as-new (a busy tick can make the server suggest one)."""
-    events: list[HistoryEvent] = []
-    while run_id:
-        history = await client.get_workflow_handle(wf_id, run_id=run_id).fetch_history()
-        events += history.events
-        last = history.events[-1]
-        run_id = (
-            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else ""
-        )
-    return events
+    return [e for history in await runs(client, wf_id, run_id) for e in history.events]
 
 
 async def measure(client: Client, pods: int, *, busy: bool, budget: int) -> tuple[int, int, int]:

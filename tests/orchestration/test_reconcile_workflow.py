@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from bench.histories import runs
 from raysize.worker.run import workflow_runner
 from raysize.workflows.contracts import (
     Act,
@@ -136,17 +137,9 @@ async def replays_alike(env: WorkflowEnvironment, workflow_id: str, first_run_id
         data_converter=pydantic_data_converter,
         workflow_runner=workflow_runner(),
     )
-    run_id = first_run_id
-    while run_id:
-        history = await env.client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    for history in await runs(env.client, workflow_id, first_run_id):
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, (run_id, result.replay_failure)
-        last = history.events[-1]
-        run_id = (
-            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-            if last.HasField("workflow_execution_continued_as_new_event_attributes")
-            else ""
-        )
+        assert result.replay_failure is None, (history.run_id, result.replay_failure)
 
 
 async def count_events(handle: WorkflowHandle, *kinds: str) -> list[int]:
