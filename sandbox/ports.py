@@ -33,6 +33,16 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def _bindable(port: int) -> bool:
+    """Whether a server could bind `port` on 127.0.0.1 now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def free_port() -> int:
     """A free port on 127.0.0.1, below the kernel's ephemeral range.
 
@@ -56,11 +66,7 @@ def free_port() -> int:
         with _lock:
             if port in _given_set:
                 continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        if _bindable(port):
             return _give(port)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range
         s.bind(("127.0.0.1", 0))
