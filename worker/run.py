@@ -9,7 +9,7 @@ import logging
 import signal
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
@@ -192,6 +192,31 @@ def ray_settings(settings: Settings) -> RaySettings:
     return RaySettings(gcs_override=settings.gcs_address, token=token, tls=tls)
 
 
+class WorkerSlots(TypedDict):
+    max_concurrent_workflow_tasks: int
+    max_concurrent_activities: int
+    max_concurrent_local_activities: int
+    max_cached_workflows: int
+
+
+def worker_slots(settings: Settings) -> WorkerSlots:
+    """The `Worker`'s slots: how many tasks of each kind it runs at once."""
+    return {
+        # each cluster's observe and Events are local activities, run inside its loop's
+        # workflow task, which is held until they end (seconds, in a burst). With
+        # Temporal's default of 100, a 1,000-cluster burst held every slot in observes and
+        # new resizes' first tasks waited 100 s in the queue
+        "max_concurrent_workflow_tasks": settings.max_concurrent_workflow_tasks,
+        # each cluster's wait holds a slot for minutes: with Temporal's default (100), a
+        # hundred clusters left no slot for anything else (a resize waited for a wait to
+        # end: reaction 1.3 s instead of 0.2 s)
+        "max_concurrent_activities": settings.max_concurrent_activities,
+        # one observe or Event at a time per cluster, so as many as it may have clusters
+        "max_concurrent_local_activities": settings.max_concurrent_activities,
+        "max_cached_workflows": settings.max_cached_workflows,
+    }
+
+
 def build_worker(
     client: Client,
     settings: Settings,
@@ -232,14 +257,7 @@ def build_worker(
         workflow_runner=workflow_runner(),
         max_concurrent_workflow_task_polls=10,
         max_concurrent_activity_task_polls=10,
-        # each cluster's wait holds a slot for minutes: with Temporal's default (100), a
-        # hundred clusters left no slot for anything else (a resize waited for a wait to
-        # end: reaction 1.3 s instead of 0.2 s)
-        max_concurrent_activities=settings.max_concurrent_activities,
-        # each cluster's observe and Events are local activities (run in its loop's
-        # workflow task): one at a time per cluster, so as many as it may have clusters
-        max_concurrent_local_activities=settings.max_concurrent_activities,
-        max_cached_workflows=settings.max_cached_workflows,
+        **worker_slots(settings),
         graceful_shutdown_timeout=timedelta(seconds=10),
         # a version of RAYSIZE_DEPLOYMENT_NAME, or unversioned (worker/deployment.py)
         deployment_config=deployment_config(settings),

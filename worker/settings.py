@@ -221,6 +221,15 @@ class Settings(BaseSettings):
         description="activities this worker runs at once; every managed cluster holds one "
         "(its wait, mostly asleep), so a fleet needs more than Temporal's default of 100",
     )
+    max_concurrent_workflow_tasks: int = Field(
+        1000,
+        ge=2,
+        description="workflow tasks this worker runs at once (at most "
+        "RAYSIZE_MAX_CACHED_WORKFLOWS); a cluster's loop holds its task through each observe "
+        "(a local activity that waits on the API server and Ray), so a fleet in a burst needs "
+        "many more than Temporal's default of 100, which left new resizes' first tasks queued "
+        "for 100 s behind 1,000 loops' observes",
+    )
     max_cached_workflows: int = Field(
         4000,
         ge=100,
@@ -360,6 +369,18 @@ class Settings(BaseSettings):
         # clusters' workers on one queue would take each other's pod reads and resizes
         if self.cluster_name and "task_queue" not in self.model_fields_set:
             self.task_queue = f"raysize-{self.cluster_name}"
+        return self
+
+    @model_validator(mode="after")
+    def _tasks_cached(self) -> Settings:
+        # a workflow task in flight is of a cached workflow: more tasks than the cache holds
+        # would evict the workflows they run
+        if self.max_concurrent_workflow_tasks > self.max_cached_workflows:
+            raise ValueError(
+                f"RAYSIZE_MAX_CONCURRENT_WORKFLOW_TASKS ({self.max_concurrent_workflow_tasks}) "
+                f"is above RAYSIZE_MAX_CACHED_WORKFLOWS ({self.max_cached_workflows}): raise "
+                "the cache, or lower the tasks to at most the cache"
+            )
         return self
 
     @model_validator(mode="after")

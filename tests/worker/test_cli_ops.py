@@ -76,6 +76,15 @@ def test_bad_setting_names_the_variable() -> None:
             {"RAYSIZE_MAX_CACHED_WORKFLOWS": "10"},
             "RAYSIZE_MAX_CACHED_WORKFLOWS: Input should be greater than or equal to 100",
         ),
+        (
+            {"RAYSIZE_MAX_CONCURRENT_WORKFLOW_TASKS": "1"},
+            "RAYSIZE_MAX_CONCURRENT_WORKFLOW_TASKS: Input should be greater than or equal to 2",
+        ),
+        (
+            {"RAYSIZE_MAX_CONCURRENT_WORKFLOW_TASKS": "5000"},
+            "RAYSIZE_MAX_CONCURRENT_WORKFLOW_TASKS (5000) is above RAYSIZE_MAX_CACHED_WORKFLOWS "
+            "(4000): raise the cache, or lower the tasks to at most the cache",
+        ),
         # a host alone was dialled on port 80, silently
         (
             {"RAYSIZE_TEMPORAL_ADDRESS": "localhost"},
