@@ -222,13 +222,14 @@ class Settings(BaseSettings):
         "(its wait, mostly asleep), so a fleet needs more than Temporal's default of 100",
     )
     max_concurrent_workflow_tasks: int = Field(
-        1000,
+        300,
         ge=2,
         description="workflow tasks this worker runs at once (at most "
         "RAYSIZE_MAX_CACHED_WORKFLOWS); a cluster's loop holds its task through each observe "
-        "(a local activity that waits on the API server and Ray), so a fleet in a burst needs "
-        "many more than Temporal's default of 100, which left new resizes' first tasks queued "
-        "for 100 s behind 1,000 loops' observes",
+        "(a local activity that waits on the API server and Ray). In a 1,000-cluster burst, "
+        "Temporal's default of 100 left new resizes' first tasks queued for 100 s behind the "
+        "loops' observes, and 1,000 let so many observes run at once that thousands outlived "
+        "their task's 10 s timeout and ran again",
     )
     max_cached_workflows: int = Field(
         4000,
