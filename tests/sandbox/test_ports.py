@@ -17,6 +17,19 @@ def test_free_ports_are_free_and_below_the_ephemeral_range() -> None:
         s.bind(("127.0.0.1", ports.pop()))
 
 
+def picking(monkeypatch, *picks: int) -> None:
+    """`free_port` draws `picks`, in order, with nothing handed out before."""
+    drawn = iter(picks)
+
+    class Picks:
+        def randint(self, low: int, high: int) -> int:
+            return next(drawn)
+
+    monkeypatch.setattr(ports.random, "SystemRandom", Picks)
+    monkeypatch.setattr(ports, "_given", ports.deque())
+    monkeypatch.setattr(ports, "_given_set", set())
+
+
 def test_a_port_handed_out_lately_is_not_handed_out_again(monkeypatch) -> None:
     """Until its server binds it, a port handed out is still free: the next call must not
     give it again (Ray refused a `ray start` whose two agents were given one port).
@@ -24,15 +37,7 @@ def test_a_port_handed_out_lately_is_not_handed_out_again(monkeypatch) -> None:
     Every pick counts as bindable: the ports are the machine's, and another process (CI
     runs its parts at once) may hold any of them, which once ran this test out of picks.
     """
-    picks = iter([24286, 24286, 24286, 24287])
-
-    class Picks:
-        def randint(self, low: int, high: int) -> int:
-            return next(picks)
-
-    monkeypatch.setattr(ports.random, "SystemRandom", Picks)
-    monkeypatch.setattr(ports, "_given", ports.deque())
-    monkeypatch.setattr(ports, "_given_set", set())
+    picking(monkeypatch, 24286, 24286, 24286, 24287)
     monkeypatch.setattr(ports, "_bindable", lambda port: True)
     assert [free_port(), free_port()] == [24286, 24287]
 
@@ -44,14 +49,6 @@ def test_a_port_another_process_holds_is_passed_over(monkeypatch) -> None:
         spare.bind(("127.0.0.1", 0))
         taken, free = held.getsockname()[1], spare.getsockname()[1]
         spare.close()
-        picks = iter([taken, taken, free])
-
-        class Picks:
-            def randint(self, low: int, high: int) -> int:
-                return next(picks)
-
-        monkeypatch.setattr(ports.random, "SystemRandom", Picks)
-        monkeypatch.setattr(ports, "_given", ports.deque())
-        monkeypatch.setattr(ports, "_given_set", set())
+        picking(monkeypatch, taken, taken, free)
         assert not ports._bindable(taken)
         assert free_port() == free
