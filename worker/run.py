@@ -203,9 +203,10 @@ def worker_slots(settings: Settings) -> WorkerSlots:
     """The `Worker`'s slots: how many tasks of each kind it runs at once."""
     return {
         # each cluster's observe and Events are local activities, run inside its loop's
-        # workflow task, which is held until they end (seconds, in a burst). With
-        # Temporal's default of 100, a 1,000-cluster burst held every slot in observes and
-        # new resizes' first tasks waited 100 s in the queue
+        # workflow task, which is held until they end (seconds, in a burst). In a
+        # 1,000-cluster burst, Temporal's default of 100 held every slot in observes and
+        # new resizes' first tasks waited 100 s in the queue; 1,000 ran so many observes
+        # at once that thousands outlived the task's 10 s timeout (docs/temporal-notes.md)
         "max_concurrent_workflow_tasks": settings.max_concurrent_workflow_tasks,
         # each cluster's wait holds a slot for minutes: with Temporal's default (100), a
         # hundred clusters left no slot for anything else (a resize waited for a wait to
