@@ -211,32 +211,32 @@ class Kube:
         """`connections`: calls to have in flight at once (the worker's threads for this
         server): the client's connection pool holds as many, beside the watches' (0: the
         client's own size)."""
+        cfg = client.Configuration()
+        in_cluster = False
         if path is None:
             try:
-                cfg = client.Configuration()
                 config.load_incluster_config(client_configuration=cfg)
+                in_cluster = True
             except config.ConfigException:
                 pass
-            else:
-                follow_token_file(cfg, SERVICE_ACCOUNT_TOKEN)
-                fit_pool(cfg, connections)
-                return cls._with_limits(client.ApiClient(cfg), timeout_s, qps, burst)
-        try:
-            api = config.new_client_from_config(config_file=path)
-        except Exception as exc:  # the client's errors range from ConfigException to TypeError
-            where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
-            reason = (str(exc).splitlines()[0] if str(exc) else type(exc).__name__).rstrip(".")
-            if not isinstance(exc, (config.ConfigException, OSError)):
-                reason = f"not a kubeconfig ({type(exc).__name__}: {reason})"
-            raise KubeconfigError(
-                f"cannot load the kubeconfig {where}: {reason}. Point RAYSIZE_KUBECONFIG (or "
-                "KUBECONFIG) at a valid kubeconfig file; in a pod, raysize uses its "
-                "ServiceAccount instead"
-            ) from None
-        if fit_pool(api.configuration, connections):
-            old, api.rest_client = api.rest_client, rest.RESTClientObject(api.configuration)
-            old.close()
-        return cls._with_limits(api, timeout_s, qps, burst)
+        if in_cluster:
+            follow_token_file(cfg, SERVICE_ACCOUNT_TOKEN)
+        else:
+            try:
+                config.load_kube_config(config_file=path, client_configuration=cfg)
+            except Exception as exc:  # the client's errors range from ConfigException to TypeError
+                where = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
+                reason = (str(exc).splitlines()[0] if str(exc) else type(exc).__name__).rstrip(".")
+                if not isinstance(exc, (config.ConfigException, OSError)):
+                    reason = f"not a kubeconfig ({type(exc).__name__}: {reason})"
+                raise KubeconfigError(
+                    f"cannot load the kubeconfig {where}: {reason}. Point RAYSIZE_KUBECONFIG (or "
+                    "KUBECONFIG) at a valid kubeconfig file; in a pod, raysize uses its "
+                    "ServiceAccount instead"
+                ) from None
+        # sized before the client is made from it: the client's connection pool is made once
+        fit_pool(cfg, connections)
+        return cls._with_limits(client.ApiClient(cfg), timeout_s, qps, burst)
 
     @classmethod
     def _with_limits(cls, api: client.ApiClient, timeout_s: float, qps: float, burst: int) -> Kube:
