@@ -730,6 +730,41 @@ def test_room_freed_by_an_idle_removal_is_used_in_the_same_plan() -> None:
     assert p.infeasible.gangs == 0
 
 
+# --- a launch moved to a smaller group (smaller_launches) -----------------------------------
+
+
+def test_a_gang_alike_in_two_groups_launches_the_smaller_and_leaves_the_capped_one() -> None:
+    """A GPU placement group fits new pods of two GPU groups alike; g0 (one pod at most)
+    grows to more memory, so its pod is the bigger. The group's pods go to the smaller
+    group, and the task that names g0 still finds room under g0's maximum. (Found by a
+    planner property: the group's pod took g0's one place and was then moved to the
+    smaller group, and the task was reported as unplaceable.)"""
+    g0 = group("g0", cpu=1, mem_gib=2, max_cpu=1, max_mem_gib=3, max_workers=1, GPU=2)
+    g1 = group("g1", cpu=1, mem_gib=2, max_cpu=None, max_workers=None, GPU=2)
+    gang = Gang(bundles=(res(0.5, GPU=0.5),), strategy=GangStrategy.PACK, count=2)
+    named = Demand(shape=res(0.25), count=1, label_selector={"ray.io/node-group": "g0"})
+    snap = snapshot([g0, g1], [], [(res(0.25), 2)])
+    p = plan(snap.model_copy(update={"gangs": (gang,), "demands": (*snap.demands, named)}))
+    assert p.launch_by_group == {"g0": 1, "g1": 1}
+    assert p.infeasible.demands == 0 and p.infeasible.gangs == 0
+
+
+def test_work_left_takes_the_room_a_launch_moved_to_a_smaller_group_has() -> None:
+    """Conservative mode, nothing running: one pod may be launched. The placement group
+    (3 × 0.5 CPU) fills g0's pod best (2 CPU), which is then moved to g2, the smaller pod
+    (g0 grows to 10 GiB); g2 grows to 3 CPU, so its pod also holds both waiting tasks.
+    They go on it in the same plan, not reported as unplaceable."""
+    g0 = group("g0", cpu=2, mem_gib=4, max_cpu=2, max_mem_gib=10, max_workers=None)
+    g2 = group("g2", cpu=2, mem_gib=4, max_cpu=3, max_mem_gib=4, max_workers=None)
+    gang = Gang(bundles=(res(0.5), res(0.5), res(0.5)), strategy=GangStrategy.PACK)
+    cons = PlannerSettings(upscaling_mode=UpscalingMode.CONSERVATIVE)
+    snap = snapshot([g0, g2], [], [(res(0.5), 2)], settings=cons)
+    p = plan(snap.model_copy(update={"gangs": (gang,)}))
+    assert p.launch_by_group == {"g2": 1}
+    assert p.infeasible.demands == 0 and p.infeasible.gangs == 0
+    assert not [n for n in p.notes if "cannot place" in n]
+
+
 # --- upscaling modes -----------------------------------------------------------------------
 
 

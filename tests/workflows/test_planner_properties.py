@@ -54,7 +54,7 @@ from raysize.workflows.model import (
     ResizePolicy,
     UpscalingMode,
 )
-from raysize.workflows.planner import plan, plan_with_trace
+from raysize.workflows.planner import Placement, plan, plan_with_trace
 from raysize.workflows.resources import CPU, GIB, MEMORY, Resources, float_to_units
 
 PlanJson = dict[str, Any]  # plan_to_json's output: SCENARIO.md's plan format
@@ -765,7 +765,37 @@ def retargetable(p: PodView, g: GroupSpec) -> bool:
     )
 
 
+# found by (e) in CI: the GPU task needs a new GPU pod (the running one's GPU is busy), and
+# best fit puts the CPU task on that pod's spare CPU rather than on the pod growing in
+# place; the new pod is launched for the GPU task, so the CPU task beside it launches nothing
+CPU_TASK_BESIDE_A_GPU_LAUNCH = load_scenario(
+    {
+        "version": 1,
+        "idle_timeout_s": 0,
+        "groups": {
+            "cpu": {"resources": {"CPU": 1, "memory": 2 * GIB}},
+            "gpu": {
+                "resources": {"CPU": 1, "GPU": 1, "memory": 2 * GIB},
+                "ippr": {"max_cpu": 2, "max_memory": 2 * GIB, "resize_timeout_s": 60},
+            },
+        },
+        "pods": [
+            {
+                "name": "g1",
+                "group": "gpu",
+                "raylet_id": "r1",
+                "total": {"CPU": 1, "GPU": 1, "memory": 2 * GIB},
+                "available": {"CPU": 1, "memory": 2 * GIB},
+                "resize": {"cpu": 2, "memory": 2 * GIB, "state": "in_progress"},
+            }
+        ],
+        "demands": [{"shape": {"CPU": 1}}, {"shape": {"CPU": 0.25, "GPU": 0.5}}],
+    }
+)
+
+
 @PROPS
+@example(CPU_TASK_BESIDE_A_GPU_LAUNCH)
 @given(scenarios(caps=False))
 def test_e_no_pod_is_launched_for_work_a_running_grow_could_still_take(
     snap: ClusterSnapshot,
@@ -783,10 +813,10 @@ def test_e_no_pod_is_launched_for_work_a_running_grow_could_still_take(
     launched_for_more = {
         pl.pod for pl in trace.placements if pl.where == "new pod" and pl.kind != "pending"
     }
-    new_units: dict[Resources, int] = {}
+    on_new_pods: dict[str, list[Placement]] = {}
     for pl in trace.placements:
         if pl.where == "new pod" and pl.kind == "pending" and pl.pod not in launched_for_more:
-            new_units[pl.shape] = new_units.get(pl.shape, 0) + pl.count
+            on_new_pods.setdefault(pl.pod, []).append(pl)
     for p in snap.pods:
         g = snap.groups[p.group]
         if not retargetable(p, g):
@@ -808,6 +838,14 @@ def test_e_no_pod_is_launched_for_work_a_running_grow_could_still_take(
             if pl.pod == p.name and pl.kind != "requested":
                 room = room - pl.shape.scale(pl.count)
         labels = {**g.labels, **p.labels}
+        # a new pod that holds a unit this grow could not take (a GPU task beside CPU
+        # tasks, when the pod's GPU is busy) is launched for that unit: the units beside
+        # it launch nothing
+        new_units: dict[Resources, int] = {}
+        for pls in on_new_pods.values():
+            if all(pl.shape.fits(room.clamp_min(0)) for pl in pls):
+                for pl in pls:
+                    new_units[pl.shape] = new_units.get(pl.shape, 0) + pl.count
         for shape, n in new_units.items():
             if not shape.fits(room.clamp_min(0)):
                 continue

@@ -160,7 +160,7 @@ class _Attempt:
         self, groups: Sequence[GroupSpec], shape: Shape, selector: Selector, remaining: int
     ) -> tuple[GroupSpec, int] | None:
         ctx, ix = self.ctx, self.ctx.index
-        best: tuple[tuple[int, float, str], GroupSpec, int] | None = None
+        best: tuple[tuple[int, float, tuple[float, float], str], GroupSpec, int] | None = None
         wanted = {i for i, _ in shape}
         gpu = ix.needs_gpu(shape) or self.gpu_gang
         cluster_room = ctx.cluster_room(rate_limited=True)
@@ -181,7 +181,9 @@ class _Attempt:
                 for i, v in enumerate(cap)
                 if v and i not in wanted and i not in (ix.cpu_i, ix.mem_i)
             )
-            score = (unneeded, -sum(used) / len(used), g.name)
+            # alike, the smallest new pod (`smaller_launches` would move it there, after
+            # this pod had taken a place under its group's maximum)
+            score = (unneeded, -sum(used) / len(used), ix.new_pod_size(g), g.name)
             if best is None or score < best[0]:
                 best = (score, g, per_pod)
         return (best[1], best[2]) if best else None

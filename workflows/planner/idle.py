@@ -21,8 +21,16 @@ def remove_idle_and_launch_for_what_waits(
     and pods that stay: never on a pod this plan removes)."""
     removed = len(ctx.terminate)
     shrink_or_remove_idle(ctx, ledger, resizes)
+    if len(ctx.terminate) != removed:
+        launch_for_what_waits(ctx, ledger)
+
+
+def launch_for_what_waits(ctx: PlanContext, ledger: Ledger) -> None:
+    """A later pass made room under the maxima (an idle pod removed, a launch moved to a
+    smaller group): launch for what is still waiting, on new pods and pods that stay
+    (never on a pod this plan removes), as the placing passes would have."""
     left = ledger.left()
-    if len(ctx.terminate) == removed or not (left.demands or left.gangs or left.constraints):
+    if not (left.demands or left.gangs or left.constraints):
         return
     capacity_bins, free_bins = ledger.capacity_bins, ledger.free_bins
     planned = len(capacity_bins)

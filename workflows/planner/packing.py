@@ -93,9 +93,11 @@ def _best_fill(
     ctx: PlanContext, groups: Sequence[GroupSpec], live: list[ShapeToPlace], gate: GpuGate
 ) -> tuple[GroupSpec, Fill, int] | None:
     """The group whose new pod (at its IPPR maximum) what is left fills best: fullest
-    by size · utilisation³, then holding the most, then the smallest template."""
+    by size · utilisation³, then holding the most, then the smallest new pod (at launch,
+    then at its IPPR maximum: `smaller_launches` would move it there)."""
     ix = ctx.index
-    best: tuple[tuple[int, float, float, float, str], GroupSpec, Fill, int] | None = None
+    best: tuple[tuple[int, float, float, tuple[float, float], str], GroupSpec, Fill, int] | None
+    best = None
     cluster_room = ctx.cluster_room(rate_limited=True)
     for g in groups:
         room = ctx.group_room(g, cluster_room)
@@ -126,9 +128,8 @@ def _best_fill(
         unneeded = sum(
             1 for i, v in enumerate(cap) if v and i not in wanted and i not in (ix.cpu_i, ix.mem_i)
         )
-        template = sum(v / ix.ref[i] for i, v in enumerate(ix.vec(g.resources)))
         full = _fullness(ctx, g, cap, free)
-        score = (unneeded, -full, -volume, template, g.name)
+        score = (unneeded, -full, -volume, ix.new_pod_size(g), g.name)
         if best is None or score < best[0]:
             best = (score, g, fill, room)
     return (best[1], best[2], best[3]) if best else None

@@ -9,7 +9,10 @@ from raysize.workflows.planner.constraints import place_constraints
 from raysize.workflows.planner.context import PlanContext
 from raysize.workflows.planner.demands import carry_over_to_free_room, place_demands_and_gangs
 from raysize.workflows.planner.grows import grow_actions
-from raysize.workflows.planner.idle import remove_idle_and_launch_for_what_waits
+from raysize.workflows.planner.idle import (
+    launch_for_what_waits,
+    remove_idle_and_launch_for_what_waits,
+)
 from raysize.workflows.planner.landing import GrownRoom
 from raysize.workflows.planner.min_max import enforce_max, enforce_min
 from raysize.workflows.planner.outcome import (
@@ -36,7 +39,12 @@ def run(
     resizes = grow_actions(ctx, ledger)
     remove_idle_and_launch_for_what_waits(ctx, ledger, resizes)
     leave_grouped_tasks_to_their_groups(ctx)
-    smaller_launches(ctx, ledger.free_bins)
+    known = len(ledger.free_bins)
+    if smaller_launches(ctx, ledger.free_bins):
+        # a pod moved to a smaller group leaves room under its first group's maximum,
+        # which work that only that group takes may have found full
+        launch_for_what_waits(ctx, ledger)
+        smaller_launches(ctx, ledger.free_bins[known:])
     note_what_waits(ctx, ledger)
     return to_plan(ctx, ledger, resizes), ctx, ledger
 

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from raysize.workflows.model import GroupSpec
 from raysize.workflows.planner.bins import Bin
 from raysize.workflows.planner.context import PlanContext
 from raysize.workflows.planner.selectors import selector_matches
 
 
-def smaller_launches(ctx: PlanContext, bins: Iterable[Bin]) -> None:
+def smaller_launches(ctx: PlanContext, bins: Iterable[Bin]) -> int:
     """A pod launched for work that a smaller group's new pod (at its IPPR maximum)
-    also holds is launched in that group instead: as many pods, less capacity."""
+    also holds is launched in that group instead: as many pods, less capacity. Returns
+    how many pods moved: each leaves room under its first group's maximum."""
     ix = ctx.index
     groups = [g for g in ctx.snap.groups.values() if not g.is_head]
-    size = {g.name: _template_size(ctx, g) for g in groups}
+    size = {g.name: ix.new_pod_size(g) for g in groups}
+    moved = 0
     by_size = sorted(groups, key=lambda g: (size[g.name], g.name))
     for b in bins:
         if b.pod is not None or b.launch_reason is None:
@@ -43,13 +44,6 @@ def smaller_launches(ctx: PlanContext, bins: Iterable[Bin]) -> None:
             b.special = ix.special(cap)
             b.gpu = ix.has_gpu(cap)
             b.match_cache.clear()
+            moved += 1
             break
-
-
-def _template_size(ctx: PlanContext, g: GroupSpec) -> tuple[float, float]:
-    """How big a new pod of the group is: its size at launch, then at its maximum."""
-    ix = ctx.index
-    return (
-        sum(v / ix.ref[i] for i, v in enumerate(ix.vec(g.resources))),
-        sum(v / ix.ref[i] for i, v in enumerate(ix.new_pod_capacity(g))),
-    )
+    return moved

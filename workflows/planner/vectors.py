@@ -66,6 +66,15 @@ class ResourceIndex:
             cap[self.mem_i] = max(cap[self.mem_i], g.ippr.max_memory)
         return cap
 
+    def new_pod_size(self, g: GroupSpec) -> tuple[float, float]:
+        """How big a new pod of the group is, to tell groups apart when work fits them
+        alike: its size at launch, then at its IPPR maximum (each summed over resources
+        relative to the cluster's largest)."""
+        return (
+            sum(v / self.ref[i] for i, v in enumerate(self.vec(g.resources))),
+            sum(v / self.ref[i] for i, v in enumerate(self.new_pod_capacity(g))),
+        )
+
     def special(self, capacity: list[int]) -> frozenset[int]:
         """The resources other than CPU and memory (GPU, …) a capacity has."""
         return frozenset(
