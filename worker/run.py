@@ -15,10 +15,8 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.runtime import Runtime
-from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 
-import raysize.workflows
 from raysize.activities.cluster import ClusterActivities, RaySettings
 from raysize.activities.discovery import DiscoveryActivities
 from raysize.activities.k8s import Kube, KubeconfigError
@@ -92,22 +90,19 @@ def reconcile_input(settings: Settings) -> Callable[[str, str], ReconcileInput]:
     return make
 
 
-# passed through the workflow sandbox by its full name (a module is passed through when
-# it or a parent package is named)
-WORKFLOW_PACKAGE = raysize.workflows.__name__
+def workflow_runner() -> WorkflowRunner:
+    """Workflows run outside Temporal's sandbox.
 
-
-def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandbox, with raysize's own workflow modules passed through.
-
-    The sandbox re-imports every module that is not passed through for each new workflow
-    run; for a thousand resize workflows that import cost was a fifth of the worker's CPU.
     Our `raysize.workflows` package is deterministic by construction (pure code, no I/O,
-    no module state that changes: see docs/architecture.md), so sharing it is safe; the
-    sandbox still guards everything else."""
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(WORKFLOW_PACKAGE)
-    )
+    no module state that changes; the import contracts keep I/O out of it, and recorded
+    histories replay on it in CI: see docs/architecture.md). The sandbox therefore had it
+    passed through, since re-importing it for each run cost a fifth of the worker's CPU at
+    1,000 resizes, so it checked none of raysize's code. What it still cost: every
+    activation, and every payload of every workflow task's answer (three times: encoding,
+    external storage, references), ran code in it through `exec` on the worker's event
+    loop, the loop every activity shares. In a 1,000-cluster burst that was a fifth of that
+    loop's busy time (py-spy)."""
+    return UnsandboxedWorkflowRunner()
 
 
 NAMESPACE_PROBE = "raysize-namespace-check"
