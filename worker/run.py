@@ -97,7 +97,8 @@ def workflow_runner() -> WorkflowRunner:
     no module state that changes; the import contracts keep I/O out of it, and recorded
     histories replay on it in CI: see docs/architecture.md). The sandbox therefore had it
     passed through, since re-importing it for each run cost a fifth of the worker's CPU at
-    1,000 resizes, so it checked none of raysize's code. What it still cost: every
+    1,000 resizes, so it checked none of raysize's code but for calls of the builtins
+    `open` and `input` (a test looks for those now). What it still cost: every
     activation, and every payload of every workflow task's answer (three times: encoding,
     external storage, references), ran code in it through `exec` on the worker's event
     loop, the loop every activity shares. In a 1,000-cluster burst that was a fifth of that

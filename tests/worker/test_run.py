@@ -3,12 +3,15 @@ clients its activities use."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+import raysize.workflows
 from raysize.activities.discovery import DiscoveryActivities
 from raysize.activities.k8s import Kube
 from raysize.worker.run import reconcile_input, use_client, workflow_runner
@@ -20,6 +23,27 @@ def test_workflows_run_outside_the_sandbox() -> None:
     ran code through `exec` for every activation and payload on the worker's event loop
     (docs/temporal-notes.md); the replay test runs the same runner."""
     assert isinstance(workflow_runner(), UnsandboxedWorkflowRunner)
+
+
+# builtins that do I/O or run code: the sandbox refused `open` and `input` during an
+# activation; the import contracts (pyproject.toml) keep the modules that differ from run
+# to run (time, random, os, ...) out of the workflow package
+FORBIDDEN_BUILTINS = {"open", "input", "print", "exec", "eval", "breakpoint", "__import__"}
+
+
+def test_workflow_code_calls_no_builtin_that_does_io() -> None:
+    root = Path(raysize.workflows.__file__).resolve().parent
+    files = sorted(root.rglob("*.py"))
+    assert len(files) > 10
+    calls = [
+        f"{f.relative_to(root)}:{node.lineno} {node.func.id}()"
+        for f in files
+        for node in ast.walk(ast.parse(f.read_text(), str(f)))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in FORBIDDEN_BUILTINS
+    ]
+    assert calls == []
 
 
 def test_a_new_client_reaches_the_discovery_activities() -> None:
