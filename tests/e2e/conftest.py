@@ -194,6 +194,19 @@ async def eventually(check: Callable[[], Any], timeout: float = 60, every: float
     raise AssertionError(f"not reached in {timeout}s (last: {last!r})")
 
 
+async def raylet_total_reaches(gcs: str, pod: str, cpu_m: int, timeout: float = 10) -> None:
+    """Until the GCS's node table shows the pod's Raylet with `cpu_m` millicores in all. The
+    table shows a Raylet's new total about a second after the Raylet took it (Ray's
+    syncer), so a resize that has just ended may not be in it yet."""
+
+    def reached() -> bool:
+        with RayGcsClient(gcs) as ray:
+            node = next(n for n in ray.cluster_state().nodes if n.pod == pod)
+        return node.total.cpu == cpu_m
+
+    await eventually(reached, timeout)
+
+
 @pytest.fixture
 def nodes() -> list[NodeSpec]:
     """The sandbox's nodes; a test overrides this fixture for another shape."""

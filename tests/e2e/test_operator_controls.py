@@ -14,7 +14,6 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from typer.testing import CliRunner
 
-from raysize.activities.ray_gcs import RayGcsClient
 from raysize.sandbox.kubelet import KubeletTiming
 from raysize.worker import cli_ops
 from raysize.worker.cli import app
@@ -23,7 +22,7 @@ from raysize.workflows.naming import reconcile_workflow_id
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 
-from .conftest import Stack, eventually, ippr_cluster, stop_driver
+from .conftest import Stack, eventually, ippr_cluster, raylet_total_reaches, stop_driver
 from .test_seed_cases import cpu_of
 
 # the kubelet takes 4 s to actuate: the saga is in flight long enough to cancel it
@@ -77,13 +76,7 @@ async def test_pause_then_cancel_rolls_back_and_resume_grows_again(any_stack: St
 
         await eventually(rolled_back, 60)
 
-        def raylet_back() -> bool:
-            with RayGcsClient(gcs) as ray:
-                node = next(n for n in ray.cluster_state().nodes if n.pod == pod)
-            return node.total.cpu == 1000
-
-        # the GCS's node table shows a Raylet's new total about a second after it took
-        await eventually(raylet_back, 10)
+        await raylet_total_reaches(gcs, pod, 1000)
         # paused: three ticks go by and nothing starts again, the task still waits
         await asyncio.sleep(6)
         runs = [wf async for wf in s.temporal.list_workflows(f"WorkflowId='{resize.id}'")]
