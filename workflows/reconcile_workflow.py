@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ObserveInput,
         ReconcileInput,
         ReconcileStatus,
+        ResizeOutcome,
         ResizeRequest,
         ResizeSagaState,
         ScaleInput,
@@ -75,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from raysize.workflows.resize_workflow import PodResizeWorkflow
     from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
-    from raysize.workflows.summaries import resize_details, resize_summary
+    from raysize.workflows.summaries import resize_details, resize_summary, size_text
     from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due
     from raysize.workflows.waiting import backoff_s, raise_if_cancelled, until_done_or
 
@@ -181,6 +182,9 @@ class ReconcileWorkflow:
         # load the end may come tasks after the saga closed): never started again
         self.sagas_running: set[str] = set()
         self.noting: set[asyncio.Future[None]] = set()  # the tasks that wait for them
+        # pod → the size this run last sent its saga as a new target (`_send_retarget`):
+        # a saga that ends short of it wakes the loop (`_note_end`)
+        self.sent_targets: dict[str, tuple[int, int]] = {}
 
     @workflow.signal
     def pause(self) -> None:
@@ -716,11 +720,35 @@ class ReconcileWorkflow:
     async def _note_end(
         self, pod: str, saga: workflow.ChildWorkflowHandle[PodResizeWorkflow, ResizeSagaState]
     ) -> None:
-        """When the saga ended (its outcome is its own to tell: `_fresh`)."""
+        """When the saga ended (its outcome is its own to tell: `_fresh`). One that ended
+        short of the target this run sent it wakes the loop to decide again on a fresh
+        read: a saga done but for its end leaves a new target to the next tick, and
+        nothing else may change to bring that tick before the wait's end (the
+        1,000-cluster burst: a task waited a whole tick beside room to grow for it)."""
+        state: ResizeSagaState | None = None
         with contextlib.suppress(Exception):
-            await saga
+            state = await saga
         self.saga_ends[pod] = workflow.now().timestamp()
         self.sagas_running.discard(pod)
+        sent = self.sent_targets.pop(pod, None)
+        if sent is not None and (
+            state is None
+            or state.outcome != ResizeOutcome.SUCCEEDED
+            or (state.cpu, state.memory) != sent
+        ):
+            ended = "failed" if state is None else f"ended {state.outcome}"
+            if state is not None:
+                ended += f" at {size_text(state.cpu, state.memory)}"
+            workflow.logger.info(
+                "%s/%s: the resize of %s %s, not at the %s this loop sent it: deciding "
+                "again on a fresh read",
+                self.inp.namespace if self.inp else "",
+                self.inp.cluster if self.inp else "",
+                pod,
+                ended,
+                size_text(*sent),
+            )
+            self.woken = True
 
     async def _send_retarget(
         self, inp: ReconcileInput, r: ResizeAction, req: ResizeRequest, wf_id: str
@@ -729,6 +757,7 @@ class ReconcileWorkflow:
             await workflow.get_external_workflow_handle(wf_id).signal(
                 PodResizeWorkflow.retarget, req
             )
+            self.sent_targets[r.pod] = (r.cpu, r.memory)
         except FailureError as exc:
             # the saga ended between the start and the signal: this resize is a new one,
             # the next tick starts it on fresh state (a failed signal must never fail

@@ -66,6 +66,9 @@ class FakeWorld:
         # Ray is slow to report: a grown pod runs the work it grew for, which Ray still
         # reports as pending
         self.stale_demand = False
+        # a quiet wait ends after this long at most (the loop observes again), not after
+        # the whole tick as the real wait does; a test of what wakes the loop raises it
+        self.quiet_wait_s = 0.3
         self.drains: list[DrainInput] = []  # every drain the loop asked for
         self.refuse_drain: dict[str, str] = {}  # pod → Ray's reason for refusing its drain
         # called inside the drain activity, before it answers (a pause, a worker kill)
@@ -160,7 +163,7 @@ class FakeWorld:
                 raise ApplicationError("the pod watch broke", type="KubernetesUnavailable")
             learned = self.timetables.pop(0) if self.timetables else None
             loop = asyncio.get_running_loop()
-            until = loop.time() + min(inp.timeout_s, 0.3)
+            until = loop.time() + min(inp.timeout_s, self.quiet_wait_s)
             while loop.time() < until:
                 if self.version != inp.gcs_version:
                     return (

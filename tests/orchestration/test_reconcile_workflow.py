@@ -59,6 +59,10 @@ class ResizeRecorder:
         self.requests: list[ResizeRequest] = []
         self.applied: list[ApplyResizeInput] = []
         self.hold = False
+        # the apply does the whole resize, Raylet and final status included, before it is
+        # held (as the real one does on the happy path): the pod shows its new size while
+        # the saga has not heard its apply end
+        self.finishes = False
 
     def workflow_activities(self) -> list[object]:
         @activity.defn(name=Act.APPLY_RESIZE)
@@ -66,11 +70,16 @@ class ResizeRecorder:
             self.applied.append(inp)
             self.world.resizing.add(inp.pod)
             self.world.started.append(inp.pod)
+            finished = None
+            if self.finishes and inp.finish is not None:
+                self.world.resized(inp.pod, inp.cpu, inp.memory)
+                self.world.resizing.discard(inp.pod)
+                finished = FinishResizeResult(cpu=inp.cpu, memory=inp.memory)
             while self.hold:
                 activity.heartbeat()
                 await asyncio.sleep(0.02)
             done = ResizeProgress(state=ProgressState.DONE, cpu=inp.cpu, memory=inp.memory)
-            return ApplyResizeResult(generation=2, progress=done)
+            return ApplyResizeResult(generation=2, progress=done, finished=finished)
 
         @activity.defn(name=Act.WAIT_RESIZE)
         async def wait(inp: WaitResizeInput) -> ResizeProgress:
@@ -616,6 +625,49 @@ async def test_a_pod_whose_saga_the_loop_runs_is_never_started_again_on_a_stale_
     assert world.started == ["w1"]
     assert starts == 1  # the first saga's start alone
     assert signals >= 1
+
+
+async def test_a_target_a_saga_ended_without_is_decided_again_at_once(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The 100-cluster burst left a task waiting with room to grow for it: the saga's
+    apply had grown the pod (Raylet and status included), and before its end reached the
+    saga a read showed the pod done and short of a new task, so the loop sent the saga a
+    new target. The saga, done, left it for the next tick (as designed) and ended short of
+    it; but nothing changed after that to wake the loop (its wait lasts the tick), so the
+    task waited. A saga that ends short of the target the loop sent it wakes the loop,
+    which decides again on a fresh read: a new saga takes the pod there. (Here: w1 grows
+    1 → 3 CPU for a {CPU: 2} task, which then runs elsewhere; a {CPU: 3} task needs 4.)"""
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    world.quiet_wait_s = 60.0  # a quiet wait lasts the tick, as the real one does
+    recorder = ResizeRecorder(world)
+    recorder.hold = recorder.finishes = True
+    async with reconciling(ts_env, world, recorder, tick_s=60.0) as handle:
+        ns = handle.id.split("/")[1]
+        # the apply grew w1 to 3 CPU and the task took it; its answer is held. The loop
+        # sees the grow land and holds on until Ray has published again (a few short
+        # waits), then waits quietly for a whole tick
+        await until(lambda: world.started == ["w1"] and "w1" not in world.resizing)
+        await until(lambda: len(world.waits) > 1 and world.waits[-1].timeout_s == 60.0)
+        world.set_demands((res(3), 1))  # a new task: w1 could take it at 4 CPU
+        child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+
+        async def signalled() -> bool:
+            (signals,) = await count_events(child, "workflow_execution_signaled_event_attributes")
+            return signals >= 1
+
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 20
+        while not await signalled():
+            assert loop.time() < end, "the saga was never sent the new target"
+            await asyncio.sleep(0.05)
+        recorder.hold = False
+        first = await child.result()
+        assert (first.cpu, first.attempts[-1].result) == (3000, "done")
+        # the loop decides again at once, not after its 60 s tick
+        await until(lambda: world.started == ["w1", "w1"], 20)
+        second = await child.result()  # the new run of the same workflow id
+    assert (second.from_cpu, second.cpu) == (3000, 4000)
 
 
 async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
