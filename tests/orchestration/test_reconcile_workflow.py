@@ -6,7 +6,7 @@ import asyncio
 import gc
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -166,6 +166,15 @@ async def until(check: Callable[[], object], seconds: float = 20) -> None:
     while not check():
         if loop.time() > end:
             raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+async def until_async(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 20) -> None:
+    """`until`, for a check that awaits (a query, a history read)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    while not await check():
+        assert loop.time() < end, what
         await asyncio.sleep(0.05)
 
 
@@ -656,11 +665,7 @@ async def test_a_target_a_saga_ended_without_is_decided_again_at_once(
             (signals,) = await count_events(child, "workflow_execution_signaled_event_attributes")
             return signals >= 1
 
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 20
-        while not await signalled():
-            assert loop.time() < end, "the saga was never sent the new target"
-            await asyncio.sleep(0.05)
+        await until_async(signalled, "the saga was never sent the new target")
         recorder.hold = False
         first = await child.result()
         assert (first.cpu, first.attempts[-1].result) == (3000, "done")
@@ -693,11 +698,7 @@ async def test_a_grow_in_flight_is_taken_further_not_answered_with_a_new_pod(
             state = await child.query(PodResizeWorkflow.state)
             return state.cpu == 3000
 
-        loop = asyncio.get_running_loop()
-        end = loop.time() + 20
-        while not await retargeted():
-            assert loop.time() < end, "the running saga was never sent the new target"
-            await asyncio.sleep(0.05)
+        await until_async(retargeted, "the running saga was never sent the new target")
         recorder.hold = False
         state = await child.result()
         status = await status_of(handle)
