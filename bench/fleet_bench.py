@@ -287,6 +287,8 @@ WAKERS = {
     EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED: "saga started",
     EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED: "saga ended",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED: "signal",
+    # a signal the loop sent (a new target for a running resize) was delivered
+    EventType.EVENT_TYPE_EXTERNAL_WORKFLOW_EXECUTION_SIGNALED: "signal sent",
     EventType.EVENT_TYPE_TIMER_FIRED: "timer",
     EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "task timed out",
 }
