@@ -723,8 +723,8 @@ class ReconcileWorkflow:
         """When the saga ended (its outcome is its own to tell: `_fresh`). One that ended
         short of the target this run sent it wakes the loop to decide again on a fresh
         read: a saga done but for its end leaves a new target to the next tick, and
-        nothing else may change to bring that tick before the wait's end (the
-        1,000-cluster burst: a task waited a whole tick beside room to grow for it)."""
+        nothing else may change to bring that tick before the wait's end (a 100-cluster
+        burst: 4 tasks waited a whole tick beside room to grow for them)."""
         state: ResizeSagaState | None = None
         with contextlib.suppress(Exception):
             state = await saga
