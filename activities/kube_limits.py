@@ -51,6 +51,16 @@ NO_RETRY_AFTER_HOLD_S = 1.0
 LONG_WAIT_S = 1.0
 HOLD_POLL_S = 0.25  # how often a call held on the event loop looks at the hold again
 LONG_WAIT_LOG_EVERY_S = 60.0
+# Each call may wait only a moment for its token while the limit still sets the pace:
+# with the worker's 8 threads busy, a call waits 8/QPS s (80 ms at 100 QPS) and the calls
+# behind it queue for a thread, not for a token, so no call waits LONG_WAIT_S. In a
+# 1,000-cluster burst the worker sent 94 requests a second for 5 minutes at
+# RAYSIZE_KUBE_QPS=100 with no line saying so (`all 8 of its threads are busy` read as a
+# slow server). So the limiter also looks at windows of PACE_WINDOW_S: calls sent at
+# PACE_SHARE of QPS or more, with most of them held for a token, mean the limit sets the
+# pace (logged at most once per LONG_WAIT_LOG_EVERY_S).
+PACE_WINDOW_S = 10.0
+PACE_SHARE = 0.9
 _EPSILON_S = 1e-9
 
 # metric names (recorded with the worker's metric meter, `KubeLimits.meter`)
@@ -131,6 +141,9 @@ class KubeLimits:
         self._holds = 0  # holds so far: a call that slept through a new one asks again
         self._episode: _Episode | None = None
         self._long_wait_logged = -math.inf
+        self._pace_logged = -math.inf
+        # the current pace window: when it began, the calls sent in it, those held for a token
+        self._window = [clock(), 0, 0]
         self._counters: dict[str, Any] = _counters(meter)
 
     @property
@@ -171,7 +184,43 @@ class KubeLimits:
             self._count(KUBE_CLIENT_WAITS, {"reason": "retry-after" if held_by_server else "qps"})
             if not held_by_server and waited >= LONG_WAIT_S:
                 self._log_long_wait(waited)
+        self._pace(waited > 0 and not held_by_server)
         return waited
+
+    def _pace(self, held: bool) -> None:
+        """Count a call in the pace window; at its end, say so if the limit set the pace."""
+        with self._lock:
+            now = self._clock()
+            window = self._window
+            window[1] += 1
+            window[2] += held
+            elapsed = now - window[0]
+            if elapsed < PACE_WINDOW_S:
+                return
+            self._window = [now, 0, 0]
+            _, calls, held_calls = window
+            if (
+                calls / elapsed < PACE_SHARE * self.qps
+                or held_calls * 2 < calls
+                or now - self._pace_logged < LONG_WAIT_LOG_EVERY_S
+            ):
+                return
+            self._pace_logged = now
+        log.warning(
+            "raysize's own rate limit set the pace of its calls to the Kubernetes API at %s: "
+            "%d requests in the last %.0f s (%.0f a second; RAYSIZE_KUBE_QPS=%g, "
+            "RAYSIZE_KUBE_BURST=%d), %d of them held for a token. Calls queue in the worker "
+            "(its threads to the server all busy), not at the server: raise "
+            "RAYSIZE_KUBE_QPS and RAYSIZE_KUBE_BURST if the server has room (logged at most "
+            "once a minute)",
+            self.server,
+            calls,
+            elapsed,
+            calls / elapsed,
+            self.qps,
+            self.burst,
+            held_calls,
+        )
 
     def _log_long_wait(self, waited: float) -> None:
         with self._lock:
