@@ -142,21 +142,24 @@ def test_a_throttling_episode_is_logged_once_and_its_end_once(
     assert "is throttling" in lines[2]
 
 
+def acquired(
+    caplog: pytest.LogCaptureFixture, lim: KubeLimits, calls: int, gap_s: float = 0.0
+) -> list[str]:
+    """`calls` tokens taken one after another (`gap_s` of the fake clock between them):
+    every WARNING logged so far."""
+    with caplog.at_level(logging.WARNING, logger="raysize.activities"):
+        for _ in range(calls):
+            lim.acquire()
+            lim._clock.now += gap_s  # type: ignore[attr-defined]
+    return [r.getMessage() for r in caplog.records]
+
+
 def test_a_long_wait_for_the_clients_own_limit_is_logged_at_most_once_a_minute(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
-    lim = limits(clock, qps=0.5, burst=1)
-    with caplog.at_level(logging.WARNING, logger="raysize.activities"):
-        for _ in range(4):  # each waits 2 s
-            lim.acquire()
-    lines = [r.getMessage() for r in caplog.records]
+    lines = acquired(caplog, limits(Clock(), qps=0.5, burst=1), 4)  # each waits 2 s
     assert len(lines) == 1
     assert "raysize's own rate limit (RAYSIZE_KUBE_QPS=0.5, RAYSIZE_KUBE_BURST=1)" in lines[0]
-
-
-def _pace_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "set the pace" in r.getMessage()]
 
 
 def test_a_limit_that_sets_the_pace_is_logged_though_no_call_waits_long(
@@ -164,20 +167,15 @@ def test_a_limit_that_sets_the_pace_is_logged_though_no_call_waits_long(
 ) -> None:
     """Each call waits a tenth of a second (never LONG_WAIT_S), as behind the worker's
     few threads, yet every call goes at the limit's pace: said once a minute."""
-    clock = Clock()
-    lim = limits(clock, qps=10, burst=3)
-    with caplog.at_level(logging.WARNING, logger="raysize.activities"):
-        for _ in range(300):  # 30 s at 10 a second
-            lim.acquire()
-        assert not [r for r in caplog.records if "waited" in r.getMessage()]
-        lines = _pace_lines(caplog)
-        assert len(lines) == 1, lines
-        assert "at https://api:6443: 103 requests in the last 10 s (10 a second" in lines[0]
-        assert "RAYSIZE_KUBE_QPS=10, RAYSIZE_KUBE_BURST=3), 100 of them held" in lines[0]
-        assert "raise RAYSIZE_KUBE_QPS and RAYSIZE_KUBE_BURST if the server has room" in lines[0]
-        for _ in range(500):  # 50 s more: a minute after the first line
-            lim.acquire()
-    assert len(_pace_lines(caplog)) == 2
+    lim = limits(Clock(), qps=10, burst=3)
+    lines = acquired(caplog, lim, 300)  # 30 s at 10 a second
+    assert len(lines) == 1, lines  # and no call waited long
+    assert "set the pace" in lines[0]
+    assert "at https://api:6443: 103 requests in the last 10 s (10 a second" in lines[0]
+    assert "RAYSIZE_KUBE_QPS=10, RAYSIZE_KUBE_BURST=3), 100 of them held" in lines[0]
+    assert "raise RAYSIZE_KUBE_QPS and RAYSIZE_KUBE_BURST if the server has room" in lines[0]
+    lines = acquired(caplog, lim, 500)  # 50 s more: a minute after the first line
+    assert len(lines) == 2 and "set the pace" in lines[1]
 
 
 def test_calls_below_the_limit_or_held_by_the_server_are_not_the_limits_pace(
@@ -185,14 +183,12 @@ def test_calls_below_the_limit_or_held_by_the_server_are_not_the_limits_pace(
 ) -> None:
     clock = Clock()
     lim = limits(clock, qps=10, burst=3)
+    assert acquired(caplog, lim, 300, gap_s=0.125) == []  # 8 a second for 37.5 s: none waits
     with caplog.at_level(logging.WARNING, logger="raysize.activities"):
-        for _ in range(300):  # 8 a second for 37.5 s: none waits
-            lim.acquire()
-            clock.now += 0.125
         for _ in range(30):  # the server's Retry-After holds every call 2 s
             lim.throttled(2.0)
             lim.acquire()
-    assert _pace_lines(caplog) == []
+    assert not [r for r in caplog.records if "set the pace" in r.getMessage()]
     assert clock.slept and all(s == 2.0 for s in clock.slept)
 
 
