@@ -101,6 +101,15 @@ def check_limits(qps: float, burst: int) -> None:
 
 
 @dataclass
+class _Window:
+    """Calls sent since `started`, and how many of them were held for a token."""
+
+    started: float
+    calls: int = 0
+    held: int = 0
+
+
+@dataclass
 class _Episode:
     """The server throttling raysize: from its first 429 to the first answer after the
     last hold."""
@@ -140,10 +149,9 @@ class KubeLimits:
         self.hold_until = clock()  # nothing goes to the server before this (Retry-After)
         self._holds = 0  # holds so far: a call that slept through a new one asks again
         self._episode: _Episode | None = None
-        self._long_wait_logged = -math.inf
-        self._pace_logged = -math.inf
-        # the current pace window: when it began, the calls sent in it, those held for a token
-        self._window = [clock(), 0, 0]
+        # when each of the limit's own lines ("long wait", "pace") was last logged
+        self._logged: dict[str, float] = {}
+        self._window = _Window(started=clock())  # the current pace window
         self._counters: dict[str, Any] = _counters(meter)
 
     @property
@@ -192,20 +200,19 @@ class KubeLimits:
         with self._lock:
             now = self._clock()
             window = self._window
-            window[1] += 1
-            window[2] += held
-            elapsed = now - window[0]
+            window.calls += 1
+            window.held += held
+            elapsed = now - window.started
             if elapsed < PACE_WINDOW_S:
                 return
-            self._window = [now, 0, 0]
-            _, calls, held_calls = window
+            self._window = _Window(started=now)
+            calls, held_calls = window.calls, window.held
             if (
                 calls / elapsed < PACE_SHARE * self.qps
                 or held_calls * 2 < calls
-                or now - self._pace_logged < LONG_WAIT_LOG_EVERY_S
+                or not self._due("pace", now)
             ):
                 return
-            self._pace_logged = now
         log.warning(
             "raysize's own rate limit set the pace of its calls to the Kubernetes API at %s: "
             "%d requests in the last %.0f s (%.0f a second; RAYSIZE_KUBE_QPS=%g, "
@@ -222,12 +229,18 @@ class KubeLimits:
             held_calls,
         )
 
+    def _due(self, line: str, now: float) -> bool:
+        """Whether `line` may be logged now (at most once per LONG_WAIT_LOG_EVERY_S), and
+        if so, that it is (under the lock)."""
+        if now - self._logged.get(line, -math.inf) < LONG_WAIT_LOG_EVERY_S:
+            return False
+        self._logged[line] = now
+        return True
+
     def _log_long_wait(self, waited: float) -> None:
         with self._lock:
-            now = self._clock()
-            if now - self._long_wait_logged < LONG_WAIT_LOG_EVERY_S:
+            if not self._due("long wait", self._clock()):
                 return
-            self._long_wait_logged = now
         log.warning(
             "a call to the Kubernetes API at %s waited %.1f s for raysize's own rate limit "
             "(RAYSIZE_KUBE_QPS=%g, RAYSIZE_KUBE_BURST=%d), not for the server: raise them if the "

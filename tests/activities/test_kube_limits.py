@@ -143,14 +143,19 @@ def test_a_throttling_episode_is_logged_once_and_its_end_once(
 
 
 def acquired(
-    caplog: pytest.LogCaptureFixture, lim: KubeLimits, calls: int, gap_s: float = 0.0
+    caplog: pytest.LogCaptureFixture,
+    lim: KubeLimits,
+    calls: int,
+    clock: Clock | None = None,
+    gap_s: float = 0.0,
 ) -> list[str]:
-    """`calls` tokens taken one after another (`gap_s` of the fake clock between them):
-    every WARNING logged so far."""
+    """`calls` tokens taken one after another (`gap_s` of `clock` between them): every
+    WARNING logged so far."""
     with caplog.at_level(logging.WARNING, logger="raysize.activities"):
         for _ in range(calls):
             lim.acquire()
-            lim._clock.now += gap_s  # type: ignore[attr-defined]
+            if clock is not None:
+                clock.now += gap_s
     return [r.getMessage() for r in caplog.records]
 
 
@@ -183,7 +188,7 @@ def test_calls_below_the_limit_or_held_by_the_server_are_not_the_limits_pace(
 ) -> None:
     clock = Clock()
     lim = limits(clock, qps=10, burst=3)
-    assert acquired(caplog, lim, 300, gap_s=0.125) == []  # 8 a second for 37.5 s: none waits
+    assert acquired(caplog, lim, 300, clock, gap_s=0.125) == []  # 8 a second for 37.5 s: none waits
     with caplog.at_level(logging.WARNING, logger="raysize.activities"):
         for _ in range(30):  # the server's Retry-After holds every call 2 s
             lim.throttled(2.0)
