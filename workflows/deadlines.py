@@ -25,7 +25,7 @@ from raysize.workflows.model import (
     ResizeAction,
 )
 from raysize.workflows.planner import JUST_GROWN_S, LANDING_S, PUBLICATION_WAIT_S
-from raysize.workflows.summaries import size_text
+from raysize.workflows.resources import size_text
 
 # read the cluster a little after the deadline, so the timer never fires just before it
 MARGIN_S = 0.5

@@ -75,8 +75,8 @@ with workflow.unsafe.imports_passed_through():
         resize_workflow_id,
     )
     from raysize.workflows.resize_workflow import PodResizeWorkflow
-    from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
-    from raysize.workflows.summaries import resize_details, resize_summary, size_text
+    from raysize.workflows.resources import CPU, MEMORY, Resources, size_text, units_to_float
+    from raysize.workflows.summaries import resize_details, resize_summary
     from raysize.workflows.versioning import ON_CONTINUE_AS_NEW, upgrade_due
     from raysize.workflows.waiting import backoff_s, raise_if_cancelled, until_done_or
 

@@ -63,7 +63,8 @@ with workflow.unsafe.imports_passed_through():
         RESIZE_WORKFLOW,
         resize_search_attributes,
     )
-    from raysize.workflows.summaries import outcome_details, size_text
+    from raysize.workflows.resources import size_text
+    from raysize.workflows.summaries import outcome_details
     from raysize.workflows.waiting import until_done_or
 
 T = TypeVar("T")

@@ -375,3 +375,11 @@ class Resources(Mapping[str, int]):
 
 
 EMPTY = Resources()
+
+
+def size_text(cpu: int, memory: int) -> str:
+    """`1.5 CPU/2Gi`: a pod's size (CPU in millicores, memory in bytes), as decisions, logs
+    and the Temporal UI say it."""
+    cores = units_to_float(cpu, CPU)
+    mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
+    return f"{int(cores) if cores == int(cores) else cores} CPU/{mem}"

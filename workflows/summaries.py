@@ -10,14 +10,9 @@ nothing said which grew, which shrank, or how it ended until each was opened.
 from __future__ import annotations
 
 from raysize.workflows.contracts import ResizeRequest
-from raysize.workflows.resources import CPU, MEMORY, Resources, units_to_float
+from raysize.workflows.resources import CPU, size_text, units_to_float
 
 MAX_SUMMARY = 200  # the UI shows one line; Temporal caps summaries at a few hundred bytes
-
-
-def size_text(cpu: int, memory: int) -> str:
-    mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
-    return f"{units_to_float(cpu, CPU):g} CPU/{mem}"
 
 
 def change_text(from_cpu: int, from_memory: int, cpu: int, memory: int) -> str:

@@ -56,7 +56,7 @@ class Clock:
 
 
 def limits(clock: Clock, qps: float = 10, burst: int = 3, **kw: object) -> KubeLimits:
-    return KubeLimits("https://api:6443", qps, burst, clock=clock, sleep=clock.sleep, **kw)  # type: ignore[arg-type]
+    return KubeLimits("https://api:6443", qps, burst, clock=clock, sleep=clock.sleep, **kw)
 
 
 def test_a_burst_goes_at_once_then_one_call_per_token() -> None:
@@ -73,7 +73,7 @@ def test_tokens_are_handed_out_once_across_threads() -> None:
     """Sixteen threads at once (the clock stands still: every sleep is only recorded):
     the burst goes at once, every other call gets a slot of its own."""
     clock = Clock()
-    clock.sleep = clock.slept.append  # type: ignore[method-assign]
+    clock.sleep = clock.slept.append  # type: ignore[method-assign,assignment]
     lim = limits(clock, qps=10, burst=4)
     start = threading.Barrier(16)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from raysize.workflows.model import ResizeAction
 from raysize.workflows.planner.context import PlanContext
-from raysize.workflows.planner.vectors import size_text
 from raysize.workflows.planner.work import Ledger
+from raysize.workflows.resources import size_text
 
 
 def grow_actions(ctx: PlanContext, ledger: Ledger) -> dict[str, ResizeAction]:

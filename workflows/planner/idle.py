@@ -9,8 +9,8 @@ from raysize.workflows.planner.context import PlanContext
 from raysize.workflows.planner.gangs import fill_gang
 from raysize.workflows.planner.gpu_stages import gpu_stages
 from raysize.workflows.planner.packing import launch_for_items
-from raysize.workflows.planner.vectors import size_text
 from raysize.workflows.planner.work import Ledger, left_without_gpu
+from raysize.workflows.resources import size_text
 
 
 def remove_idle_and_launch_for_what_waits(

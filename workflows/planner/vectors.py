@@ -86,9 +86,3 @@ class ResourceIndex:
 
     def needs_gpu(self, shape: Shape) -> bool:
         return self.gpu_i is not None and any(i == self.gpu_i for i, _ in shape)
-
-
-def size_text(cpu: int, memory: int) -> str:
-    cores = cpu / 1000
-    mem = Resources({MEMORY: memory}).to_k8s().get("memory", "0")
-    return f"{int(cores) if cores == int(cores) else cores} CPU/{mem}"
