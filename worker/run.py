@@ -259,7 +259,7 @@ def build_worker(
         # queue has every new workflow's first task, each resize's among them, and every
         # task of a loop whose worker died or whose sticky task waited 10 s: in a
         # 1,000-cluster burst a resize's first task waited 71 s there at 2 polls, 34 s at
-        # 10, and the burst ended after 250–308 s instead of 320–322 (docs/temporal-notes.md,
+        # 10, and the burst ended after 250–298 s instead of 320–322 (docs/temporal-notes.md,
         # *What bounds the burst*)
         nonsticky_to_sticky_poll_ratio=1.0,
         max_concurrent_activity_task_polls=10,
