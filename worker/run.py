@@ -253,14 +253,14 @@ def build_worker(
         activities=activities,
         workflow_runner=workflow_runner(),
         max_concurrent_workflow_task_polls=10,
-        # all of them on the task queue but the one that core keeps on the worker's
-        # sticky queue (core: polls × ratio on the task queue, the rest, at least one,
-        # sticky; Temporal's default ratio, 0.2, gives the task queue 2 of 10). The task
-        # queue has every new workflow's first task, each resize's among them, and every
-        # task of a loop whose worker died or whose sticky task waited 10 s: in a
-        # 1,000-cluster burst a resize's first task waited 71 s there at 2 polls, 34 s at
-        # 10, and the burst ended after 250–298 s instead of 320–322 (docs/temporal-notes.md,
-        # *What bounds the burst*)
+        # all 10 on the task queue, and one more that core keeps on the worker's sticky
+        # queue (core: polls × ratio on the task queue, the rest, at least one, sticky;
+        # Temporal's default ratio, 0.2, gives the task queue 2 and the sticky queue 8).
+        # The task queue has every new workflow's first task, each resize's among them,
+        # and every task of a loop whose worker died or whose sticky task waited 10 s: in
+        # a 1,000-cluster burst a resize's first task waited 71 s there at 2 polls, 34 s
+        # at 10, and the burst ended after 250–298 s instead of 320–322
+        # (docs/temporal-notes.md, *What bounds the burst*)
         nonsticky_to_sticky_poll_ratio=1.0,
         max_concurrent_activity_task_polls=10,
         **worker_slots(settings),
