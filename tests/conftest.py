@@ -39,6 +39,7 @@ BY_FILE = {
     "worker/test_cli_setup.py": "temporal",
     "worker/test_cli_status.py": "temporal",
     "worker/test_cli_cancel.py": "temporal",
+    "worker/test_takeover.py": "temporal",
     "worker/test_cli_sandbox.py": "sandbox",
     "worker/test_cli_doctor.py": "sandbox",
     "deploy/test_manifests.py": "unit",

@@ -3,8 +3,10 @@ its own version the deployment's current one (`RAYSIZE_MAKE_CURRENT`).
 
 With versioning on and no current version, the server sends new workflows to unversioned
 workers only: a first install would start nothing. So a versioned worker makes its version
-current when the deployment has none yet (`if-none`, the default). An upgrade is never
-promoted by the worker unless `always` is set: the operator (or the Temporal Worker
+current when the deployment has none yet (`if-none`, the default), or when the current
+version's workers are gone (a rolling update: `worker/takeover.py`, run from
+`keep_loops_on_current`). A version run beside a live one is never promoted by the worker
+unless `always` is set: the operator (or the Temporal Worker
 Controller) does it with `temporal worker deployment set-current-version`, once the new
 version runs (README *Upgrading raysize*)."""
 
@@ -14,6 +16,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
@@ -28,6 +31,9 @@ from temporalio.worker import WorkerDeploymentConfig
 from raysize.worker.settings import Settings
 from raysize.workflows.naming import DISCOVERY_WORKFLOW, RECONCILE_WORKFLOW
 from raysize.workflows.versioning import WORKER_DEFAULT
+
+if TYPE_CHECKING:
+    from raysize.worker.takeover import Takeover
 
 log = logging.getLogger("raysize.worker")
 
@@ -92,7 +98,7 @@ def _routing(resp: DescribeWorkerDeploymentResponse, build_id: str) -> Routing:
     )
 
 
-async def _describe(client: Client, version: WorkerDeploymentVersion) -> Routing | None:
+async def describe_routing(client: Client, version: WorkerDeploymentVersion) -> Routing | None:
     try:
         resp = await client.workflow_service.describe_worker_deployment(
             DescribeWorkerDeploymentRequest(
@@ -111,7 +117,7 @@ async def _describe(client: Client, version: WorkerDeploymentVersion) -> Routing
 async def _registered(client: Client, version: WorkerDeploymentVersion) -> Routing:
     deadline = time.monotonic() + REGISTERED_WITHIN_S
     while True:
-        routing = await _describe(client, version)
+        routing = await describe_routing(client, version)
         if routing is not None and routing.listed:
             return routing
         if time.monotonic() > deadline:
@@ -155,6 +161,12 @@ async def settle_current_version(client: Client, settings: Settings) -> str:
                 if first
                 else f"new workflows go to the current version {routing.current}; this "
                 "worker serves the workflows pinned to it"
+                + (
+                    ", and takes that version over once no worker of it has polled for "
+                    f"{settings.takeover_after_s:g}s (a rolling update)"
+                    if settings.make_current == "if-none"
+                    else ""
+                )
             )
             return _say(
                 logging.WARNING if first else logging.INFO,
@@ -180,7 +192,8 @@ async def settle_current_version(client: Client, settings: Settings) -> str:
             return _say(
                 logging.INFO,
                 f"made {name} current: the deployment had no current version (a first "
-                "install; RAYSIZE_MAKE_CURRENT=if-none); later versions are promoted by "
+                "install; RAYSIZE_MAKE_CURRENT=if-none); a later version takes over when "
+                "this one's workers are gone (a rolling update), or is promoted by "
                 "hand (README: Upgrading raysize)",
             )
         return _say(
@@ -226,7 +239,7 @@ async def wake_moved_loops(client: Client, settings: Settings) -> int:
     version = settings.deployment_version()
     if version is None:
         return 0
-    routing = await _describe(client, version)
+    routing = await describe_routing(client, version)
     if routing is None or routing.current != version.build_id:
         return 0
     woken = 0
@@ -247,11 +260,19 @@ async def wake_moved_loops(client: Client, settings: Settings) -> int:
     return woken
 
 
-async def keep_loops_on_current(client: Client, settings: Settings) -> None:
-    """`wake_moved_loops` every `RAYSIZE_UPGRADE_CHECK_S`, for the worker's life; a failed
-    look is logged and tried again."""
+async def keep_loops_on_current(
+    client: Client, settings: Settings, takeover: Takeover | None = None
+) -> None:
+    """Every `RAYSIZE_UPGRADE_CHECK_S`, for the worker's life: `takeover.step` (a build
+    whose workers are gone, after a rolling update: `worker/takeover.py`), then
+    `wake_moved_loops`; a failed look is logged and tried again."""
+    version = settings.deployment_version()
     while True:
         try:
+            if takeover is not None and version is not None:
+                routing = await describe_routing(client, version)
+                if routing is not None and routing.listed:
+                    await takeover.step(client, routing.current, routing.manager)
             await wake_moved_loops(client, settings)
         except asyncio.CancelledError:
             raise

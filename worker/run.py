@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.runtime import Runtime
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 
 from raysize.activities.cluster import ClusterActivities, RaySettings
 from raysize.activities.discovery import DiscoveryActivities
@@ -32,6 +32,7 @@ from raysize.worker.deployment import (
 )
 from raysize.worker.health import heartbeat, heartbeat_path, temporal_state_path
 from raysize.worker.settings import Settings
+from raysize.worker.takeover import Takeover
 from raysize.worker.telemetry import Telemetry, setup_telemetry
 from raysize.worker.temporal import (
     SetupError,
@@ -322,6 +323,21 @@ async def _settle(client: Client, settings: Settings) -> None:
         )
 
 
+def takeover_of(client: Client, settings: Settings) -> Takeover | None:
+    """What a versioned worker needs to take over a build whose workers are gone
+    (`worker/takeover.py`): a replayer with this worker's workflows, runner and
+    converter."""
+    version = settings.deployment_version()
+    if version is None:
+        return None
+    replayer = Replayer(
+        workflows=WORKFLOWS,
+        data_converter=client.data_converter,
+        workflow_runner=workflow_runner(),
+    )
+    return Takeover(settings, version, replayer)
+
+
 async def _serve(
     settings: Settings, telemetry: Telemetry, *, stop: asyncio.Event | None = None
 ) -> None:
@@ -381,13 +397,14 @@ async def _serve(
     )
     log.info("%s", describe_versioning(settings))
     moving: asyncio.Task[None] | None = None
+    takeover = takeover_of(client, settings)
 
     def keep_moving(client: Client) -> None:
         nonlocal moving
         if moving is not None:
             moving.cancel()
         if settings.deployment_version() is not None:
-            moving = asyncio.create_task(keep_loops_on_current(client, settings))
+            moving = asyncio.create_task(keep_loops_on_current(client, settings, takeover))
 
     def reconnected(new: Client) -> None:
         use_client(worker, new)

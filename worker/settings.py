@@ -148,8 +148,20 @@ class Settings(BaseSettings):
     )
     make_current: Literal["if-none", "always", "never"] = Field(
         "if-none",
-        description="when a versioned worker makes its version current: if-none (only when "
-        "the deployment has no current version: a first install), always, never",
+        description="when a versioned worker makes its version current: if-none (when the "
+        "deployment has no current version, a first install, or when its current version "
+        "has had no worker polling for RAYSIZE_TAKEOVER_AFTER_S, a rolling update), always, "
+        "never",
+    )
+    takeover_after_s: float = Field(
+        90.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds without a worker polling after which a versioned worker takes "
+        "over a build of its deployment (a rolling update replaced it): it makes its own "
+        "version current in place of it, and moves that build's running workflows to "
+        "itself once their histories replay on its code; keep it above the server's long "
+        "poll (60 s on Temporal's default)",
     )
     upgrade_check_s: float = Field(
         15.0,

@@ -48,6 +48,10 @@ async def dev_server() -> AsyncIterator[WorkflowEnvironment]:
         "matching.numTaskqueueReadPartitions=1",
         "--dynamic-config-value",
         "matching.numTaskqueueWritePartitions=1",
+        # a worker's idle poll returns after 10 s (Temporal's default: 60 s), so a version
+        # whose workers are gone shows sooner (worker/takeover.py, RAYSIZE_TAKEOVER_AFTER_S)
+        "--dynamic-config-value",
+        'matching.longPollExpirationInterval="10s"',
     )
     try:
         yield env

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from kubernetes import client, config
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import KubeApis
@@ -40,6 +41,7 @@ from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.sandbox.realworld import RealControlPlane
 from raysize.worker.health import DEFAULT_INTERVAL_S
+from raysize.workflows.naming import reconcile_workflow_id
 from tests.deploy.conftest import DEPLOY, run_kubectl
 from tests.e2e.conftest import eventually, ippr_cluster
 
@@ -48,6 +50,8 @@ pytestmark = pytest.mark.real
 GIB = 1024**3
 TOKEN_LIFE_S = 30.0  # rewritten at 24 s, refused by the server from 30 s
 OTHER_NS = "team-x"  # watched, but the deployed Role is not there
+ROLLED_BUILD = "0.2.1"  # the build a rolling update brings
+TAKEOVER_AFTER_S = 15  # above the session dev server's long poll (10 s: tests/e2e/conftest.py)
 
 
 @dataclass
@@ -89,6 +93,8 @@ class World(KubeApis):
             "RAYSIZE_DEPLOYMENT_NAME": f"raysize-{self.queue}",
             "RAYSIZE_GCS_ADDRESS": self.rays[cluster].address,
             "RAYSIZE_DISCOVERY_INTERVAL_S": "1",
+            "RAYSIZE_UPGRADE_CHECK_S": "2",
+            "RAYSIZE_TAKEOVER_AFTER_S": str(TAKEOVER_AFTER_S),
             # the pod shares the host's network: no fixed port
             "RAYSIZE_PROMETHEUS_BIND": f"127.0.0.1:{free_port()}",
         }
@@ -295,6 +301,109 @@ def messages(log: str) -> list[str]:
         if isinstance(record, dict):
             out.append(" ".join(str(v) for v in record.values()))
     return out
+
+
+async def test_a_rolling_update_strands_nothing(
+    world: World, kustomized: str, dev_server: WorkflowEnvironment
+) -> None:
+    """#43 item 1: the image tag changed and the Deployment rolled, as `helm upgrade --set
+    image.tag=…` does, with a resize held at the kubelet. The old build's worker is gone;
+    the new one takes its version over (worker/takeover.py): the held resize ends, on the
+    new build, the reconcile loop moves there, and new work is served, with no command
+    beyond the roll."""
+    w, old = world, kustomized
+    temporal = dev_server.client
+    await eventually(lambda: w.ready("raysize", WORKER), 60)
+    ray = w.rays["deployed"]
+    await eventually(lambda: w.worker_cpu("deployed") == "4", 90)  # the first test's pod
+    # a demand for 2 CPU more: a new pod, grown from 1 to 2 CPU, held at the kubelet
+    w.kubelet.timing.actuation_delay_s = 60.0
+    try:
+        ray.add_demands({"CPU": 2.0}, 1)
+        held = await eventually_async(lambda: running_resize(temporal, w.queue), 90)
+        before = await build_of(temporal, *held)
+        assert before == "0.2.0", before
+
+        # the roll: a new image tag and build ID in the template, the ReplicaSet's new pod
+        # Ready, then the old pod stopped (SIGTERM). Pods share the host's network here,
+        # so the new one gets a metrics port of its own
+        rolled = w.kubectl(
+            "set", "env", "deployment/raysize-worker", "-n", "raysize",
+            f"RAYSIZE_BUILD_ID={ROLLED_BUILD}",
+            f"RAYSIZE_PROMETHEUS_BIND=127.0.0.1:{free_port()}",
+        )  # fmt: skip
+        assert rolled.returncode == 0, rolled.stderr
+        tagged = w.kubectl(
+            "set", "image", "deployment/raysize-worker", "-n", "raysize",
+            f"worker=raysize:{ROLLED_BUILD}",
+        )  # fmt: skip
+        assert tagged.returncode == 0, tagged.stderr
+        (new,) = pods_of_deployment(w.cp.http, "raysize", "raysize-worker")
+        try:
+            await eventually(lambda: ready_pod(w, new), 60)
+        except AssertionError:
+            raise AssertionError(w.log("raysize", new)[-3000:]) from None
+        w.core.delete_namespaced_pod(old, "raysize")
+        await eventually(lambda: not any(p.metadata.name == old for p in worker_pods(w)), 60)
+
+        # the held resize ends, moved to the new build
+        handle = temporal.get_workflow_handle(held[0], run_id=held[1])
+        await asyncio.wait_for(handle.result(), 120)
+        assert await build_of(temporal, *held) == ROLLED_BUILD
+    finally:
+        w.kubelet.timing.actuation_delay_s = 0.0
+    await eventually(lambda: w.worker_cpu("deployed") == "2,4", 60)
+    # the loop runs on the new build, and new work is served there
+    reconcile = reconcile_workflow_id("default", "deployed")
+    await eventually_async(lambda: _on(temporal, reconcile, ROLLED_BUILD), 60)
+    ray.add_demands({"CPU": 2.0}, 1)
+    await eventually(lambda: w.worker_cpu("deployed") == "4,4", 90)
+    said = "\n".join(messages(w.log("raysize", new)))
+    assert f"current in place of raysize-{w.queue}.0.2.0" in said, said[-3000:]
+    assert "after replaying their histories" in said, said[-3000:]
+
+
+def worker_pods(w: World) -> list[client.V1Pod]:
+    return list(w.core.list_namespaced_pod("raysize", label_selector=WORKER).items)
+
+
+def ready_pod(w: World, name: str) -> bool:
+    for p in worker_pods(w):
+        if p.metadata.name == name:
+            conditions = p.status.conditions or []
+            return any(c.type == "Ready" and c.status == "True" for c in conditions)
+    return False
+
+
+async def eventually_async(check: Any, timeout: float) -> Any:
+    end = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < end:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"not reached in {timeout}s (last: {last!r})")
+
+
+async def running_resize(temporal: Client, queue: str) -> tuple[str, str] | None:
+    query = (
+        f"TaskQueue='{queue}' AND WorkflowType='PodResizeWorkflow' AND ExecutionStatus='Running'"
+    )
+    async for wf in temporal.list_workflows(query):
+        assert wf.run_id is not None
+        return wf.id, wf.run_id
+    return None
+
+
+async def build_of(temporal: Client, workflow_id: str, run_id: str | None = None) -> str:
+    desc = await temporal.get_workflow_handle(workflow_id, run_id=run_id).describe()
+    info = desc.raw_description.workflow_execution_info.versioning_info
+    return info.deployment_version.build_id
+
+
+async def _on(temporal: Client, workflow_id: str, build: str) -> bool:
+    return await build_of(temporal, workflow_id) == build
 
 
 async def test_a_failing_liveness_probe_restarts_the_container(
