@@ -24,6 +24,7 @@ from raysize.activities.k8s_errors import (
     Invalid,
     KubeError,
     PodGone,
+    Superseded,
     Throttled,
     Unavailable,
     error_kind,
@@ -43,7 +44,9 @@ from raysize.activities.k8s_objects import (
     pod_view,
     progress_of,
     ray_autoscaler_running,
+    ray_container_resources,
     resize_patch,
+    running_size,
 )
 from raysize.activities.kube_limits import DEFAULT_BURST, DEFAULT_QPS, KubeLimits
 from raysize.activities.pod_watch import (
@@ -59,6 +62,7 @@ from raysize.workflows.contracts import (
 )
 from raysize.workflows.ippr_status import IPPR_STATUS_ANNOTATION, IpprStatus
 from raysize.workflows.raycluster_spec import read_group_specs
+from raysize.workflows.resources import size_text
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -491,17 +495,59 @@ class Kube:
     # starts with a `test` of /metadata/uid, a merge patch carries metadata.uid (a change
     # of an immutable field for any other pod). Both are refused with a 422 that does not
     # say which pod is there, so a refusal is read back: the pod gone or replaced is PodGone.
-    def patch_resize(self, namespace: str, pod: str, cpu: int, memory: int, uid: str = "") -> int:
-        """Resize the Ray container to absolute (cpu, memory); returns the pod's generation."""
+    def patch_resize(
+        self,
+        namespace: str,
+        pod: str,
+        cpu: int,
+        memory: int,
+        uid: str = "",
+        expect: tuple[tuple[int, int], ...] | None = None,
+    ) -> int:
+        """Resize the Ray container to absolute (cpu, memory); returns the pod's generation.
+
+        With `expect`, a compare-and-set: the patch is sent only while the pod, read now,
+        runs at one of those sizes or at the target already (`running_size`; a retry of a
+        patch that landed goes on). Elsewhere it raises `Superseded` and sends nothing: the
+        resize was decided on a pod that is not there any more (a stale cache), and
+        patching would set the live pod to a size nobody chose for it, a busy grown pod
+        shrunk under its work. The patch then also `test`s the container's resources as
+        read, so a change between this read and the write is refused by the server, and
+        raises Conflict (retried: the retry reads and compares again)."""
         current = self.get_pod(namespace, pod)
         check_same_pod(current, namespace, pod, uid)
+        resources = ray_container_resources(current)
+        if expect is not None:
+            at = running_size(current)
+            if at not in {*expect, (cpu, memory)}:
+                sizes = " or ".join(size_text(c, m) for c, m in dict.fromkeys(expect))
+                raise Superseded(
+                    f"pod {namespace}/{pod} runs at {size_text(*at)}, not at {sizes or '?'} "
+                    f"where the resize to {size_text(cpu, memory)} was decided from: not "
+                    "patched",
+                    current,
+                )
         ops = resize_patch(current, cpu, memory)
+        if expect is not None and resources:
+            # the pod as compared: a resize by anyone since this read fails the whole patch
+            path = "/spec/containers/0/resources"
+            ops.insert(0, {"op": "test", "path": path, "value": resources})
         if uid:
             # the patch is built from a read: the pod may be replaced before it lands
             ops.insert(0, {"op": "test", "path": "/metadata/uid", "value": uid})
-        doc = self._write_pod(
-            namespace, pod, uid, self.core.patch_namespaced_pod_resize, ops, JSON_PATCH
-        )
+        try:
+            doc = self._write_pod(
+                namespace, pod, uid, self.core.patch_namespaced_pod_resize, ops, JSON_PATCH
+            )
+        except Invalid:
+            if expect is not None:
+                now = self.find_pod(namespace, pod, uid)
+                if now is not None and ray_container_resources(now) != resources:
+                    raise Conflict(
+                        f"pod {namespace}/{pod} was resized by someone else while raysize "
+                        "patched it"
+                    ) from None
+            raise
         return int(doc["metadata"].get("generation", 0))
 
     def set_ippr_status(self, namespace: str, pod: str, status: IpprStatus, uid: str = "") -> Obj:

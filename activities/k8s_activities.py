@@ -20,6 +20,7 @@ from raysize.activities.k8s import Kube
 from raysize.activities.k8s_errors import (
     KubeError,
     NoRoom,
+    Superseded,
 )
 from raysize.activities.k8s_objects import (
     Obj,
@@ -144,7 +145,13 @@ class K8sActivities:
     async def _apply_resize(self, inp: ApplyResizeInput) -> ApplyResizeResult:
         sent = asyncio.ensure_future(
             self._call(
-                self.kube.patch_resize, inp.namespace, inp.pod, inp.cpu, inp.memory, inp.pod_uid
+                self.kube.patch_resize,
+                inp.namespace,
+                inp.pod,
+                inp.cpu,
+                inp.memory,
+                inp.pod_uid,
+                inp.expect,
             )
         )
         try:
@@ -159,6 +166,9 @@ class K8sActivities:
                 raise
         except NoRoom as exc:  # 1.36+ admission: what 1.33-1.35's kubelet says as Infeasible
             return await self._refused_for_room(inp, exc)
+        except Superseded as exc:  # not where the decision saw it: nothing was written
+            log.warning("%s: %s", inp.pod, exc.message)
+            return _superseded(exc)
         except KubeError as exc:
             raise exc.to_application_error() from None
         with contextlib.ExitStack() as stack:
@@ -287,6 +297,22 @@ class K8sActivities:
             inp.message,
             inp.warning,
         )
+
+
+def _superseded(exc: Superseded) -> ApplyResizeResult:
+    """The apply's answer when its compare-and-set found the pod elsewhere: the pod as
+    found (its size), and why; the saga ends `Superseded` without a rollback."""
+    pod = exc.pod
+    generation = int((pod.get("metadata") or {}).get("generation", 0))
+    found = (
+        progress_of(pod, 0, 0, generation)
+        if pod.get("spec")
+        else ResizeProgress(state=ProgressState.SUPERSEDED)
+    )
+    progress = found.model_copy(
+        update={"state": ProgressState.SUPERSEDED, "reason": "Superseded", "message": exc.message}
+    )
+    return ApplyResizeResult(generation=generation, progress=progress)
 
 
 def _time_left_to_finish(began: float) -> bool:

@@ -78,6 +78,19 @@ class Conflict(KubeError):
     error_type = "Conflict"
 
 
+class Superseded(KubeError):
+    """A compare-and-set write found the object elsewhere than the decision saw it (a
+    pod resize's `from`): nothing was written; decide again on a fresh read. `pod` is the
+    object as it was found."""
+
+    retryable = False
+    error_type = "Superseded"
+
+    def __init__(self, message: str, pod: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.pod = pod or {}
+
+
 class Invalid(KubeError):
     retryable = False
     error_type = Err.INVALID

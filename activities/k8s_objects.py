@@ -443,6 +443,21 @@ def default_gcs_address(namespace: str, name: str) -> str:
     return f"{name}-head-svc.{namespace}.svc:6379"
 
 
+def running_size(pod: Obj) -> tuple[int, int]:
+    """(cpu, memory) the Ray container runs with as Ray reads a size (the limit where it
+    has one): the kubelet's report (status.resources), else the spec. What a resize's
+    `from` was read as (`PodView.total`)."""
+    spec, actual = _container_sizes(pod)
+    current = actual or spec
+    return current.cpu, current.memory
+
+
+def ray_container_resources(pod: Obj) -> Obj:
+    """The spec's resources of the Ray container (the one a resize patches), as read."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    return dict(containers[0].get("resources") or {})
+
+
 def is_same_pod(pod: Obj, uid: str) -> bool:
     """The pod is the one with `uid` ("" : any pod of its name)."""
     return not uid or (pod.get("metadata") or {}).get("uid") == uid

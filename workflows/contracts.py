@@ -117,6 +117,14 @@ class ApplyResizeInput(Value):
         description="once the kubelet is done, this `finish_resize` in the same activity "
         "(the saga runs it on its own if the result has no `finished`)",
     )
+    expect: tuple[tuple[int, int], ...] | None = Field(
+        default=None,
+        description="compare-and-set: the (cpu, memory) sizes the pod may run at for this "
+        "patch to go ahead (where the decision found it, and where this saga's own patches "
+        "may have put it; the target itself is always fine, so a retry of a patch that "
+        "landed goes on). A pod running at another size is left alone and the result is "
+        "`superseded`. None: no check (a rollback goes back from wherever the pod is)",
+    )
 
 
 class ProgressState(StrEnum):
@@ -126,6 +134,9 @@ class ProgressState(StrEnum):
     INFEASIBLE = "infeasible"
     ERROR = "error"
     POD_GONE = "pod_gone"
+    # the pod is not where the resize was decided from (a stale read, or a change since):
+    # nothing was written, and the next tick decides again on a fresh read
+    SUPERSEDED = "superseded"
 
 
 class WaitResizeInput(Value):
@@ -220,6 +231,8 @@ class ResizeOutcome(StrEnum):
     CANCELED = "Canceled"
     POD_GONE = "PodGone"
     RAYLET_GONE = "RayletGone"  # the pod resized, its Raylet gone: nothing to sync
+    # the pod was not at the size the resize was decided from: not patched, no rollback
+    SUPERSEDED = "Superseded"
     FAILED = "Failed"
 
 
@@ -237,6 +250,7 @@ class FailureCause(StrEnum):
     KUBELET_ERROR = "kubelet_error"  # the kubelet reported an actuation error
     POD_GONE = "pod_gone"
     RAYLET_GONE = "raylet_gone"
+    SUPERSEDED = "superseded"  # the pod was not where the decision saw it: not patched
     UNKNOWN = "unknown"
 
 

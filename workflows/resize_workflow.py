@@ -7,6 +7,11 @@
 (e) Error, timeout or operator cancel → roll the pod (and Raylet) back, record why
 (f) done → resize the Raylet through the GCS until it takes, clear resizing-at
 
+The patch is a compare-and-set (`ApplyResizeInput.expect`): a pod that does not run at
+the size the resize was decided from (or where this saga's own patches put it) is not
+patched, and the saga ends `Superseded` without a rollback: the decision was made on a
+stale read (or the pod changed since), and the next tick decides again on a fresh one.
+
 On the happy path (b), (c) and a first try of (f) are one activity (`apply_pod_resize`
 with `finish`): two workflow tasks for the saga instead of three. If that try does not
 take, the saga runs (f) as its own activity, with its retries.
@@ -118,6 +123,10 @@ class _RayletGone(Exception):
     """The pod is there, its Raylet is not (its Ray process died, its node left Ray)."""
 
 
+class _Superseded(Exception):
+    """The pod is not where the resize was decided from: it was left alone."""
+
+
 @workflow.defn(name=RESIZE_WORKFLOW)
 class PodResizeWorkflow:
     def __init__(self) -> None:
@@ -142,6 +151,9 @@ class PodResizeWorkflow:
         # first below it, and a rollback brings the Raylet back too
         self.raylet_unsure: tuple[int, int] | None = None
         self.finished: FinishResizeResult | None = None  # the apply did finish_resize's work
+        # the sizes this saga's applies asked for (a patch of each may have landed): with
+        # the starting size, where the pod may be for the next patch to go ahead
+        self.asked: list[tuple[int, int]] = []
 
     # --- messages ------------------------------------------------------------------------
     @workflow.signal
@@ -208,6 +220,18 @@ class PodResizeWorkflow:
                 ResizeOutcome.RAYLET_GONE,
                 f"the pod has {self.cpu}m CPU / {self.memory} bytes, but its Raylet is gone "
                 "(its Ray process died or its node left the Ray cluster): nothing to sync",
+            )
+        except _Superseded as superseded:
+            self.cause = FailureCause.SUPERSEDED
+            if len(self.asked) > 1:
+                # an earlier apply of this saga wrote `resizing-at`: it is over
+                with contextlib.suppress(_PodGone, _Failed, ActivityError):
+                    await self._set_status(
+                        req, self.status.model_copy(update={"resizing_at": None})
+                    )
+            self._finish(
+                ResizeOutcome.SUPERSEDED,
+                f"{superseded}; left as it is, the next tick decides on a fresh read",
             )
         except _Failed as failure:
             back = await self._roll_back(req, str(failure), failure.cause)
@@ -278,6 +302,7 @@ class PodResizeWorkflow:
                 self.memory,
                 self.status,
                 finish=self.status.model_copy(update={"resizing_at": None}),
+                expect=((req.from_cpu, req.from_memory), *self.asked),
             )
             if progress is None:
                 if self.new_target is not None:
@@ -292,6 +317,9 @@ class PodResizeWorkflow:
                 break
             if progress.state == ProgressState.POD_GONE:
                 raise _PodGone()
+            if progress.state == ProgressState.SUPERSEDED:
+                self.attempts.append(self._attempt("superseded"))
+                raise _Superseded(progress.message or "the pod is not where it was decided from")
             if progress.state == ProgressState.ERROR:
                 self.attempts.append(self._attempt("error"))
                 raise _Failed(progress.message or "Pod resize failed", FailureCause.KUBELET_ERROR)
@@ -341,15 +369,20 @@ class PodResizeWorkflow:
         status: IpprStatus,
         *,
         finish: IpprStatus | None = None,
+        expect: tuple[tuple[int, int], ...] | None = None,
     ) -> ResizeProgress | None:
         """Patch the pod and wait for the kubelet, bounded by the group's resize-timeout;
         None on timeout or when a new target arrives (none does while rolling back). With
         `finish` (the final status), the activity also brings the Raylet to the pod's size
-        once the kubelet is done (`self.finished`)."""
+        once the kubelet is done (`self.finished`). With `expect`, the patch is a
+        compare-and-set: the pod must run at one of those sizes (or the target), else the
+        progress is `SUPERSEDED` and nothing was written."""
         deadline = workflow.now() + timedelta(seconds=req.timeout_s)
         window = min(req.poll_window_s, req.timeout_s)
         then = None
         unsure_before = self.raylet_unsure
+        if expect is not None:
+            self.asked.append((cpu, memory))
         if finish is not None:
             then = _finish_input(req, cpu, memory, finish)
             self.raylet_unsure = _larger(unsure_before, (cpu, memory))
@@ -365,6 +398,7 @@ class PodResizeWorkflow:
                 window_s=window,
                 pod_uid=req.pod_uid,
                 finish=then,
+                expect=expect,
             ),
             result_type=ApplyResizeResult,
             summary=f"patch pods/resize to {size_text(cpu, memory)}, then watch the kubelet"

@@ -103,6 +103,7 @@ def resize_started(req: ResizeRequest) -> None:
 _GONE: Mapping[str, FailureCause] = {
     ResizeOutcome.POD_GONE: FailureCause.POD_GONE,
     ResizeOutcome.RAYLET_GONE: FailureCause.RAYLET_GONE,
+    ResizeOutcome.SUPERSEDED: FailureCause.SUPERSEDED,
 }
 
 

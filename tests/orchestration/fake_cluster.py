@@ -121,6 +121,21 @@ class FakeCluster:
 
         @activity.defn(name=Act.APPLY_RESIZE)
         async def apply(inp: ApplyResizeInput) -> ApplyResizeResult:
+            running = (self.pod.cpu, self.pod.memory)
+            expect = getattr(inp, "expect", None)  # (None from a release before it)
+            if expect is not None and running not in {*expect, (inp.cpu, inp.memory)}:
+                # the compare-and-set, as the real activity's: nothing written
+                self.calls.append("superseded")
+                return ApplyResizeResult(
+                    generation=self.pod.generation,
+                    progress=ResizeProgress(
+                        state="superseded",
+                        reason="Superseded",
+                        message=f"pod w1 runs at {running}, not at {expect}: not patched",
+                        cpu=self.pod.cpu,
+                        memory=self.pod.memory,
+                    ),
+                )
             generation = await patch(inp)
             progress = await watch(
                 WaitResizeInput(

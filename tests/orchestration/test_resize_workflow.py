@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
+from temporalio import activity
 from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
@@ -18,7 +19,15 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from raysize.worker.run import workflow_runner
-from raysize.workflows.contracts import ResizeOutcome, ResizePhase, ResizeRequest, ResizeSagaState
+from raysize.workflows.contracts import (
+    Act,
+    ApplyResizeInput,
+    ApplyResizeResult,
+    ResizeOutcome,
+    ResizePhase,
+    ResizeRequest,
+    ResizeSagaState,
+)
 from raysize.workflows.naming import resize_workflow_id
 from raysize.workflows.resize_workflow import PodResizeWorkflow
 
@@ -537,3 +546,55 @@ async def test_a_resize_the_kubelet_finished_unseen_is_not_undone_at_the_deadlin
     assert cluster.pod.status.last_failed_at is None
     assert cluster.pod.status.resizing_at is None
     assert [a.result for a in state.attempts] == ["done"]
+
+
+async def test_a_resize_decided_from_a_size_the_pod_is_not_at_is_superseded_unpatched(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """Issue #43: a settle decided on a stale read (`from = to = 1 CPU`) while the pod runs
+    at 2 CPU under work. The apply is a compare-and-set: the pod is not patched, nothing is
+    written, nothing rolled back, and the saga ends `Superseded` for the next tick to decide
+    on a fresh read. It used to patch the live pod down to 1 CPU."""
+    cluster = FakeCluster(pod(cpu=2000, raylet_cpu=2000))
+    req = request(from_cpu=1000, cpu=1000, reason="Raylet out of step")
+    async with running(ts_env, cluster, req, cached=False) as handle:
+        state = await handle.result()
+        attrs = {p.key.name: p.value for p in (await handle.describe()).typed_search_attributes}
+    assert str(state.outcome) == "Superseded", state.detail
+    assert cluster.calls == ["superseded"]  # no patch, no status, no Raylet, no rollback
+    assert cluster.patches == [] and cluster.statuses == [] and cluster.raylet_calls == []
+    assert (cluster.pod.cpu, cluster.pod.spec_cpu, cluster.pod.raylet_cpu) == (2000, 2000, 2000)
+    assert [a.result for a in state.attempts] == ["superseded"]
+    assert "not patched" in state.detail and "fresh read" in state.detail
+    assert attrs["ResizeOutcome"] == "Superseded" and attrs["ResizePhase"] == "Done"
+
+
+async def test_a_retried_attempt_may_find_the_pod_where_the_saga_put_it(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The compare-and-set accepts where this saga's own patches may have put the pod: the
+    kubelet actuates the first attempt's size after it reported Deferred, and the second
+    attempt still goes ahead (`expect` holds `from` and every size the saga asked for)."""
+    cluster = FakeCluster(pod(node_room_cpu=3000))
+    seen: list[ApplyResizeInput] = []
+    original = cluster.activities()
+    inner = next(a for a in original if getattr(a, "__name__", "") == "apply")
+
+    @activity.defn(name=Act.APPLY_RESIZE)
+    async def apply(inp: ApplyResizeInput) -> ApplyResizeResult:
+        seen.append(inp)
+        if len(seen) == 2:  # the node found room for the first size after all
+            cluster.pod.cpu = 4000
+        result: ApplyResizeResult = await inner(inp)
+        return result
+
+    others = [a for a in original if a is not inner]
+    cluster.activities = lambda: [apply, *others]  # type: ignore[method-assign]
+    async with running(ts_env, cluster, request()) as handle:
+        state = await handle.result()
+    assert [i.expect for i in seen] == [
+        ((1000, 2 * GIB),),
+        ((1000, 2 * GIB), (4000, 2 * GIB)),
+    ]
+    assert state.outcome == ResizeOutcome.SUCCEEDED, state.detail
+    assert cluster.patches == [(4000, 2 * GIB), (3000, 2 * GIB)]
