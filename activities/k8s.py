@@ -429,11 +429,18 @@ class Kube:
         self, namespace: str, cluster: str, cached: bool
     ) -> tuple[list[Obj], str, bool]:
         """`cluster_pods`, and whether they came from the cache."""
-        if cached and self.pod_watch is not None:
-            found = self.pod_watch.cluster_pods(namespace, cluster)
-            if found is not None:
-                return found[0], found[1], True
-        return *self.list_cluster_pods(namespace, cluster), False
+        watch = self.pod_watch if cached else None
+        if watch is None:
+            return *self.list_cluster_pods(namespace, cluster), False
+        found = watch.cluster_pods(namespace, cluster)
+        if found is not None:
+            return found[0], found[1], True
+        since = watch.list_mark(namespace)
+        pods, mark = self.list_cluster_pods(namespace, cluster)
+        # the cache takes what this LIST found newer than it has (a watch that lags, or
+        # went silent, must not serve the next read from before this one)
+        watch.listed(namespace, cluster, pods, since)
+        return pods, mark, False
 
     def read_cluster(self, namespace: str, name: str, cached: bool = False) -> KubeCluster:
         """The RayCluster (a GET) and its pods: a LIST, or with `cached` the pod watch's

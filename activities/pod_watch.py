@@ -26,9 +26,14 @@ cluster. The observe (`Kube.read_cluster(..., cached=True)`) reads a cluster's p
 it once the namespace is *synced* — listed, and the watch connected and caught up: from
 a list just made, or resumed within `resume_fresh_s` of a watch the server ended (with
 a bookmark of how far it got), or resumed after longer and heard from (a 410 would come
-first) — and LISTs while it is not: at the start, while a dropped watch reconnects, and
-after a 410 until the new list is in.
-So a LIST happens to start and after a 410; the RayCluster itself is still a GET per
+first), and heard from within `stale_after_s` since (an event, a bookmark or a new
+connection: the server ends each watch after `timeout_s`, with a bookmark, so a live
+stream is never silent for long; a stream an idle NAT dropped without closing it says
+nothing at all) — and LISTs while it is not: at the start, while a dropped watch
+reconnects, after a 410 until the new list is in, and while the watch is silent (its
+read times out at the same bound, and it reconnects). Such a LIST refreshes the cache
+(`listed`), so a read after it is never older than it. So a LIST happens to start,
+after a 410 and while a watch is silent; the RayCluster itself is still a GET per
 observe. A cached view lags the server by the watch's delay (milliseconds), which is
 safe for what is decided from it:
 
@@ -40,10 +45,11 @@ safe for what is decided from it:
   status this worker wrote. Another worker's writes are seen as soon as this watch
   delivers them; a decision made in that moment is caught by the checks below.
 - *a resize acts on the pod as it is.* The saga reads the pod it changes (`patch_resize`
-  GETs it and builds the patch from that read), every pod write carries the UID it was
-  decided on (a replaced pod is `PodGone`), targets are absolute (a repeated resize is a
-  no-op), and a running saga keeps its pod (one workflow id per pod: a second decision
-  is a retarget signal).
+  GETs it and builds the patch from that read) and patches only while it runs at the
+  size the resize was decided from (a compare-and-set: elsewhere it is `Superseded`,
+  not patched), every pod write carries the UID it was decided on (a replaced pod is
+  `PodGone`), targets are absolute (a repeated resize is a no-op), and a running saga
+  keeps its pod (one workflow id per pod: a second decision is a retarget signal).
 - *scale-in names only pods that exist.* `Kube.scale` reads each pod it names (or keeps
   named) fresh, with a GET, and names a pod only while it exists with the UID decided
   on, under the RayCluster's generation; the count of the pods it does not name comes
@@ -95,8 +101,20 @@ WRITE_WAIT_S = 2.0
 # so (`PodWatch.wrote`); thousands of events in the moment between a write's answer and
 # that call never happen
 RECENT_VERSIONS = 1024
+# deletions the watch delivered last, to tell a read's LIST made before one of them
+GONE_KEPT = 16384
 LIST_PAGE = 500  # objects per page of a list (client-go's pager reads 500 a page too)
 RESUME_FRESH_S = 1.0
+# the server ends each watch after this long (`timeoutSeconds`), with a bookmark of how far
+# it got just before (the real server's watch cache sends one 2 s before the end), and the
+# watch resumes: a healthy stream is never silent for much longer than this
+WATCH_TIMEOUT_S = 30
+# a watch that delivered nothing (no event, no bookmark, no new connection) for longer
+# than this is taken as broken: a connection an idle load balancer or NAT dropped without
+# closing it stays "open" and silent. The pod cache is then not synced (reads list) and
+# the stream's read times out, so the watch reconnects
+STALE_SLACK_S = 15.0
+CONNECT_TIMEOUT_S = 10.0
 
 
 def _kept_meta(obj: Obj) -> Obj:
@@ -201,14 +219,21 @@ class PodWatch:
         core: Any,
         custom: Any = None,
         *,
-        timeout_s: int = 300,
+        timeout_s: int = WATCH_TIMEOUT_S,
+        stale_after_s: float | None = None,
         limits: KubeLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`limits`: the API server's request budget (activities/kube_limits.py): each
-        list and each (re)connect takes a token, the events none."""
+        list and each (re)connect takes a token, the events none. `timeout_s`: the
+        server-side timeout of each watch; `stale_after_s` (default `timeout_s` +
+        `STALE_SLACK_S`): how long a watch may deliver nothing before it is taken as
+        broken. `clock`: the monotonic clock that silence is measured on."""
         self.core = core
         self.custom = custom
         self.timeout_s = timeout_s
+        self.stale_after_s = timeout_s + STALE_SLACK_S if stale_after_s is None else stale_after_s
+        self.clock = clock
         # how long a cached read waits for the watch to deliver this process's own write
         self.write_wait_s = WRITE_WAIT_S
         # a watch resumed within this long after the server ended the last one is caught up
@@ -230,6 +255,20 @@ class PodWatch:
         self._recent: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self.cached_reads = 0  # `cluster_pods` answered from the cache
         self.uncached_reads = 0  # `cluster_pods` answered None: the caller lists
+        self.refreshed = 0  # pod records a read's LIST brought into the cache (`listed`)
+        # when each namespace's pod watch last heard from the server (`clock`): a new
+        # connection, an event, a bookmark
+        self._heard: dict[str, float] = {}
+        self._stale_said: set[str] = set()  # namespaces whose silence was logged
+        # a count of the pod watch's deliveries (and lists), and the count at each pod's
+        # last: a read's LIST leaves a pod the watch delivered meanwhile as the watch has it
+        self._seq = 0
+        self._touched: dict[Key, int] = {}
+        self._gone_at: OrderedDict[Key, int] = OrderedDict()  # the same, of deletions
+        self._relisted: dict[str, int] = {}  # `_seq` at each namespace's last watch list
+        # pods whose record came from a read's LIST ahead of the watch: (uid, version, or
+        # GONE); the watch's older versions of them are not taken until it gets there
+        self._ahead: dict[Key, tuple[str, str]] = {}
         # how many changes of each cluster's pods the watch delivered after its first list
         # (a count of this process's own, so ordering it is sound)
         self._cluster_changes: dict[tuple[str, str], int] = {}
@@ -268,9 +307,33 @@ class PodWatch:
 
     def synced(self, namespace: str) -> bool:
         """Is the namespace's pod cache current: listed, and its watch connected since
-        (and not dropped or answered 410 after)?"""
+        (and not dropped or answered 410 after), and heard from within `stale_after_s`
+        (silence is not news: a stream dropped on the way without being closed says
+        nothing at all)?"""
         with self._lock:
-            return namespace in self._synced
+            return self._live(namespace)
+
+    def _live(self, namespace: str) -> bool:
+        """`synced`, under the lock."""
+        if namespace not in self._synced:
+            return False
+        silent = self.clock() - self._heard.get(namespace, float("-inf"))
+        if silent <= self.stale_after_s:
+            return True
+        if namespace not in self._stale_said:
+            self._stale_said.add(namespace)
+            log.warning(
+                "pod-watch-%s: nothing heard for %.0f s (no event, no bookmark): not synced; "
+                "reads list the pods until the watch is heard from again",
+                namespace,
+                silent,
+            )
+        return False
+
+    def _hear(self, namespace: str) -> None:
+        """The namespace's pod watch heard from the server (under the lock)."""
+        self._heard[namespace] = self.clock()
+        self._stale_said.discard(namespace)
 
     def _writes_pending(self, namespace: str, cluster: str) -> bool:
         """A write of this process to a pod of the cluster the watch has not delivered
@@ -289,13 +352,13 @@ class PodWatch:
         all taken, left other calls to fail unsent."""
         self._ensure(namespace)
         with self._lock:  # the usual case, on every observe: nothing to wait for
-            if namespace not in self._synced or not self._writes_pending(namespace, cluster):
-                return namespace in self._synced
+            if not self._live(namespace) or not self._writes_pending(namespace, cluster):
+                return self._live(namespace)
         deadline = time.monotonic() + wait_s
         with self.subscribe_cluster(namespace, cluster) as changes:
             while True:
                 with self._lock:
-                    if namespace not in self._synced:
+                    if not self._live(namespace):
                         return False
                     if not self._writes_pending(namespace, cluster):
                         return True
@@ -318,17 +381,17 @@ class PodWatch:
         key = (namespace, cluster)
 
         def ready() -> bool:
-            return namespace in self._synced and not self._writes_pending(namespace, cluster)
+            return self._live(namespace) and not self._writes_pending(namespace, cluster)
 
         with self._changed:
-            synced = namespace in self._synced
+            synced = self._live(namespace)
             wait = self.write_wait_s if wait_s is None else wait_s
             if synced and self._changed.wait_for(ready, wait):
                 pods = list((self._by_cluster.get(key) or {}).values())
                 self.cached_reads += 1
             else:
                 self.uncached_reads += 1
-                if synced and namespace in self._synced:
+                if synced and self._live(namespace):
                     # the caller lists, and that list holds every write made up to here:
                     # writes a connected watch has not delivered in `wait_s` are not waited
                     # for again (a watch that is away keeps them: it resumes before them)
@@ -454,6 +517,9 @@ class PodWatch:
         def connect(*a: Any, **kw: Any) -> Any:
             """The watch request: its answer's headers mean the watch is connected."""
             resp = list_fn(*a, **kw)
+            if pods:
+                with self._lock:
+                    self._hear(namespace)
             if pods and (listed[0] or 0 < ended_at[0] >= time.monotonic() - self.resume_fresh_s):
                 self._set_synced(namespace, True)
             listed[0], ended_at[0] = False, 0.0
@@ -475,11 +541,16 @@ class PodWatch:
                     resource_version=version,
                     allow_watch_bookmarks=True,  # the server says how far it got: fewer 410s
                     timeout_seconds=self.timeout_s,
-                    _request_timeout=self.timeout_s + 30,
+                    # a read that waits longer than the staleness bound for a byte: the
+                    # stream is dead (dropped on the way, never closed): reconnect
+                    _request_timeout=(CONNECT_TIMEOUT_S, self.stale_after_s),
                 ):
                     kind, obj = ev.get("type"), ev.get("object") or {}
                     meta = obj.get("metadata") or {}
                     version = meta.get("resourceVersion") or version
+                    if pods:
+                        with self._lock:
+                            self._hear(namespace)
                     if pods and kind != "ERROR" and namespace not in self._synced:
                         # the server took the version: caught up from here
                         self._set_synced(namespace, True)
@@ -491,11 +562,7 @@ class PodWatch:
                         else (_kept_pod(obj) if pods else _kept_meta(obj))
                     )
                     with self._lock:
-                        before = known.pop(meta["name"], None)
-                        if kind != "DELETED":
-                            known[meta["name"]] = kept
-                        if pods:
-                            self._index(namespace, meta["name"], before, known.get(meta["name"]))
+                        before = self._apply_event(namespace, kind, meta, kept, known, pods)
                     # a deletion is told with the labels the pod had (which cluster it was of)
                     told = (before or kept)["metadata"] if kind == "DELETED" else kept["metadata"]
                     deliver(namespace, meta["name"], obj, told, kind == "DELETED")
@@ -534,6 +601,97 @@ class PodWatch:
                 w.stop()
         if pods:
             self._set_synced(namespace, False)
+
+    def _apply_event(
+        self, namespace: str, kind: Any, meta: Obj, kept: Obj, known: dict[str, Obj], pods: bool
+    ) -> Obj | None:
+        """An event into the cache (`known`: the watch's records; `kept`: this event's),
+        under the lock; the record it had before."""
+        name = str(meta["name"])
+        if pods and self._behind_a_read(namespace, kind, meta):
+            before = known.get(name)  # the read's LIST put a newer one there
+        else:
+            before = known.pop(name, None)
+            if kind != "DELETED":
+                known[name] = kept
+        if pods:
+            self._index(namespace, name, before, known.get(name))
+        return before
+
+    def _behind_a_read(self, namespace: str, kind: Any, meta: Obj) -> bool:
+        """Is this event of a pod older than the record a read's LIST put in the cache
+        (`listed`)? The watch delivers every version in order, so until it delivers the
+        listed one (or the pod's deletion, or another pod of its name) what it delivers is
+        from before it. Counts the delivery (under the lock)."""
+        key = (namespace, str(meta.get("name")))
+        self._seq += 1
+        if kind == "DELETED":
+            self._touched.pop(key, None)
+            self._gone_at[key] = self._seq
+            self._gone_at.move_to_end(key)
+            if len(self._gone_at) > GONE_KEPT:
+                self._gone_at.popitem(last=False)
+        else:
+            self._touched[key] = self._seq
+        ahead = self._ahead.get(key)
+        if ahead is None:
+            return False
+        uid, version = ahead
+        if kind == "DELETED" or str(meta.get("uid") or "") != uid:
+            del self._ahead[key]
+            return False
+        if version != GONE and str(meta.get("resourceVersion") or "") == version:
+            del self._ahead[key]  # caught up with the read: the same record from here
+            return False
+        return True
+
+    def list_mark(self, namespace: str) -> int:
+        """Where the pod watch's deliveries stand: give it to `listed` with a read's LIST
+        made after this call."""
+        with self._lock:
+            return self._seq
+
+    def listed(self, namespace: str, cluster: str, records: list[Obj], since: int) -> None:
+        """A read's LIST of the cluster's pods (`compact_pod` records), begun after `since`
+        (`list_mark`): the cache takes it rather than throw it away, so a watch that lags
+        (or went silent) serves no read older than the LIST that exposed it. A pod the
+        watch delivered meanwhile is left as the watch has it, and everything is left when
+        the watch listed meanwhile (its own list is as new); the watch's older versions of
+        a pod taken here are not taken after it (`_behind_a_read`)."""
+        with self._changed:
+            known = self._pods.get(namespace)
+            if known is None or self._relisted.get(namespace, 0) > since:
+                return  # not listed yet (its own list comes), or listed since
+            fresh = {str(r["metadata"]["name"]): r for r in records}
+            cached = self._by_cluster.get((namespace, cluster)) or {}
+            taken = 0
+            for name in sorted(set(fresh) | set(cached)):
+                key = (namespace, name)
+                if max(self._touched.get(key, 0), self._gone_at.get(key, 0)) > since:
+                    continue  # the watch delivered it during the LIST: as new as the LIST
+                new, old = fresh.get(name), known.get(name)
+                if new is None:
+                    if old is None or _cluster_of(old) != cluster:
+                        continue
+                    del known[name]  # gone, as the LIST says: the watch has not said so yet
+                    self._ahead[key] = (str(old["metadata"].get("uid") or ""), GONE)
+                else:
+                    version = str(new["metadata"].get("resourceVersion") or "")
+                    if old is not None and old["metadata"].get("resourceVersion") == version:
+                        continue
+                    known[name] = new
+                    self._ahead[key] = (str(new["metadata"].get("uid") or ""), version)
+                self._index(namespace, name, old, known.get(name))
+                taken += 1
+            if taken:
+                self.refreshed += taken
+                log.info(
+                    "pod-watch-%s: a read's list of %s had %d pod(s) newer than the watch's "
+                    "cache; the cache takes them",
+                    namespace,
+                    cluster,
+                    taken,
+                )
 
     def _set_synced(self, namespace: str, synced: bool) -> None:
         with self._changed:
@@ -644,6 +802,13 @@ class PodWatch:
         if pods:
             with self._changed:
                 self._pods[namespace] = known  # from now on a change of a pod counts
+                self._hear(namespace)
+                self._seq += 1
+                self._relisted[namespace] = self._seq
+                for key in [k for k in self._ahead if k[0] == namespace]:
+                    del self._ahead[key]  # the watch's own list is as new as any read's
+                for key in [k for k in self._touched if k[0] == namespace and k[1] not in known]:
+                    del self._touched[key]
                 for key in [
                     k for k, w in self._written.items() if k[0] == namespace and w.seq <= writes
                 ]:

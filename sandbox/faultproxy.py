@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
+import select
 import shutil
 import socket
 import ssl
@@ -79,6 +80,8 @@ class FaultProxy:
         self.faults = faults
         self.workdir = workdir
         self.ca_pem = b""
+        self.stalled = 0  # watch streams gone silent (a `watch_stall_after_s` fault)
+        self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -190,7 +193,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if decision.watch_disconnect_after_s
                 else None
             )
-            self._stream(upstream, reply, cut_at)
+            stall_at = (
+                None
+                if decision.watch_stall_after_s is None
+                else time.monotonic() + decision.watch_stall_after_s
+            )
+            self._stream(upstream, reply, cut_at, stall_at)
         except (OSError, http.client.HTTPException) as exc:
             log.debug("fault proxy: %s %s: %s", self.command, self.path, exc)
             self.close_connection = True
@@ -198,10 +206,16 @@ class _Handler(BaseHTTPRequestHandler):
             upstream.close()
 
     def _stream(
-        self, upstream: http.client.HTTPConnection, reply: Any, cut_at: float | None
+        self,
+        upstream: http.client.HTTPConnection,
+        reply: Any,
+        cut_at: float | None,
+        stall_at: float | None = None,
     ) -> None:
         """Relay a chunked (watch) reply as it comes; at `cut_at` (a fault) the upstream
-        connection is shut and the stream ends, as the embedded server's disconnect does."""
+        connection is shut and the stream ends, as the embedded server's disconnect does.
+        From `stall_at` (a fault) nothing more is relayed and the stream never ends: the
+        client's connection stays open and silent until the client hangs up."""
         timer = None
         if cut_at is not None and upstream.sock is not None:
             sock = upstream.sock
@@ -213,12 +227,18 @@ class _Handler(BaseHTTPRequestHandler):
             timer.start()
         try:
             while True:
+                if stall_at is not None and time.monotonic() >= stall_at:
+                    self._stall()
+                    return
                 try:
                     data = reply.read1(STREAM_CHUNK)
                 except (OSError, ValueError, http.client.HTTPException):
                     break  # cut (or the server ended it)
                 if not data:
                     break
+                if stall_at is not None and time.monotonic() >= stall_at:
+                    self._stall()  # what came after the stall is never relayed
+                    return
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
@@ -227,6 +247,24 @@ class _Handler(BaseHTTPRequestHandler):
             if timer is not None:
                 timer.cancel()
         self.close_connection = True
+
+    def _stall(self) -> None:
+        """Relay nothing more and keep the client's connection open, as a connection an
+        idle NAT or load balancer dropped without closing it: until the client hangs up
+        (or the proxy closes)."""
+        with self.owner.lock:
+            self.owner.stalled += 1
+        self.close_connection = True
+        sock = self.connection
+        while self.owner._server is not None:
+            try:
+                readable, _, _ = select.select([sock], [], [], 0.2)
+                if readable and not sock.recv(1):
+                    return  # the client hung up
+            except ssl.SSLWantReadError:
+                continue
+            except (OSError, ValueError):
+                return
 
 
 def _shut(sock: socket.socket) -> None:

@@ -27,6 +27,10 @@ class FaultRule:
     codes: tuple[int, ...] = (500,)
     latency_s: float = 0.0
     watch_disconnect_after_s: float | None = None
+    # the fault proxy (sandbox/faultproxy.py) forwards a watch's stream for this long, then
+    # nothing more, and keeps the connection open: a connection an idle load balancer or
+    # NAT dropped without closing it (the embedded server itself does not stall)
+    watch_stall_after_s: float | None = None
     times: int | None = None  # inject at most this many errors, then stop
     retry_after_s: int = 1  # a 429's Retry-After (kube-apiserver's APF asks 1 to 32 s)
     injected: int = field(default=0, compare=False)
@@ -59,6 +63,7 @@ class FaultRule:
             "codes": list(self.codes),
             "latency_s": self.latency_s,
             "watch_disconnect_after_s": self.watch_disconnect_after_s,
+            "watch_stall_after_s": self.watch_stall_after_s,
             "times": self.times,
             "retry_after_s": self.retry_after_s,
             "injected": self.injected,
@@ -140,6 +145,8 @@ def describe(rule: FaultRule) -> str:
         parts.append(f"{rule.latency_s:g} s latency")
     if rule.watch_disconnect_after_s:
         parts.append(f"watches cut after {rule.watch_disconnect_after_s:g} s")
+    if rule.watch_stall_after_s is not None:
+        parts.append(f"watches silent after {rule.watch_stall_after_s:g} s")
     return f"{rule.verb} {rule.resource}: {', '.join(parts)}"
 
 
@@ -148,6 +155,7 @@ class Decision:
     latency_s: float = 0.0
     error: ApiError | None = None
     watch_disconnect_after_s: float | None = None
+    watch_stall_after_s: float | None = None
 
 
 class Faults:
@@ -161,6 +169,11 @@ class Faults:
         with self._lock:
             self._rules.append(rule)
         return rule
+
+    def remove(self, rule: FaultRule) -> None:
+        """Take one rule away (the others stay)."""
+        with self._lock:
+            self._rules = [r for r in self._rules if r is not rule]
 
     def clear(self) -> None:
         with self._lock:
@@ -179,7 +192,9 @@ class Faults:
                     continue
                 if rule.times is not None and rule.injected >= rule.times:
                     continue  # used up: the rules after it apply
-                decision = Decision(rule.latency_s, None, rule.watch_disconnect_after_s)
+                decision = Decision(
+                    rule.latency_s, None, rule.watch_disconnect_after_s, rule.watch_stall_after_s
+                )
                 if rule.error_rate and self._random.random() < rule.error_rate:
                     rule.injected += 1
                     self.injected_errors += 1
