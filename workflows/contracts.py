@@ -217,7 +217,6 @@ class ResizeRequest(Value):
 class ResizePhase(StrEnum):
     STARTING = "Starting"
     SHRINKING_RAYLET = "ShrinkingRaylet"
-    PATCHING = "Patching"
     POLLING = "Polling"
     SYNCING_RAYLET = "SyncingRaylet"
     ROLLING_BACK = "RollingBack"

@@ -238,27 +238,18 @@ class PodResizeWorkflow:
             # _roll_back said why; a rollback not read back is no rollback
             self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
         except (asyncio.CancelledError, ActivityError) as exc:
-            if not is_cancelled_exception(exc):
-                if isinstance(exc, ActivityError):
-                    # an activity that gave up (its retries spent) must not end the saga
-                    # with the pod half-way: a patch may have landed. Put it back, as for
-                    # any failure, and end with an outcome instead of a failed workflow.
-                    back = await self._roll_back(
-                        req,
-                        f"activity failed: {_error_message(exc) or exc}",
-                        FailureCause.ACTIVITY_ERROR,
-                    )
-                    self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
-                    return self.state()
-                telemetry.resize_finished(
+            # a CancelledError is always a cancel: what is not is an ActivityError
+            if isinstance(exc, ActivityError) and not is_cancelled_exception(exc):
+                # an activity that gave up (its retries spent) must not end the saga
+                # with the pod half-way: a patch may have landed. Put it back, as for
+                # any failure, and end with an outcome instead of a failed workflow.
+                back = await self._roll_back(
                     req,
-                    ResizeOutcome.FAILED,
+                    f"activity failed: {_error_message(exc) or exc}",
                     FailureCause.ACTIVITY_ERROR,
-                    f"activity failed: {exc}",
-                    self.cpu,
-                    self.memory,
                 )
-                raise
+                self._finish(ResizeOutcome.ROLLED_BACK if back else ResizeOutcome.FAILED, "")
+                return self.state()
             workflow.logger.info("resize of %s canceled by operator: rolling back", req.pod)
             back = await self._roll_back(req, "canceled by operator", FailureCause.CANCELED)
             self._finish(ResizeOutcome.CANCELED if back else ResizeOutcome.FAILED, "")

@@ -215,7 +215,7 @@ def test_grow_reaches_its_end_and_leaves_nothing_behind(ports: tuple[int, int]) 
     assert grown and all(float(r["cpu"]) > float(r["from_cpu"]) for r in grown)
     # the phases were shown as they went, not only the end
     phases = {r["phase"] for r in resizes}
-    assert "Done" in phases and phases & {"Starting", "Patching", "Polling", "SyncingRaylet"}
+    assert "Done" in phases and phases & {"Starting", "Polling", "SyncingRaylet"}
     workload = [e.get("line") for e in evs if e["event"] == "workload"]
     assert workload[0] == "submitting 1 task(s) of 2 CPU"
     assert "placement group ready" in workload

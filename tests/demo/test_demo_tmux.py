@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.demo.test_demo import ROOT, alive, free_port, group_members
 
-PHASES = {"ShrinkingRaylet", "Polling", "Patching", "RollingBack", "SyncingRaylet", "Done"}
+PHASES = {"ShrinkingRaylet", "Polling", "RollingBack", "SyncingRaylet", "Done"}
 OUTCOMES = {"Pending", "Succeeded", "RolledBack", "PodGone", "Canceled"}
 WAIT_S = 300  # a bound on each wait, so a broken demo fails instead of hanging
 
