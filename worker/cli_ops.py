@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -124,7 +125,18 @@ def register(app: typer.Typer) -> None:
         try:
             asyncio.run(serve())
         except SetupError as exc:
-            raise _fail(str(exc)) from None
+            if settings.log_format != "json":
+                raise _fail(str(exc)) from None
+            # with RAYSIZE_LOG_FORMAT=json every line the worker writes is JSON, its last
+            # one too: a log collector parses it, and would file a plain line as noise
+            logging.getLogger("raysize.worker").critical("%s", exc)
+            raise typer.Exit(code=1) from None
+        except Exception:
+            if settings.log_format != "json":
+                raise
+            # a bug: its traceback, in one JSON line (`exc`), not over many plain ones
+            logging.getLogger("raysize.worker").critical("the worker failed", exc_info=True)
+            raise typer.Exit(code=1) from None
 
     @app.command("start", rich_help_panel=OPS_PANEL)
     def start_cmd(
