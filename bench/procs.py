@@ -18,6 +18,7 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from raysize.sandbox import temporal_servers
 from raysize.workflows.naming import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +70,9 @@ ONE_PARTITION = (
 
 async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
     """The Temporal CLI dev server of this venv (in memory), with raysize's search
-    attributes; the caller shuts it down (`await env.shutdown()`)."""
-    return await WorkflowEnvironment.start_local(
+    attributes; the caller shuts it down (`await env.shutdown()`; guarded by the reaper
+    should the benchmark be killed first)."""
+    return await temporal_servers.start_local(
         dev_server_existing_path=str(Path(sys.executable).with_name("temporal")),
         # the SDK's 5 s default was too short for a loaded 2-core machine (a benchmark run
         # beside CI: "did not start within 5s"); a server that never starts still fails

@@ -21,6 +21,7 @@ group lives, the kernel does not give its ID to a new process, so a group whose 
 has exited is still ours. Nothing is stopped by name.
 
 Owner side: `guard(proc)` after starting a process group (`start_new_session=True`),
+or `guard_group(pgid)` for one started by other code,
 `on_exit(key, argv)` / `drop(key)` for clean-up commands, `temp_dir(prefix)` /
 `remove_dir(path)` for a temporary folder. Stopping a group yourself
 needs no message: an ended group is skipped. At a normal exit the owner closes the pipe
@@ -125,7 +126,14 @@ def close() -> None:
 def guard(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
     """Stop proc's process group (proc leads it: `start_new_session=True`) if this
     process dies first."""
-    _GUARD._send(f"group {proc.pid} {start_time(proc.pid) or '-'}")
+    guard_group(proc.pid)
+
+
+def guard_group(pgid: int) -> None:
+    """Stop process group `pgid` (led by the process of that PID, as it runs now) if this
+    process dies first: for a group started by other code than a `Popen` of ours (the
+    Temporal SDK's servers: `sandbox/temporal_servers.py`)."""
+    _GUARD._send(f"group {pgid} {start_time(pgid) or '-'}")
 
 
 def on_exit(key: str, argv: Sequence[str]) -> None:

@@ -24,9 +24,9 @@ import pytest_asyncio
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from raysize.sandbox import temporal_servers
 from raysize.worker.settings import Settings
 from raysize.workflows.contracts import Act
 from tests.deploy.conftest import MONITORING, ROOT, find, one, overlay_of, render, run_kubectl
@@ -161,7 +161,7 @@ async def exported() -> AsyncIterator[Exported]:
             meter.create_histogram_float(call.name).record(1.0)
         else:
             meter.create_gauge_float(call.name).set(1.0)
-    env = await WorkflowEnvironment.start_time_skipping(
+    env = await temporal_servers.start_time_skipping(
         test_server_existing_path=venv_binary("temporal-test-server"),
         test_server_startup_timeout=STARTUP,
         runtime=runtime,

@@ -12,6 +12,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from raysize.sandbox import temporal_servers
 from raysize.workflows.naming import SEARCH_ATTRIBUTES
 
 # How long a server may take to accept connections. The SDK waits 5 s by default; a
@@ -43,7 +44,7 @@ async def register_search_attributes(client: Client) -> None:
 async def start_time_skipping() -> WorkflowEnvironment:
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    env = await WorkflowEnvironment.start_time_skipping(
+    env = await temporal_servers.start_time_skipping(
         test_server_existing_path=venv_binary("temporal-test-server"),
         test_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,
@@ -61,7 +62,7 @@ async def start_dev_server(
     (`await env.shutdown()`)."""
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    return await WorkflowEnvironment.start_local(
+    return await temporal_servers.start_local(
         ui=ui_port is not None,
         ui_port=ui_port,
         port=port,

@@ -18,9 +18,9 @@ from temporalio.runtime import (
     Runtime,
     TelemetryConfig,
 )
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from raysize.sandbox import temporal_servers
 from raysize.worker.telemetry import default_interceptors
 from raysize.workflows.contracts import ResizeOutcome
 from raysize.workflows.resize_workflow import PodResizeWorkflow
@@ -89,7 +89,7 @@ async def scripted() -> AsyncIterator[ScriptedRun]:
     buffer = MetricBuffer(100_000, MetricBufferDurationFormat.SECONDS)
     # this test's own runtime, handed to its server and client only: never the default
     runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
-    env = await WorkflowEnvironment.start_time_skipping(
+    env = await temporal_servers.start_time_skipping(
         test_server_existing_path=venv_binary("temporal-test-server"),
         test_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,

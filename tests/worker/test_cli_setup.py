@@ -18,9 +18,9 @@ import pytest
 import pytest_asyncio
 from kubernetes import config
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from raysize.activities.k8s import Kube
+from raysize.sandbox import temporal_servers
 from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.kubeconfig import write_kubeconfig
 from raysize.sandbox.kubelet import KubeletTiming
@@ -36,7 +36,7 @@ NOWHERE = "127.0.0.1:9"  # nothing listens: a check that needed Temporal would s
 
 @pytest_asyncio.fixture(scope="module")
 async def temporal() -> AsyncIterator[str]:
-    env = await WorkflowEnvironment.start_local(
+    env = await temporal_servers.start_local(
         dev_server_existing_path=venv_binary("temporal"),
         dev_server_startup_timeout=STARTUP,
         data_converter=pydantic_data_converter,
