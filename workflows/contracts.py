@@ -58,7 +58,8 @@ OBSERVE_ONLY_VAR = "RAYSIZE_OBSERVE_ONLY"
 
 
 POLL_INTERVAL_S = 5.0  # re-read a resizing pod after this much silence from its watch
-# the saga's heartbeat timeout for its long activities; they beat well inside it
+# the heartbeat timeout of the saga's long activities and of the loop's drain; they beat
+# well inside it
 HEARTBEAT_TIMEOUT = timedelta(seconds=15)
 # the reconcile loop's wait: how long a wait on a worker that died without stopping
 # (SIGKILL, the OOM killer, its node lost) holds its cluster before another worker takes

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
 
     from raysize.workflows import telemetry
     from raysize.workflows.contracts import (
+        HEARTBEAT_TIMEOUT,
         OBSERVE_ONLY_VAR,
         WAIT_HEARTBEAT_TIMEOUT,
         Act,
@@ -558,6 +559,10 @@ class ReconcileWorkflow:
                 summary=f"drain {len(targets)} idle Raylet(s) before removing their pods: "
                 + ", ".join(sorted(targets)),
                 start_to_close_timeout=timedelta(seconds=30 + 10 * len(targets)),
+                # the drain heartbeats: a worker that died mid-drain is noticed in seconds
+                # and the drain runs again (a drained Raylet is accepted again at once);
+                # its start-to-close alone held the loop 17 minutes at 100 pods
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=3),
             )
         except ActivityError as exc:
