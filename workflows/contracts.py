@@ -472,6 +472,13 @@ class WouldDo(Value):
 # At most this many pod names in a tick's result (`Tick.pods`, for `raysize status`):
 # a bigger cluster's names would cost the history more than everything else a tick records.
 MAX_NAMED_PODS = 500
+# At most this many removals in one tick (`decide.within_removal_budget`); the rest are
+# planned again at the next tick, which the removed pods' deletion brings. Every removal
+# is in the tick (its action and its pod's reference), its drain and its RayCluster
+# write: 5,000 made a 1.1 MB tick record, and near 10,000 one passed Temporal's 2 MB
+# payload limit, so that tick could never be recorded. At 500 a tick's records stay
+# under 512 KB however big the cluster (`python -m bench.tick_record_bench`).
+MAX_REMOVALS_PER_TICK = 500
 
 
 class Tick(ClusterRead):

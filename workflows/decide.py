@@ -16,10 +16,12 @@ once, not every tick.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Iterable, Sequence
 
 from raysize.workflows.contracts import (
     MAX_NAMED_PODS,
+    MAX_REMOVALS_PER_TICK,
     ClusterRead,
     GroupRef,
     Memory,
@@ -37,7 +39,14 @@ from raysize.workflows.deadlines import (
     resize_timeout_s,
     stuck_resizes,
 )
-from raysize.workflows.model import ClusterSnapshot, Plan, PlannerSettings, ResizeAction
+from raysize.workflows.model import (
+    ClusterSnapshot,
+    LaunchAction,
+    Plan,
+    PlannerSettings,
+    ResizeAction,
+    TerminateAction,
+)
 from raysize.workflows.planner import plan
 from raysize.workflows.summaries import change_text, why
 
@@ -93,6 +102,7 @@ def decide(obs: Observation, inp: ObserveInput, *, observe_only: bool = False) -
     p, held = within_budget(
         plan(snapshot, just_grown=grows.rooms(snapshot)), obs.resizing, inp.max_resizes
     )
+    p = within_removal_budget(p, snapshot, MAX_REMOVALS_PER_TICK)
     grows.planned(snapshot, p)
     stuck = stuck_resizes(snapshot, drift_s)
     memory = Memory(
@@ -209,6 +219,54 @@ def within_budget(p: Plan, in_flight: Iterable[str], max_resizes: int | None) ->
         return p, 0
     note = f"{held} more resize(s) wait for room: {len(busy)} running, at most {max_resizes}"
     return p.model_copy(update={"resize": tuple(kept), "notes": (*p.notes, note)}), held
+
+
+def within_removal_budget(p: Plan, snapshot: ClusterSnapshot, max_removals: int) -> Plan:
+    """The plan with no more removals than `max_removals`, in the plan's order; the rest
+    are planned again next tick (the removed pods' deletion wakes the loop for it). Every
+    removal costs the tick's records (its action and pod reference in the tick, its drain,
+    the RayCluster write): unbounded, thousands of idle pods made a record too big for
+    Temporal to take. A launch that fits under a maximum only because of a removal left
+    out is cut to what fits without it (`launches_within_maxima`)."""
+    if len(p.terminate) <= max_removals:
+        return p
+    kept, later = p.terminate[:max_removals], len(p.terminate) - max_removals
+    note = f"{later} more removal(s) wait for the next tick: at most {max_removals} a tick"
+    return p.model_copy(
+        update={
+            "terminate": kept,
+            "launch": launches_within_maxima(p.launch, snapshot, kept),
+            "notes": (*p.notes, note),
+        }
+    )
+
+
+def launches_within_maxima(
+    launches: Sequence[LaunchAction], snapshot: ClusterSnapshot, removed: Sequence[TerminateAction]
+) -> tuple[LaunchAction, ...]:
+    """`launches`, each cut to what fits under its group's `max_workers` and the cluster's,
+    counting the snapshot's workers less `removed`."""
+    workers = Counter(
+        x.group
+        for x in snapshot.pods
+        if x.group in snapshot.groups and not snapshot.groups[x.group].is_head
+    )
+    workers.subtract(Counter(t.group for t in removed))
+    total = sum(workers.values())
+    cluster_max = snapshot.settings.max_workers
+    out: list[LaunchAction] = []
+    for a in launches:
+        g = snapshot.groups.get(a.group)
+        n = a.count
+        if g is not None and g.max_workers is not None:
+            n = min(n, g.max_workers - workers[a.group])
+        if cluster_max is not None:
+            n = min(n, cluster_max - total)
+        if n > 0:
+            out.append(a.model_copy(update={"count": n}))
+            workers[a.group] += n
+            total += n
+    return tuple(out)
 
 
 def _facts(obs: Observation, memory: Memory) -> Tick:

@@ -4,9 +4,26 @@ from __future__ import annotations
 
 from bench.plan_bench import generate
 from raysize.worker.scenario import load_scenario
-from raysize.workflows.contracts import DrainedPod, Memory, Observation, ObserveInput
-from raysize.workflows.decide import decide, within_budget
-from raysize.workflows.model import Plan, ResizeAction
+from raysize.workflows.contracts import (
+    MAX_REMOVALS_PER_TICK,
+    DrainedPod,
+    Memory,
+    Observation,
+    ObserveInput,
+)
+from raysize.workflows.decide import (
+    decide,
+    launches_within_maxima,
+    within_budget,
+    within_removal_budget,
+)
+from raysize.workflows.model import (
+    LaunchAction,
+    Plan,
+    PlannerSettings,
+    ResizeAction,
+    TerminateAction,
+)
 from tests.workflows.kit import group, pod, res, snapshot
 
 
@@ -71,3 +88,45 @@ def test_no_plan_while_ray_s_own_autoscaler_owns_the_cluster() -> None:
     tick = decide(obs.model_copy(update={"in_tree_autoscaling": False}), _inp(memory=memory))
     assert tick.plan is not None and [r.pod for r in tick.plan.resize] == ["w1"]
     assert tick.memory.demand_seen_at == 1000.0  # Ray reports demand: since now
+
+
+def test_an_idle_cluster_s_removals_are_capped_per_tick() -> None:
+    """Every removal is in the tick's records (its action, its pod's reference, its drain,
+    the RayCluster write): 10,000 at once made a tick Temporal could not record. At most
+    MAX_REMOVALS_PER_TICK go each tick; the rest are planned again next tick."""
+    n = MAX_REMOVALS_PER_TICK + 20
+    snap = snapshot([group(max_workers=2 * n)], [pod(f"w{i:04d}", idle_s=600) for i in range(n)])
+    tick = decide(Observation(snapshot=snap, gcs_address="h:6379"), _inp())
+    assert tick.plan is not None and len(tick.plan.terminate) == MAX_REMOVALS_PER_TICK
+    assert set(tick.refs) == {t.pod for t in tick.plan.terminate}
+    assert f"20 more removal(s) wait for the next tick: at most {MAX_REMOVALS_PER_TICK} a tick" in (
+        tick.plan.notes
+    )
+
+
+def test_a_launch_that_needs_a_removal_left_out_is_cut_to_what_fits() -> None:
+    """The cluster holds at most 10 workers, all 10 idle in g1; work waits for g2. The
+    plan removes all 10 and launches 8 × g2. With 4 removals a tick, 6 stay: only 4
+    launch (a launch that fits only because a removal goes must wait for it)."""
+    pods = [pod(f"w{i}", idle_s=600) for i in range(10)]
+    snap = snapshot(
+        [group(max_workers=10), group("g2", max_workers=10)],
+        pods,
+        settings=PlannerSettings(max_workers=10),
+    )
+    p = Plan(
+        launch=(LaunchAction(group="g2", count=8, reason="r"),),
+        terminate=tuple(TerminateAction(pod=x.name, group="g1", reason="idle") for x in pods),
+    )
+    assert within_removal_budget(p, snap, 10) == p  # within the budget: as planned
+    capped = within_removal_budget(p, snap, 4)
+    assert [t.pod for t in capped.terminate] == ["w0", "w1", "w2", "w3"]
+    assert capped.launch == (LaunchAction(group="g2", count=4, reason="r"),)
+    # a group's own maximum likewise: g2 already holds 3 of its 5
+    snap = snapshot(
+        [group(max_workers=10), group("g2", max_workers=5)],
+        [*pods, *(pod(f"v{i}", "g2") for i in range(3))],
+    )
+    assert launches_within_maxima(p.launch, snap, ()) == (
+        LaunchAction(group="g2", count=2, reason="r"),
+    )
