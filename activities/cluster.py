@@ -40,9 +40,9 @@ from raysize.activities.ray_errors import (
 )
 from raysize.activities.ray_gcs import DrainReply, RayGcsClient, TlsConfig
 from raysize.activities.ray_state import ClusterState
-from raysize.activities.ray_tokens import RayTokens, TokenSource, token_source
+from raysize.activities.ray_tokens import FallbackScope, RayTokens, TokenSource, source_for
 from raysize.activities.snapshot import join
-from raysize.activities.targets import Targets
+from raysize.activities.targets import Targets, calls_of
 from raysize.workflows.contracts import (
     HEARTBEAT_TIMEOUT,
     PLAN_DURATION,
@@ -55,6 +55,7 @@ from raysize.workflows.contracts import (
     FinishResizeInput,
     FinishResizeResult,
     GcsTimetable,
+    LoopSettings,
     Observation,
     ObserveInput,
     RayletResizeInput,
@@ -150,8 +151,10 @@ class RaySettings:
     """How to reach each cluster's GCS."""
 
     gcs_override: str | None = None  # one address for every cluster (tests, port-forward)
-    # the token of clusters without one of their own (activities/ray_tokens.py)
+    # the token of clusters without one of their own (activities/ray_tokens.py), sent only
+    # to those `token_for` names (RAYSIZE_RAY_TOKEN_FOR)
     token: str | None = None
+    token_for: FallbackScope = field(default_factory=FallbackScope)
     tls: TlsConfig | None = None
     timeout_s: float = 10.0
 
@@ -184,6 +187,10 @@ class ClusterActivities:
     # the threads of the blocking calls, per API server and GCS (activities/targets.py);
     # the worker passes its own and closes it
     targets: Targets = field(default_factory=Targets)
+    # the worker's settings a loop that follows the worker decides with (issue #43 item
+    # 5): they replace the loop's own in each observe and are recorded in the tick; None
+    # leaves the loop's (tests that start loops with their own)
+    loop: LoopSettings | None = None
 
     def __post_init__(self) -> None:
         if self.pods is None:
@@ -211,9 +218,10 @@ class ClusterActivities:
         ]
 
     # --- helpers --------------------------------------------------------------------
-    async def _kube(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` on the threads of the worker's Kubernetes API server."""
-        return await self.targets.on_kube(self.kube, fn, *args)
+    async def _kube(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        """`fn(*args)` on the threads of the worker's Kubernetes API server (`write`: a
+        saga's write, sent before the reads waiting there)."""
+        return await self.targets.on_kube(self.kube, fn, *args, write=write)
 
     async def _gcs(self, address: str, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the threads of the GCS at `address`."""
@@ -232,10 +240,22 @@ class ClusterActivities:
                     token=token,
                     tls=self.ray.tls,
                     timeout=self.ray.timeout_s,
-                    token_from=source.describe() if source is not None else "",
+                    token_from=source.describe() if source is not None else self._unsent(),
                 )
                 self._clients[(address, token)] = client
             return client
+
+    def _unsent(self) -> str:
+        """What a refusal says when no token was sent: the worker's own is not sent to
+        this cluster (RAYSIZE_RAY_TOKEN_FOR), or there is none."""
+        if not self.ray.token:
+            return ""
+        named = str(self.ray.token_for) or "none"
+        return (
+            "the worker's own token (RAYSIZE_RAY_TOKEN) goes only to the clusters "
+            f"RAYSIZE_RAY_TOKEN_FOR names ({named}); give the cluster a token of its own "
+            "(authOptions), or name it there"
+        )
 
     async def _source_of(self, namespace: str, cluster: str) -> TokenSource | None:
         """Where the cluster's token is: as the last observe read it, else from its
@@ -243,7 +263,7 @@ class ClusterActivities:
         key = (namespace, cluster)
         if key not in self._sources:
             kube = await self._kube(self.kube.read_cluster, namespace, cluster)
-            self._sources[key] = token_source(kube.raycluster)
+            self._sources[key] = source_for(kube.raycluster, self.ray.token_for)
         return self._sources[key]
 
     async def _ray_call(
@@ -292,7 +312,9 @@ class ClusterActivities:
         if known:
             return known
         kube = await self._kube(self.kube.read_cluster, namespace, cluster)
-        self._sources.setdefault((namespace, cluster), token_source(kube.raycluster))
+        self._sources.setdefault(
+            (namespace, cluster), source_for(kube.raycluster, self.ray.token_for)
+        )
         return self._address(kube, None)
 
     def _forget_address(self, namespace: str, cluster: str) -> None:
@@ -305,10 +327,20 @@ class ClusterActivities:
     async def observe_cluster(self, inp: ObserveInput) -> Tick:
         """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
         records the decision (`workflows/decide.py`), never the snapshot."""
+        calls_of(inp.namespace, inp.cluster)
         started = time.perf_counter()
         took = ObserveTimes()
+        if self.loop is not None and inp.follow_worker:
+            inp = inp.model_copy(
+                update={
+                    "settings": self.loop.settings,
+                    "max_resizes": self.loop.max_concurrent_resizes,
+                }
+            )
         obs = await self.observe(inp, took)
         tick = await plan_tick(obs, inp, self.targets, observe_only=self.observe_only.on)
+        if self.loop is not None:
+            tick = tick.model_copy(update={"in_force": self.loop})
         total = time.perf_counter() - started
         if total >= SLOW_OBSERVE_S:
             # which part: the Kubernetes read (a cached read waits for this worker's own pod
@@ -345,7 +377,9 @@ class ClusterActivities:
             raise exc.to_application_error() from None
         took.kube_s, took.pods_cached = time.perf_counter() - started, kube.pods_cached
         address = self._address(kube, inp.gcs_address)
-        source = self._sources[(inp.namespace, inp.cluster)] = token_source(kube.raycluster)
+        source = self._sources[(inp.namespace, inp.cluster)] = source_for(
+            kube.raycluster, self.ray.token_for
+        )
         if not kube.groups.ok:
             return Observation(
                 config_errors=kube.groups.errors,
@@ -402,6 +436,7 @@ class ClusterActivities:
         annotations, or (with `watch_ray`) what Ray reports change; not when `timeout_s`
         passes quietly. With what this worker knows of when the GCS publishes demands,
         for the next wait (the reconcile hands it on: `WaitInput.gcs_timetable`)."""
+        calls_of(inp.namespace, inp.cluster)
         changed, gcs = await self._wait_for_change(inp)
         learned = None if gcs is None else gcs.cadence.timetable(time.time() - time.monotonic())
         return WaitResult(
@@ -476,6 +511,7 @@ class ClusterActivities:
         takes no new work. Safe to repeat: a drained Raylet is dead, and Ray accepts a
         dead or unknown node at once. A drain that could not be asked (the GCS down, say)
         counts as refused, so its pod stays; those accepted before it still go."""
+        calls_of(inp.namespace, inp.cluster)
         await self.observe_only.refuse(
             f"drain of {len(inp.targets)} Raylet(s) of {inp.namespace}/{inp.cluster}"
         )
@@ -540,6 +576,7 @@ class ClusterActivities:
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
+        calls_of(inp.namespace, inp.cluster)
         await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
         return await self._resize_raylet(inp)
 
@@ -549,6 +586,7 @@ class ClusterActivities:
         write the pod's final ray.io/ippr-status. Both steps are idempotent, so a retry
         repeats them safely. A status Kubernetes refuses does not undo a done resize: it
         is reported back instead."""
+        calls_of(inp.namespace, inp.cluster)
         await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
         return await self._finish_resize(inp)
 
@@ -558,7 +596,12 @@ class ClusterActivities:
         applied = await self._resize_raylet(inp)
         try:
             await self._kube(
-                self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid
+                self.kube.set_ippr_status,
+                inp.namespace,
+                inp.pod,
+                inp.status,
+                inp.pod_uid,
+                write=True,
             )
         except (Invalid, Forbidden) as exc:
             log.warning("%s/%s: ray.io/ippr-status not written: %s", inp.namespace, inp.pod, exc)

@@ -257,6 +257,9 @@ def _rpc_name(method: str) -> str:
 
 
 def _auth_hint(sent_token: bool, token_from: str = "") -> str:
+    if not sent_token and token_from:
+        # the worker's own token exists, but is not for this cluster (RAYSIZE_RAY_TOKEN_FOR)
+        return f"no token was sent: {token_from}"
     if token_from:
         # a cluster's own token (activities/ray_tokens.py), read again before this
         return (

@@ -4,8 +4,11 @@ KubeRay 1.5+ gives a RayCluster with `spec.authOptions.mode: token` a token of i
 (docs/ray-protocol.md §3(e)): a Secret named after the cluster (`authOptions.secretName`
 when set), key `auth_token`, which it puts in every Ray container as `RAY_AUTH_TOKEN`
 through a `secretKeyRef`. A head container that sets `RAY_AUTH_TOKEN` itself wins (KubeRay
-leaves it alone), so that is looked at first. A cluster with neither uses the worker's
-own token (`RAYSIZE_RAY_TOKEN`, `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`): the fallback.
+leaves it alone), so that is looked at first. A cluster with neither gets the worker's
+own token (`RAYSIZE_RAY_TOKEN`, `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`: the fallback) only
+where `RAYSIZE_RAY_TOKEN_FOR` says (`FallbackScope`), else no token: the fallback is a
+secret of the platform, and a tenant who runs a head pod (or a GCS of their own at its
+address) would see whatever token raysize sends it.
 
 `token_source` is pure (the RayCluster → where its token is); `RayTokens` reads the
 Secrets with `get` only (RBAC cannot narrow `list`/`watch` to a name), caches each with
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Final
@@ -52,8 +56,11 @@ class TokenSource:
     key: str = SECRET_KEY
     value: str | None = None  # the head container's literal RAY_AUTH_TOKEN
     why: str = ""
+    fallback: bool = False  # the worker's own token, which RAYSIZE_RAY_TOKEN_FOR sends here
 
     def describe(self) -> str:
+        if self.fallback:
+            return f"the worker's own token (RAYSIZE_RAY_TOKEN; {self.why})"
         if self.value is not None:
             return f"the literal {TOKEN_ENV} of the head container ({self.why})"
         return f"Secret {self.namespace}/{self.secret}, key {self.key} ({self.why})"
@@ -92,6 +99,52 @@ def token_source(raycluster: Obj) -> TokenSource | None:
     )
 
 
+@dataclass(frozen=True)
+class FallbackScope:
+    """Where the worker's own Ray token may be sent (`RAYSIZE_RAY_TOKEN_FOR`): `*` (every
+    cluster without a token of its own: one tenant), a namespace, or `namespace/cluster`.
+    Empty: nowhere."""
+
+    entries: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> FallbackScope:
+        """From `RAYSIZE_RAY_TOKEN_FOR`'s comma-separated list; a ValueError names the
+        entry that is neither `*`, a namespace nor `namespace/cluster`."""
+        entries = tuple(e.strip() for e in text.split(",") if e.strip())
+        for e in entries:
+            parts = e.split("/")
+            if e == "*" or (len(parts) in (1, 2) and all(_DNS_NAME.fullmatch(p) for p in parts)):
+                continue
+            raise ValueError(
+                f"{e!r} is not '*', a namespace or <namespace>/<raycluster> (e.g. "
+                "'team-a,team-b/train-1')"
+            )
+        return cls(entries)
+
+    def allows(self, namespace: str, cluster: str) -> bool:
+        return any(e in ("*", namespace, f"{namespace}/{cluster}") for e in self.entries)
+
+    def __str__(self) -> str:
+        return ",".join(self.entries)
+
+
+_DNS_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def source_for(raycluster: Obj, scope: FallbackScope) -> TokenSource | None:
+    """Where the token sent to the RayCluster's GCS comes from: its own (`token_source`),
+    else the worker's own where `scope` allows it; None: no token is sent."""
+    own = token_source(raycluster)
+    if own is not None:
+        return own
+    meta = raycluster.get("metadata") or {}
+    ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    if scope.allows(ns, name):
+        return TokenSource(ns, fallback=True, why=f"RAYSIZE_RAY_TOKEN_FOR={scope}")
+    return None
+
+
 def secret_token(secret: Obj, source: TokenSource) -> str:
     """The token in a Secret as the API returns it (`data`: base64), stripped as Ray
     strips it; a clear error when the key is missing or empty."""
@@ -118,7 +171,8 @@ def secret_token(secret: Obj, source: TokenSource) -> str:
 
 class RayTokens:
     """Each cluster's token, from its Secret (read with `get`, cached with its
-    resourceVersion), else `fallback`. Thread-safe: activities run in threads."""
+    resourceVersion), else `fallback` where `source_for` allows it. Thread-safe:
+    activities run in threads."""
 
     def __init__(self, read_secret: Any, fallback: str | None = None) -> None:
         # read_secret(namespace, name) -> the Secret (a dict); `Kube.read_secret`
@@ -129,8 +183,11 @@ class RayTokens:
         self.reads = 0  # Secret GETs made (tests count them)
 
     def token(self, source: TokenSource | None) -> str | None:
-        """The token to send to the cluster whose token is at `source`: cached."""
+        """The token to send to the cluster whose token is at `source` (`source_for`):
+        cached; None (no token) for None."""
         if source is None:
+            return None
+        if source.fallback:
             return self.fallback
         if source.value is not None:
             return source.value.strip()
@@ -143,7 +200,7 @@ class RayTokens:
     def refresh(self, source: TokenSource | None) -> bool:
         """Read the Secret again (Ray refused the token held): True when it changed
         since it was cached (a new resourceVersion), so a call is worth repeating."""
-        if source is None or source.value is not None:
+        if source is None or source.value is not None or source.fallback:
             return False
         with self._lock:
             before = self._cache.get((source.namespace, source.secret))

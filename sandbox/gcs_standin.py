@@ -33,6 +33,9 @@ class _State:
         self.lock = threading.Lock()
         self.token: str | None = None
         self.refused = 0
+        # every `authorization` value a call carried (None: none): what a GCS run by a
+        # tenant would capture
+        self.presented: set[str | None] = set()
         self.version = 1
         self.totals: dict[bytes, dict[str, float]] = {}
         self.resizes = 0
@@ -83,11 +86,12 @@ class _TokenCheck(grpc.ServerInterceptor):  # type: ignore[misc]
         self.state = state
 
     def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        sent = dict(handler_call_details.invocation_metadata or ()).get("authorization")
         with self.state.lock:
             token = self.state.token
+            self.state.presented.add(sent)
         if token is None:
             return continuation(handler_call_details)
-        sent = dict(handler_call_details.invocation_metadata or ()).get("authorization")
         if sent == f"Bearer {token}":
             return continuation(handler_call_details)
         with self.state.lock:
@@ -143,6 +147,12 @@ class GcsStandIn:
     def state_delay_s(self, seconds: float) -> None:
         with self.state.lock:
             self.state.state_delay_s = seconds
+
+    @property
+    def presented(self) -> set[str | None]:
+        """Every `authorization` value the calls carried (None: a call without one)."""
+        with self.state.lock:
+            return set(self.state.presented)
 
     @property
     def refused(self) -> int:

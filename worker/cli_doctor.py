@@ -29,7 +29,7 @@ from raysize.activities.k8s_errors import KubeError, Unavailable
 from raysize.activities.k8s_objects import Obj, gcs_address
 from raysize.activities.ray_errors import RayError
 from raysize.activities.ray_gcs import RayGcsClient
-from raysize.activities.ray_tokens import RayTokens, token_source
+from raysize.activities.ray_tokens import RayTokens, source_for
 from raysize.worker.cli_common import OPS_PANEL
 from raysize.worker.cli_ops import _settings
 from raysize.worker.run import ray_settings
@@ -416,10 +416,13 @@ class Doctor:
     ) -> Check:
         """The GCS at `address` answers (the read every observe makes) with the token the
         worker would send: the cluster's own (`tokens`), else the worker's."""
-        source = token_source(rc)
+        source = source_for(rc, ray.token_for)
 
         def read() -> tuple[int, str]:
-            token = tokens.token(source) if tokens is not None else ray.token
+            if tokens is not None:
+                token = tokens.token(source)
+            else:  # no Secret reads: the worker's own token, where it would send it
+                token = ray.token if source is not None and source.fallback else None
             where = source.describe() if source is not None and tokens is not None else ""
             with RayGcsClient(
                 address, token, ray.tls, timeout=self.timeout_s, token_from=where

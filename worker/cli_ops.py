@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from raysize.worker.cli_common import OPS_PANEL
 from raysize.worker.settings import Settings, check_log_level
-from raysize.worker.status_view import ResizeRow, render_rows, resize_rows
+from raysize.worker.status_view import ResizeRow, in_force_text, render_rows, resize_rows
 from raysize.worker.temporal import SetupError, connect
 from raysize.workflows.contracts import ReconcileStatus
 from raysize.workflows.naming import RESIZE_OUTCOME, reconcile_workflow_id, resize_workflow_id
@@ -208,6 +208,8 @@ def register(app: typer.Typer) -> None:
         if s.observe_only:
             state += ", observe-only (RAYSIZE_OBSERVE_ONLY: nothing is changed)"
         typer.echo(f"{cluster}: {state}, {s.ticks} ticks, {s.resizes_started} resizes started")
+        if s.in_force is not None:
+            typer.echo(f"  in force: {in_force_text(s.in_force)}")
         if s.stood_down and s.ray_autoscaler_pod:
             typer.echo(
                 f"  Ray's autoscaler still runs in head pod {s.ray_autoscaler_pod} (container "

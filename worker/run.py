@@ -40,7 +40,7 @@ from raysize.worker.temporal import (
     connect,
     ensure_search_attributes,
 )
-from raysize.workflows.contracts import ReconcileInput
+from raysize.workflows.contracts import LoopSettings, ReconcileInput
 from raysize.workflows.discovery_workflow import DiscoveryInput, DiscoveryWorkflow
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
@@ -86,9 +86,21 @@ def reconcile_input(settings: Settings) -> Callable[[str, str], ReconcileInput]:
             max_concurrent_resizes=settings.max_concurrent_resizes,
             resize_poll_interval_s=settings.resize_poll_interval_s,
             settings=settings.planner(),
+            follow_worker=True,
         )
 
     return make
+
+
+def loop_settings(settings: Settings) -> LoopSettings:
+    """What a loop that follows its worker decides with (`LoopSettings`): this worker's
+    configuration, sent with every observe it runs."""
+    return LoopSettings(
+        tick_s=settings.tick_s,
+        max_concurrent_resizes=settings.max_concurrent_resizes,
+        resize_poll_interval_s=settings.resize_poll_interval_s,
+        settings=settings.planner(),
+    )
 
 
 def workflow_runner() -> WorkflowRunner:
@@ -186,7 +198,21 @@ def ray_settings(settings: Settings) -> RaySettings:
                     f"{variable}: {str(path)!r} is not a file (RAY_USE_TLS is set: point "
                     f"{variable} at the file, or unset RAY_USE_TLS)"
                 )
-    return RaySettings(gcs_override=settings.gcs_address, token=token, tls=tls)
+    scope = settings.ray_token_scope()
+    if token and not scope.entries:
+        log.warning(
+            "a Ray token is set (RAYSIZE_RAY_TOKEN, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) but "
+            "RAYSIZE_RAY_TOKEN_FOR names no cluster: it is sent to none. Name the namespaces "
+            "or <namespace>/<raycluster> it is for, or * when every cluster is yours"
+        )
+    elif token:
+        log.info("the worker's own Ray token goes to clusters without their own in: %s", scope)
+    if token and tls is None and scope.entries:
+        log.warning(
+            "the worker's own Ray token is sent without TLS (RAY_USE_TLS unset): anyone on "
+            "the path to those clusters' GCS can read it"
+        )
+    return RaySettings(gcs_override=settings.gcs_address, token=token, tls=tls, token_for=scope)
 
 
 class WorkerSlots(TypedDict):
@@ -233,6 +259,7 @@ def build_worker(
         settings=settings.planner(),
         observe_only=ObserveOnly(on=settings.observe_only),
         targets=targets,
+        loop=loop_settings(settings),
     )
     discovery = DiscoveryActivities(
         kube=kube,
@@ -374,16 +401,19 @@ async def _serve(
         targets.close()
         raise
     if settings.discover:
-        await client.start_workflow(
+        wanted = DiscoveryInput(
+            namespaces=tuple(settings.namespace_list()), interval_s=settings.discovery_interval_s
+        )
+        discovery = await client.start_workflow(
             DiscoveryWorkflow.run,
-            DiscoveryInput(
-                namespaces=tuple(settings.namespace_list()),
-                interval_s=settings.discovery_interval_s,
-            ),
+            wanted,
             id=discovery_id(settings),
             task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+        # one already running keeps the settings it was started with: this worker's own
+        # (RAYSIZE_NAMESPACES, RAYSIZE_DISCOVERY_INTERVAL_S) are in force from its next round
+        await discovery.signal(DiscoveryWorkflow.configure, wanted)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

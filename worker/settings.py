@@ -14,6 +14,7 @@ from temporalio.common import WorkerDeploymentVersion
 
 import raysize
 from raysize.activities.kube_limits import DEFAULT_BURST, DEFAULT_QPS
+from raysize.activities.ray_tokens import FallbackScope
 from raysize.activities.targets import KUBE_THREADS
 from raysize.workflows.contracts import POLL_INTERVAL_S
 from raysize.workflows.model import PlannerSettings, ResizePolicy
@@ -214,7 +215,14 @@ class Settings(BaseSettings):
         None,
         description="Ray auth token of clusters without one of their own (a cluster's "
         "authOptions Secret or head RAY_AUTH_TOKEN wins; default: $RAY_AUTH_TOKEN / "
-        "$RAY_AUTH_TOKEN_PATH)",
+        "$RAY_AUTH_TOKEN_PATH), sent only to the clusters RAYSIZE_RAY_TOKEN_FOR names",
+    )
+    ray_token_for: str = Field(
+        "",
+        description="where the worker's own Ray token may be sent: a comma-separated list "
+        "of namespaces and <namespace>/<raycluster>, or * for every cluster without a "
+        "token of its own (one tenant); empty: nowhere (a cluster without its own token "
+        "gets none)",
     )
 
     # --- decisions ---
@@ -354,6 +362,15 @@ class Settings(BaseSettings):
                 "raysize-prod; the build ID may)"
             )
         return value
+
+    @field_validator("ray_token_for")
+    @classmethod
+    def _ray_token_for(cls, value: str) -> str:
+        FallbackScope.parse(value)  # a ValueError names the entry
+        return value
+
+    def ray_token_scope(self) -> FallbackScope:
+        return FallbackScope.parse(self.ray_token_for)
 
     @field_validator("build_id")
     @classmethod

@@ -14,9 +14,10 @@ from datetime import datetime, timedelta
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from raysize.workflows.contracts import ResizePhase, ResizeSagaState
+from raysize.workflows.contracts import LoopSettings, ResizePhase, ResizeSagaState
 from raysize.workflows.naming import POD_NAME, RESIZE_OUTCOME, RESIZE_PHASE, kube_cluster_query
 from raysize.workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.resources import size_text
 
 QUERY_TIMEOUT = timedelta(seconds=10)
 LIMIT = 200  # resizes read per cluster, newest first
@@ -125,3 +126,15 @@ def render_rows(rows: list[ResizeRow]) -> list[str]:
         if r.running and r.detail:
             out.append(f"    ↳ {r.detail}")
     return out
+
+
+def in_force_text(loop: LoopSettings) -> str:
+    """The settings a loop decides with, as `raysize status` shows them."""
+    p = loop.settings
+    cap = "" if p.max_workers is None else f", at most {p.max_workers} workers"
+    return (
+        f"tick {loop.tick_s:g} s, up to {loop.max_concurrent_resizes} resizes at once, "
+        f"resize policy {p.resize_policy.value}, steps {size_text(p.cpu_step, p.memory_step)}, "
+        f"idle timeout {p.idle_timeout_s:g} s, Raylet start timeout "
+        f"{p.raylet_start_timeout_s:g} s{cap}"
+    )

@@ -100,6 +100,12 @@ class FinishResizeResult(RayletResizeResult):
     status_error: str = Field("", description="why the final status was not written, if not")
 
 
+CLUSTER_OF_POD_DOC = (
+    "the pod's RayCluster: its Kubernetes calls take turns with other clusters' "
+    "(activities/targets.py); empty from a saga an older worker started"
+)
+
+
 class ApplyResizeInput(Value):
     """Patch the pod, record the status, then watch the kubelet for up to `window_s`;
     with `finish`, once the kubelet is done, bring the Raylet to the pod's size and write
@@ -108,6 +114,7 @@ class ApplyResizeInput(Value):
     namespace: str
     pod: str
     cpu: int = Field(description="absolute size: the limit if the container has one")
+    cluster: str = Field(default="", description=CLUSTER_OF_POD_DOC)
     memory: int
     status: IpprStatus = Field(description="ray.io/ippr-status to write after the patch")
     poll_interval_s: float = POLL_INTERVAL_S
@@ -149,6 +156,7 @@ class WaitResizeInput(Value):
     poll_interval_s: float = POLL_INTERVAL_S
     window_s: float = 30.0  # return IN_PROGRESS after this long, so the workflow can time out
     pod_uid: str = Field(default="", description=POD_UID_DOC)
+    cluster: str = Field(default="", description=CLUSTER_OF_POD_DOC)
 
 
 class ResizeProgress(Value):
@@ -181,6 +189,7 @@ class SetStatusInput(Value):
     pod: str
     status: IpprStatus
     pod_uid: str = Field(default="", description=POD_UID_DOC)
+    cluster: str = Field(default="", description=CLUSTER_OF_POD_DOC)
 
 
 KUBE_CLUSTER_DOC = (
@@ -413,6 +422,21 @@ class Memory(Value):
     )
 
 
+class LoopSettings(Value):
+    """The worker's settings a running reconcile loop follows (issue #43 item 5): the
+    worker that runs an observe sends its own (`ClusterActivities.loop`), the tick records
+    them (`Tick.in_force`), and a loop started to follow the worker
+    (`ReconcileInput.follow_worker`) uses them from that tick on and carries them through
+    continue-as-new. So a setting changed in the worker's configuration (`helm upgrade
+    --set config.RAYSIZE_IDLE_TIMEOUT_S=…`, which restarts the worker) reaches every loop
+    at its next tick."""
+
+    tick_s: float
+    max_concurrent_resizes: int
+    resize_poll_interval_s: float
+    settings: PlannerSettings
+
+
 class ObserveInput(Value):
     """Read the cluster and plan on what was read (`Act.OBSERVE`)."""
 
@@ -429,6 +453,11 @@ class ObserveInput(Value):
         default=None,
         description="resizes that may run at once (ReconcileInput.max_concurrent_resizes): "
         "the tick records no more new ones than that leaves room for (None: all)",
+    )
+    follow_worker: bool = Field(
+        default=False,
+        description="plan with the observing worker's settings, not `settings` and "
+        "`max_resizes` (ReconcileInput.follow_worker)",
     )
 
 
@@ -512,6 +541,11 @@ class Tick(ClusterRead):
     )
     would: WouldDo | None = Field(
         default=None, description="observe-only: the plan that was not carried out"
+    )
+    in_force: LoopSettings | None = Field(
+        default=None,
+        description="the observing worker's settings, which the plan was made with (None: "
+        "a worker that sends none, or before 0.2)",
     )
 
 
@@ -618,6 +652,11 @@ class ReconcileStatus(Value):
     would: tuple[str, ...] = Field(
         default=(), description="observe-only: what the last plan would have done, a line each"
     )
+    in_force: LoopSettings | None = Field(
+        default=None,
+        description="the settings the loop decides with now (the worker's, as of its last "
+        "tick, when it follows the worker; else those it was started with)",
+    )
     observe_failures: int = Field(
         default=0,
         description="observes failed in a row (0: the last one read the cluster); the loop "
@@ -668,4 +707,8 @@ class ReconcileInput(Value):
     resize_poll_window_s: float = 30.0
     settings: PlannerSettings = Field(default_factory=PlannerSettings)
     max_ticks_per_run: int = 200  # continue-as-new at the latest after this many ticks
+    # the loop takes tick_s, max_concurrent_resizes, resize_poll_interval_s and settings
+    # from each tick's `in_force` (the worker's configuration as it is now) instead of
+    # keeping the values it was started with; discovery and `raysize start` set it
+    follow_worker: bool = False
     carry: ReconcileCarry = Field(default_factory=ReconcileCarry)

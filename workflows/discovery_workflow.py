@@ -31,10 +31,26 @@ class DiscoveryWorkflow:
         self.clusters: list[tuple[str, str]] = []
         self.woken = False
         self.last_error = ""
+        # the namespaces and interval a worker started with (`configure`): a worker whose
+        # RAYSIZE_NAMESPACES or RAYSIZE_DISCOVERY_INTERVAL_S changed sends its own, and
+        # the loop uses them from its next round on (issue #43 item 5)
+        self.configured: DiscoveryInput | None = None
+        self.in_force: DiscoveryInput | None = None
 
     @workflow.signal
     def wake(self) -> None:
         self.woken = True
+
+    @workflow.signal
+    def configure(self, settings: DiscoveryInput) -> None:
+        """A starting worker's namespaces and interval: in force from the next round."""
+        self.configured = settings
+        self.woken = True
+
+    @workflow.query
+    def settings(self) -> DiscoveryInput | None:
+        """The namespaces and interval in force (None before the first round)."""
+        return self.in_force
 
     @workflow.query
     def clusters_seen(self) -> list[str]:
@@ -44,6 +60,19 @@ class DiscoveryWorkflow:
     async def run(self, inp: DiscoveryInput) -> None:
         for _ in range(inp.max_rounds_per_run):
             self.woken = False
+            if self.configured is not None:
+                new = self.configured.model_copy(
+                    update={"max_rounds_per_run": inp.max_rounds_per_run}
+                )
+                if new != inp:
+                    workflow.logger.info(
+                        "discovery: a worker's settings, in force from this round: "
+                        "namespaces %s, every %g s",
+                        ", ".join(new.namespaces) or "(all)",
+                        new.interval_s,
+                    )
+                inp, self.configured = new, None
+            self.in_force = inp
             try:
                 found: list[tuple[str, str]] = await workflow.execute_activity(
                     Act.LIST_CLUSTERS,

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         Err,
         EventInput,
         GcsTimetable,
+        LoopSettings,
         Memory,
         ObserveInput,
         ReconcileInput,
@@ -152,6 +153,45 @@ def describe_plan(p: Plan, *, scaling: bool = True) -> list[str]:
     return lines
 
 
+def loop_settings(inp: ReconcileInput) -> LoopSettings:
+    return LoopSettings(
+        tick_s=inp.tick_s,
+        max_concurrent_resizes=inp.max_concurrent_resizes,
+        resize_poll_interval_s=inp.resize_poll_interval_s,
+        settings=inp.settings,
+    )
+
+
+def follow(inp: ReconcileInput, worker: LoopSettings) -> ReconcileInput:
+    """The loop's input with the worker's settings as the tick recorded them (issue #43
+    item 5); each change is logged once, when the loop takes it."""
+    now = loop_settings(inp)
+    if worker == now:
+        return inp
+    changes = changed_settings(now, worker)
+    workflow.logger.info(
+        "%s/%s: the worker's settings changed, in force from this tick: %s",
+        inp.namespace,
+        inp.cluster,
+        ", ".join(changes),
+    )
+    return inp.model_copy(
+        update={
+            "tick_s": worker.tick_s,
+            "max_concurrent_resizes": worker.max_concurrent_resizes,
+            "resize_poll_interval_s": worker.resize_poll_interval_s,
+            "settings": worker.settings,
+        }
+    )
+
+
+def changed_settings(old: LoopSettings, new: LoopSettings) -> list[str]:
+    """`name old → new` for each setting that differs."""
+    a = {**old.model_dump(exclude={"settings"}), **old.settings.model_dump()}
+    b = {**new.model_dump(exclude={"settings"}), **new.settings.model_dump()}
+    return [f"{k} {a.get(k)} → {b[k]}" for k in b if a.get(k) != b[k]]
+
+
 @workflow.defn(name=RECONCILE_WORKFLOW)
 class ReconcileWorkflow:
     @workflow.init
@@ -221,6 +261,7 @@ class ReconcileWorkflow:
             observe_only=self.carry.observe_only,
             would=self.would,
             observe_failures=self.carry.observe_failures,
+            in_force=None if inp is None else loop_settings(inp),
         )
 
     @workflow.run
@@ -236,6 +277,8 @@ class ReconcileWorkflow:
             self.woken = False
             self.next_decision_in = None
             tick = await self._observe(inp)
+            if tick is not None and tick.in_force is not None and inp.follow_worker:
+                inp = self.inp = follow(inp, tick.in_force)
             if tick is not None and not tick.found:
                 workflow.logger.info("RayCluster %s/%s is gone: done", inp.namespace, inp.cluster)
                 return "RayCluster deleted"
@@ -303,6 +346,7 @@ class ReconcileWorkflow:
                     memory=self.memory,
                     now=workflow.now().timestamp(),
                     max_resizes=inp.max_concurrent_resizes,
+                    follow_worker=inp.follow_worker,
                 ),
                 result_type=Tick,
                 summary=f"read RayCluster {inp.namespace}/{inp.cluster}, its pods and Ray; plan",

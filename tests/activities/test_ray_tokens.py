@@ -11,9 +11,11 @@ import pytest
 from raysize.activities.k8s_errors import Forbidden, NotFound, Unavailable, from_api_exception
 from raysize.activities.ray_errors import RayAuthUnavailable
 from raysize.activities.ray_tokens import (
+    FallbackScope,
     RayTokens,
     TokenSource,
     kuberay_secret_name,
+    source_for,
     token_source,
 )
 
@@ -88,7 +90,8 @@ def test_a_token_is_read_once_and_again_only_when_refused():
     api.items[("team", "rc")] = secret("one\n", "5")  # Ray strips the token: so does raysize
     tokens = RayTokens(api.read, fallback="global")
     source = TokenSource("team", "rc")
-    assert tokens.token(None) == "global"
+    assert tokens.token(None) is None  # no token of its own, none named for it: none sent
+    assert tokens.token(TokenSource("team", fallback=True)) == "global"
     assert tokens.token(source) == "one" and tokens.token(source) == "one"
     assert api.gets == 1  # cached
     assert tokens.refresh(source) is False  # Ray refused it, but the Secret is as it was
@@ -99,6 +102,7 @@ def test_a_token_is_read_once_and_again_only_when_refused():
     assert tokens.token(source) == "two" and api.gets == 3
     # a literal token, or the fallback, has nothing to read again
     assert tokens.refresh(None) is False
+    assert tokens.refresh(TokenSource("team", fallback=True)) is False
     assert tokens.refresh(TokenSource("team", value="x")) is False
     assert api.gets == 3
 
@@ -135,3 +139,27 @@ def test_a_secret_that_cannot_be_read_says_what_to_grant_or_create():
     with pytest.raises(RayAuthUnavailable) as flaky:
         tokens.token(TokenSource("team", "flaky"))
     assert flaky.value.retryable is True  # the API server may come back
+
+
+def test_the_workers_own_token_goes_only_where_ray_token_for_names() -> None:
+    """#43 item 6: the fallback token was sent to every cluster without one of its own,
+    auth or not: any tenant who runs a head pod could read it."""
+    mine = FallbackScope.parse("team-a, team-b/train")
+    assert mine.allows("team-a", "any") and mine.allows("team-b", "train")
+    assert not mine.allows("team-b", "other") and not mine.allows("team-c", "train")
+    assert FallbackScope.parse("*").allows("x", "y")
+    assert not FallbackScope.parse("").allows("team-a", "x")
+
+    def rc(ns: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": ns, "name": name}, "spec": {}}
+
+    assert source_for(rc("team-c", "x"), mine) is None
+    named = source_for(rc("team-a", "x"), mine)
+    assert named is not None and named.fallback
+    assert "RAYSIZE_RAY_TOKEN_FOR=team-a,team-b/train" in named.describe()
+    # a cluster's own token wins, named or not
+    own = source_for(raycluster(auth={"mode": "token"}), FallbackScope.parse("*"))
+    assert own is not None and not own.fallback
+    for bad in ("team a", "a/b/c", "Team", "/x"):
+        with pytest.raises(ValueError, match="is not '\\*', a namespace or"):
+            FallbackScope.parse(bad)

@@ -23,6 +23,7 @@ from temporalio.testing import ActivityEnvironment
 
 from raysize.activities.cluster import ClusterActivities, RaySettings
 from raysize.activities.k8s import Kube
+from raysize.activities.ray_tokens import FallbackScope
 from raysize.sandbox.cluster import Sandbox
 from raysize.sandbox.gcs_standin import GcsStandIn
 from raysize.sandbox.rbac import Authorizer, service_account_user
@@ -126,11 +127,44 @@ def observe(acts: ClusterActivities, ns: str, cluster: str, gcs: GcsStandIn) -> 
     return asyncio.run(ActivityEnvironment().run(acts.observe, inp))
 
 
+def test_the_workers_own_token_goes_only_to_the_clusters_named_for_it(
+    kube: client.ApiClient, ns: str, three: tuple[dict[str, GcsStandIn], str]
+) -> None:
+    """#43 item 6: `tc` has no token of its own and RAYSIZE_RAY_TOKEN_FOR does not name it:
+    its GCS (a tenant's, say) sees no token at all, and the refusal says why; named, it
+    gets the worker's own token. The clusters with their own never see the fallback."""
+    gcs, _ = three
+    acts = ClusterActivities(kube=Kube(kube, timeout_s=5.0), ray=RaySettings(token=GLOBAL))
+    named = ClusterActivities(
+        kube=Kube(kube, timeout_s=5.0),
+        ray=RaySettings(token=GLOBAL, token_for=FallbackScope((ns,))),
+    )
+    try:
+        with pytest.raises(ApplicationError) as refused:
+            observe(acts, ns, "tc", gcs["tc"])
+        assert gcs["tc"].presented == {None}  # nothing to capture
+        assert "no token was sent: the worker's own token (RAYSIZE_RAY_TOKEN) goes only" in str(
+            refused.value
+        )
+        assert "RAYSIZE_RAY_TOKEN_FOR names (none)" in str(refused.value)
+        assert observe(named, ns, "tc", gcs["tc"]).snapshot is not None
+        assert gcs["tc"].presented == {None, f"Bearer {GLOBAL}"}
+        for own in ("ta", "tb"):
+            assert observe(named, ns, own, gcs[own]).snapshot is not None
+            assert f"Bearer {GLOBAL}" not in gcs[own].presented, own
+    finally:
+        acts.close()
+        named.close()
+
+
 def test_one_worker_reads_each_cluster_with_its_own_token_and_follows_a_rotation(
     kube: client.ApiClient, ns: str, three: tuple[dict[str, GcsStandIn], str]
 ) -> None:
     gcs, a_token = three
-    acts = ClusterActivities(kube=Kube(kube, timeout_s=5.0), ray=RaySettings(token=GLOBAL))
+    acts = ClusterActivities(
+        kube=Kube(kube, timeout_s=5.0),
+        ray=RaySettings(token=GLOBAL, token_for=FallbackScope((f"{ns}/tc",))),
+    )
     try:
         for name in ("ta", "tb", "tc"):
             assert observe(acts, ns, name, gcs[name]).snapshot is not None, name
@@ -243,7 +277,10 @@ def test_a_secret_raysize_may_not_read_fails_its_cluster_only_and_says_what_to_g
         },
     )
     with as_raysize(world_sandbox, kube, ns, tmp_path) as api:
-        acts = ClusterActivities(kube=Kube(api, timeout_s=5.0), ray=RaySettings(token=GLOBAL))
+        acts = ClusterActivities(
+            kube=Kube(api, timeout_s=5.0),
+            ray=RaySettings(token=GLOBAL, token_for=FallbackScope((f"{ns}/tc",))),
+        )
         try:
             with pytest.raises(ApplicationError) as refused:
                 wait_for(lambda: observe_or_not_yet(acts, ns, "ta", gcs["ta"]), timeout=30)
