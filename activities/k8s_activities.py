@@ -29,7 +29,7 @@ from raysize.activities.k8s_objects import (
 )
 from raysize.activities.observe_only import ObserveOnly
 from raysize.activities.pod_watch import PodWatch, Subscription
-from raysize.activities.targets import Targets
+from raysize.activities.targets import Targets, calls_of
 from raysize.workflows.contracts import (
     HEARTBEAT_TIMEOUT,
     Act,
@@ -80,13 +80,14 @@ class K8sActivities:
         self.targets = targets or Targets()
         self.finisher = finisher
 
-    def _call(self, fn: Callable[..., T], *args: Any) -> Awaitable[T]:
-        """`fn(*args)` on the threads of the API server (activities/targets.py)."""
-        return self.targets.on_kube(self.kube, fn, *args)
+    def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> Awaitable[T]:
+        """`fn(*args)` on the threads of the API server (activities/targets.py); `write`:
+        a saga's or a reconcile's write, sent before the reads waiting there."""
+        return self.targets.on_kube(self.kube, fn, *args, write=write)
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _run(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         try:
-            return await self._call(fn, *args)
+            return await self._call(fn, *args, write=write)
         except KubeError as exc:
             raise exc.to_application_error() from None
 
@@ -106,6 +107,7 @@ class K8sActivities:
         once the kubelet is done, bring the Raylet to the pod's size and write the final
         status (`finished`). It heartbeats throughout: a patch queued behind a saturated
         API server is not timed out and sent again beside itself."""
+        calls_of(inp.namespace, inp.cluster)
         await self.observe_only.refuse(f"resize of pod {inp.namespace}/{inp.pod}")
         began = time.monotonic()
         with heartbeats(HEARTBEAT_EVERY_S):
@@ -152,6 +154,7 @@ class K8sActivities:
                 inp.memory,
                 inp.pod_uid,
                 inp.expect,
+                write=True,
             )
         )
         try:
@@ -181,7 +184,12 @@ class K8sActivities:
                 else stack.enter_context(self.pods.subscribe(inp.namespace, inp.pod))
             )
             now = await self._run(
-                self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid
+                self.kube.set_ippr_status,
+                inp.namespace,
+                inp.pod,
+                inp.status,
+                inp.pod_uid,
+                write=True,
             )
             progress = await self._watch(
                 inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, generation,
@@ -211,6 +219,7 @@ class K8sActivities:
     async def wait_resize(self, inp: WaitResizeInput) -> ResizeProgress:
         """Poll the pod until the resize leaves IN_PROGRESS or the window ends; heartbeats
         throughout (a slow read of the pod too)."""
+        calls_of(inp.namespace, inp.cluster)
         with heartbeats(HEARTBEAT_EVERY_S):
             return await self._watch(
                 inp.namespace, inp.pod, inp.pod_uid, inp.cpu, inp.memory, inp.generation,
@@ -270,11 +279,15 @@ class K8sActivities:
 
     @activity.defn(name=Act.SET_STATUS)
     async def set_status(self, inp: SetStatusInput) -> None:
+        calls_of(inp.namespace, inp.cluster)
         await self.observe_only.refuse(f"ray.io/ippr-status of pod {inp.namespace}/{inp.pod}")
-        await self._run(self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid)
+        await self._run(
+            self.kube.set_ippr_status, inp.namespace, inp.pod, inp.status, inp.pod_uid, write=True
+        )
 
     @activity.defn(name=Act.SCALE)
     async def scale_groups(self, inp: ScaleInput) -> bool:
+        calls_of(inp.namespace, inp.cluster)
         await self.observe_only.refuse(f"scaling RayCluster {inp.namespace}/{inp.cluster}")
         return await self._run(
             self.kube.scale,
@@ -284,10 +297,12 @@ class K8sActivities:
             inp.workers_to_delete,
             inp.generation,
             inp.pod_uids,
+            write=True,
         )
 
     @activity.defn(name=Act.EVENT)
     async def record_event(self, inp: EventInput) -> None:
+        calls_of(inp.namespace, inp.name if inp.kind == "RayCluster" else "")
         await self._run(
             self.kube.record_event,
             inp.namespace,

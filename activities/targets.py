@@ -29,6 +29,16 @@ being sent. A call already running cannot be stopped (the clients block); it kee
 thread until its own timeout ends it, and its result is dropped. So a target's thread
 count stays within N even while its callers give up.
 
+Waiting calls are not one FIFO. A target's threads are shared by every Ray cluster (one
+API server serves them all), and one cluster's list storm or large scale-in queued
+hundreds of calls ahead of another cluster's saga write, which then failed unsent after
+its 10 s wait. So each call names its cluster (`key`) and whether it is one of the writes
+a saga or a reconcile waits on (`write`: the resize patch, `ray.io/ippr-status`, the
+RayCluster's scale). A free thread takes the writes first, then the reads; within each,
+one call per cluster in turn (round-robin over the clusters with calls waiting), so a
+cluster with a hundred calls waiting delays another cluster's next call by at most one
+of its own per thread.
+
 `Targets.load()` says, per target, the calls running and waiting and its threads; a
 target that first has to queue calls says so in one WARNING line (again after it drained).
 """
@@ -41,8 +51,8 @@ import contextvars
 import functools
 import logging
 import threading
-from collections import deque
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -62,6 +72,22 @@ PLAN_THREADS = 2  # the planner is pure Python: more threads only share the GIL
 IDLE_S = 10.0  # a thread with nothing to do for this long ends
 
 
+def cluster_key(namespace: str, cluster: str) -> str:
+    """The `key` of a Ray cluster's calls: they take turns with other clusters'."""
+    return f"{namespace}/{cluster}"
+
+
+# whose calls the running activity makes (`cluster_key`), set once at its start
+# (`calls_of`): each activity runs in a task of its own, with its own copy of the context
+_CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("raysize_caller", default="")
+
+
+def calls_of(namespace: str, cluster: str) -> None:
+    """The running activity (task) works for this Ray cluster: its blocking calls take
+    turns with other clusters' (`cluster=""`: its namespace's calls of no known cluster)."""
+    _CALLER.set(cluster_key(namespace, cluster))
+
+
 @dataclass(frozen=True)
 class Load:
     """One target now: calls running (one thread each), calls waiting for a thread, and
@@ -73,20 +99,82 @@ class Load:
 
 
 class _Call:
-    __slots__ = ("fn", "future", "loop", "started")
+    __slots__ = ("fn", "future", "key", "loop", "started", "write")
 
-    def __init__(self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        fn: Callable[[], Any],
+        loop: asyncio.AbstractEventLoop,
+        key: str = "",
+        write: bool = False,
+    ) -> None:
         self.fn = fn
         self.loop = loop
+        self.key = key  # whose call (a cluster): its turn among the others'
+        self.write = write  # a write a saga or a reconcile waits on: before the reads
         self.future: asyncio.Future[Any] = loop.create_future()
         self.started = False
+
+
+class _Queue:
+    """A target's waiting calls: the writes before the reads, and within each, the
+    clusters (`_Call.key`) in turn, one call each, in the order they came (under the
+    target's lock)."""
+
+    def __init__(self) -> None:
+        # [writes, reads]: key → its calls, in turn order (the next key first)
+        self._lanes: tuple[OrderedDict[str, deque[_Call]], ...] = (OrderedDict(), OrderedDict())
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[_Call]:
+        return (c for lane in self._lanes for calls in lane.values() for c in calls)
+
+    def append(self, call: _Call) -> None:
+        lane = self._lanes[0 if call.write else 1]
+        calls = lane.get(call.key)
+        if calls is None:
+            lane[call.key] = calls = deque()  # a key with nothing waiting goes last
+        calls.append(call)
+        self._len += 1
+
+    def popleft(self) -> _Call:
+        """The next call: the first key's oldest; that key then goes last in its lane."""
+        for lane in self._lanes:
+            if lane:
+                key, calls = next(iter(lane.items()))
+                call = calls.popleft()
+                if calls:
+                    lane.move_to_end(key)
+                else:
+                    del lane[key]
+                self._len -= 1
+                return call
+        raise IndexError("no call waits")
+
+    def remove(self, call: _Call) -> None:
+        lane = self._lanes[0 if call.write else 1]
+        calls = lane.get(call.key)
+        if calls is None:
+            raise ValueError("not waiting")
+        calls.remove(call)  # ValueError when not there
+        if not calls:
+            del lane[call.key]
+        self._len -= 1
+
+    def clear(self) -> None:
+        for lane in self._lanes:
+            lane.clear()
+        self._len = 0
 
 
 class _Target:
     def __init__(self, name: str, limit: int, lock: threading.Lock) -> None:
         self.name = name
         self.limit = limit
-        self.queue: deque[_Call] = deque()
+        self.queue = _Queue()
         self.cond = threading.Condition(lock)
         self.running = 0
         self.threads = 0
@@ -140,9 +228,14 @@ class Targets:
         fn: Callable[..., T],
         *args: Any,
         limits: KubeLimits | None = None,
+        key: str = "",
+        write: bool = False,
     ) -> T:
         """`fn(*args)` on the threads of the Kubernetes API server at `host`; while that
-        server's Retry-After runs (`limits`), the call waits on the event loop first."""
+        server's Retry-After runs (`limits`), the call waits on the event loop first.
+        `key`: whose call (`cluster_key`; default: the activity's, `calls_of`), taking
+        turns with the other clusters' calls; `write`: a saga's or a reconcile's write,
+        sent before the reads waiting."""
         if limits is not None:
             await limits.held()
 
@@ -153,14 +246,30 @@ class Targets:
             )
 
         return await self.run(
-            f"kube {host}", self.kube_threads, fn, *args, wait_s=wait_s, busy=busy
+            f"kube {host}",
+            self.kube_threads,
+            fn,
+            *args,
+            wait_s=wait_s,
+            busy=busy,
+            key=key,
+            write=write,
         )
 
-    async def on_kube(self, kube: Any, fn: Callable[..., T], *args: Any) -> T:
+    async def on_kube(
+        self, kube: Any, fn: Callable[..., T], *args: Any, key: str = "", write: bool = False
+    ) -> T:
         """`fn(*args)` for a `Kube`: on its API server's threads, bounded by its call
-        timeout, after its server's Retry-After (`Kube.limits`, when it has one)."""
+        timeout, after its server's Retry-After (`Kube.limits`, when it has one); `key`
+        and `write` as for `kube`."""
         return await self.kube(
-            kube.host, kube.timeout_s, fn, *args, limits=getattr(kube, "limits", None)
+            kube.host,
+            kube.timeout_s,
+            fn,
+            *args,
+            limits=getattr(kube, "limits", None),
+            key=key,
+            write=write,
         )
 
     async def gcs(self, address: str, wait_s: float | None, fn: Callable[..., T], *args: Any) -> T:
@@ -189,13 +298,21 @@ class Targets:
         *args: Any,
         wait_s: float | None = None,
         busy: Callable[[int, float], Exception] | None = None,
+        key: str = "",
+        write: bool = False,
     ) -> T:
         """`fn(*args)` on a thread of target `name` (at most `limit` threads), with the
         caller's context variables (Temporal's activity context, the trace), as
         `asyncio.to_thread` does. Waiting longer than `wait_s` for a thread raises
-        `busy(limit, wait_s)`; cancelling the caller withdraws a call not yet started."""
+        `busy(limit, wait_s)`; cancelling the caller withdraws a call not yet started.
+        Waiting calls go writes first, then one per `key` in turn (`_Queue`)."""
         loop = asyncio.get_running_loop()
-        call = _Call(functools.partial(contextvars.copy_context().run, fn, *args), loop)
+        call = _Call(
+            functools.partial(contextvars.copy_context().run, fn, *args),
+            loop,
+            key or _CALLER.get(),
+            write,
+        )
         crowded = False
         with self._lock:
             if self._closed:

@@ -390,6 +390,7 @@ class PodResizeWorkflow:
                 pod_uid=req.pod_uid,
                 finish=then,
                 expect=expect,
+                cluster=req.cluster,
             ),
             result_type=ApplyResizeResult,
             summary=f"patch pods/resize to {size_text(cpu, memory)}, then watch the kubelet"
@@ -486,6 +487,7 @@ class PodResizeWorkflow:
                 poll_interval_s=req.poll_interval_s,
                 window_s=window,
                 pod_uid=req.pod_uid,
+                cluster=req.cluster,
             ),
             result_type=ResizeProgress,
             summary=f"watch the kubelet resize to {size_text(self.cpu, self.memory)}",
@@ -634,7 +636,11 @@ class PodResizeWorkflow:
         await self._k8s(
             Act.SET_STATUS,
             SetStatusInput(
-                namespace=req.namespace, pod=req.pod, status=status, pod_uid=req.pod_uid
+                namespace=req.namespace,
+                pod=req.pod,
+                status=status,
+                pod_uid=req.pod_uid,
+                cluster=req.cluster,
             ),
             type(None),
             "write the pod's ray.io/ippr-status",
