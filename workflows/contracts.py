@@ -420,6 +420,12 @@ class Memory(Value):
         description="observe-only: the actions (`would_key`) already said in a Would* Event, "
         "so an unchanged plan is not said again every tick",
     )
+    moved: dict[str, tuple[str, int, int, float]] = Field(
+        default_factory=dict,
+        description="pod → its UID, the size (millicores, bytes) its last saga moved it away "
+        "from, and when that saga ended: a read showing the pod there again soon after is "
+        "older than the saga's write (`reconcile_workflow._fresh`)",
+    )
 
 
 class LoopSettings(Value):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from typing import NoReturn
 
@@ -54,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         LoopSettings,
         Memory,
         ObserveInput,
+        PodRef,
         ReconcileInput,
         ReconcileStatus,
         ResizeOutcome,
@@ -83,6 +84,11 @@ with workflow.unsafe.imports_passed_through():
     from raysize.workflows.waiting import backoff_s, raise_if_cancelled, until_done_or
 
 KEEP_DECISIONS = 50
+# how long after a saga moved a pod away from a size a read that shows the pod at that
+# size again is taken as one that missed the saga's write (a pod cache that has not
+# received it yet: the other worker made the patch), not as news: longer than a pod
+# watch may lag (activities/pod_watch.py's silence bound is 45 s)
+STALE_WRITE_S = 60.0
 # a local activity's retry due later than this waits on a workflow timer, not in its task
 LOCAL_RETRY_THRESHOLD = timedelta(seconds=1)
 # a decision keeps its first lines (status, the carry over continue-as-new); the log line of
@@ -222,6 +228,9 @@ class ReconcileWorkflow:
         # pods whose saga this run started and whose end has not reached it yet (under
         # load the end may come tasks after the saga closed): never started again
         self.sagas_running: set[str] = set()
+        # pods whose saga this run started (a grow in `Memory.growing` that is not one of
+        # them was started by an earlier run: `_missed_write`)
+        self.started_here: set[str] = set()
         self.noting: set[asyncio.Future[None]] = set()  # the tasks that wait for them
         # pod → the size this run last sent its saga as a new target (`_send_retarget`):
         # a saga that ends short of it wakes the loop (`_note_end`)
@@ -421,7 +430,8 @@ class ReconcileWorkflow:
         if tick.plan is None or tick.observe_only:
             return  # observe-only: never act, whatever the tick holds
         p = tick.plan
-        self.carry = self.carry.model_copy(update={"memory": tick.memory})
+        self._adopt_memory(tick)
+        self._forget_old_moves()
         self.next_decision_in = tick.next_decision_in
         self.last_plan = p
         if tick.stuck and not self.paused:
@@ -489,7 +499,7 @@ class ReconcileWorkflow:
         """Observe-only: record what the plan would have done, as a decision and Events
         (only what was not said before: an unchanged plan is said once), and change
         nothing."""
-        self.carry = self.carry.model_copy(update={"memory": tick.memory})
+        self._adopt_memory(tick)
         self.next_decision_in = tick.next_decision_in
         self.last_plan = would.plan
         self.would = would.lines
@@ -637,11 +647,13 @@ class ReconcileWorkflow:
         # decision)
         results = await asyncio.gather(
             *(self._start_one(inp, r, tick, start=False) for r in [*retargets, *unheard]),
-            *(self._start_one(inp, r, tick) for r in await self._fresh(inp, todo)),
+            *(self._start_one(inp, r, tick) for r in await self._fresh(inp, todo, tick.refs)),
         )
         return sum(results)
 
-    async def _fresh(self, inp: ReconcileInput, resizes: list[ResizeAction]) -> list[ResizeAction]:
+    async def _fresh(
+        self, inp: ReconcileInput, resizes: list[ResizeAction], tick_refs: Mapping[str, PodRef]
+    ) -> list[ResizeAction]:
         """The resizes decided on a read of their pod that began after its last saga (of
         this run) ended, leaving out pods whose saga this run has not heard end. One that
         ended while the read was under way (the pods read before its patch, Ray after its
@@ -665,12 +677,65 @@ class ReconcileWorkflow:
             workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
             self._decided(line)
             self.next_decision_in = min(self.next_decision_in or inp.retry_s, 0.1)
-        return fresh
+        # a read that began after the saga's end was heard can still be older than its
+        # write: the pods came from a cache the write had not reached (#43 item 3)
+        missed = [r for r in fresh if self._missed_write(r, tick_refs)]
+        if missed:
+            line = (
+                f"not acted on: {', '.join(sorted(r.pod for r in missed))}: the read shows "
+                "each at the size its last resize moved it away from, so it is older than "
+                "the resize's write; decided again on a fresh read"
+            )
+            workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
+            self._decided(line)
+            self.next_decision_in = min(self.next_decision_in or inp.retry_s, 1.0)
+        return [r for r in fresh if r not in missed]
+
+    def _missed_write(self, r: ResizeAction, refs: Mapping[str, PodRef]) -> bool:
+        """The decision's `from` is the size this pod's last saga moved it away from, a
+        moment ago: the read did not see that saga's write."""
+        now = workflow.now().timestamp()
+        moved = self.memory.moved.get(r.pod)
+        if moved is not None:
+            uid, cpu, memory, ended = moved
+            ref = refs.get(r.pod)
+            same_pod = ref is None or not uid or ref.uid == uid
+            if (
+                same_pod
+                and now - ended < STALE_WRITE_S
+                and (r.from_cpu, r.from_memory)
+                == (
+                    cpu,
+                    memory,
+                )
+            ):
+                return True
+        # a grow an earlier run of this loop started (before a continue-as-new): its end
+        # never reaches this run, so the same holds from its start
+        growing = self.memory.growing.get(r.pod)
+        return (
+            growing is not None
+            and r.pod not in self.started_here
+            and now - growing[2] < STALE_WRITE_S
+            and (r.from_cpu, r.from_memory) == (growing[0], growing[1])
+        )
+
+    def _adopt_memory(self, tick: Tick) -> None:
+        """The memory the tick hands back; `moved` is this workflow's own (a saga's end
+        noted while the read was under way is not in the tick's copy)."""
+        memory = tick.memory.model_copy(update={"moved": self.memory.moved})
+        self.carry = self.carry.model_copy(update={"memory": memory})
+
+    def _forget_old_moves(self) -> None:
+        now = workflow.now().timestamp()
+        kept = {p: m for p, m in self.memory.moved.items() if now - m[3] < STALE_WRITE_S}
+        if len(kept) != len(self.memory.moved):
+            self._remember(moved=kept)
 
     async def _settle(self, inp: ReconcileInput, tick: Tick) -> None:
         """A saga for each resize nobody works on any more: back to the pod's actual size.
         Where a saga still runs (paused by an operator, say), it is left to finish."""
-        for r in await self._fresh(inp, list(tick.stuck)):
+        for r in await self._fresh(inp, list(tick.stuck), tick.refs):
             started = await self._start_one(inp, r, tick, retarget=False)
             if r.pod in self.memory.drift_since:
                 # the next look at this Raylet comes a whole RAYLET_DRIFT_S later: a sync
@@ -757,7 +822,8 @@ class ReconcileWorkflow:
                 growing = (r.from_cpu, r.from_memory, workflow.now().timestamp())
                 self._remember(growing={**self.memory.growing, r.pod: growing})
             self.sagas_running.add(r.pod)
-            noting = asyncio.ensure_future(self._note_end(r.pod, saga))
+            self.started_here.add(r.pod)
+            noting = asyncio.ensure_future(self._note_end(r.pod, req.pod_uid, saga))
             self.noting.add(noting)
             noting.add_done_callback(self.noting.discard)
             return 1
@@ -767,7 +833,10 @@ class ReconcileWorkflow:
             return 0
 
     async def _note_end(
-        self, pod: str, saga: workflow.ChildWorkflowHandle[PodResizeWorkflow, ResizeSagaState]
+        self,
+        pod: str,
+        uid: str,
+        saga: workflow.ChildWorkflowHandle[PodResizeWorkflow, ResizeSagaState],
     ) -> None:
         """When the saga ended (its outcome is its own to tell: `_fresh`). One that ended
         short of the target this run sent it wakes the loop to decide again on a fresh
@@ -779,6 +848,13 @@ class ReconcileWorkflow:
             state = await saga
         self.saga_ends[pod] = workflow.now().timestamp()
         self.sagas_running.discard(pod)
+        if (
+            state is not None
+            and state.outcome == ResizeOutcome.SUCCEEDED
+            and (state.cpu, state.memory) != (state.from_cpu, state.from_memory)
+        ):
+            moved = (uid, state.from_cpu, state.from_memory, self.saga_ends[pod])
+            self._remember(moved={**self.memory.moved, pod: moved})
         sent = self.sent_targets.pop(pod, None)
         if sent is not None and (
             state is None

@@ -751,3 +751,83 @@ async def test_tasks_waiting_inside_a_placement_group_are_not_reported_unplaceab
     assert not any("cannot place" in n for n in status.last_plan.notes)
     assert any("wait inside their placement group" in n for n in status.last_plan.notes)
     assert world.scales == [] and not world.started
+
+
+async def test_a_read_that_missed_a_finished_sagas_write_starts_no_second_saga(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """#43 item 3: in the 1,000-cluster burst a resize ran twice, the second saga started
+    within a second of the first one's end: the loop had heard the end, and the read it
+    then made began after it, but came from a worker's pod cache that had not yet received
+    the saga's own patch (the patch was made by the other worker), so it showed the pod
+    at its old size with the demand still there. Here the saga grows w1 1 → 3 CPU and
+    ends; the loop reads once after that, then a read shows the world as it was before
+    the saga. The decision made on it must not start a second saga: its `from` is the
+    size the last saga of the pod moved it away from, so the read is older than that
+    saga's write; the loop decides again on a fresh read, which shows the pod grown."""
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    before_the_saga = world.snapshot
+    async with reconciling(ts_env, world) as handle:
+        ns = handle.id.split("/")[1]
+        await until(lambda: world.started == ["w1"])
+        first = await ts_env.client.get_workflow_handle_for(
+            PodResizeWorkflow.run, f"resize/{ns}/w1"
+        ).result()
+        assert (first.outcome, first.cpu) == (ResizeOutcome.SUCCEEDED, 3000)
+        read = world.observed
+        await until(lambda: world.observed >= read + 1)  # a read after the end was heard
+        grown = world.snapshot
+
+        def stale_once() -> None:  # a cache without the saga's patch, for one read
+            world.snapshot = before_the_saga
+            world.on_read = lambda: setattr(world, "snapshot", grown)
+
+        world.on_read = stale_once
+        world.version += 1  # wakes the loop
+        read = world.observed
+        await until(lambda: world.observed >= read + 3)
+        status = await status_of(handle)
+    assert world.started == ["w1"], "a second saga from a read that missed the first's write"
+    assert any("older than the resize" in d.summary for d in status.decisions), status.decisions
+
+
+async def test_a_saga_that_ends_after_a_continue_as_new_is_not_started_again(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """The same after a continue-as-new: the run that started the saga is gone, and the
+    next one never hears its end. A read that missed the saga's write, in the new run,
+    shows the pod at the size the grow started from (`Memory.growing`, which the new run
+    carries): not acted on either."""
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    before_the_saga = world.snapshot
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder, max_ticks_per_run=3) as handle:
+        ns = handle.id.split("/")[1]
+        first_run = handle.first_execution_run_id
+        await until(lambda: world.started == ["w1"])  # held in its patch
+        world.resizing.discard("w1")  # reads miss the patch from now on
+
+        async def moved_on() -> bool:
+            desc = await ts_env.client.get_workflow_handle(handle.id).describe()
+            return desc.run_id != first_run
+
+        while not await moved_on():  # ticks until the loop continues as new
+            world.version += 1
+            await asyncio.sleep(0.05)
+        recorder.hold = False
+        first = await ts_env.client.get_workflow_handle_for(
+            PodResizeWorkflow.run, f"resize/{ns}/w1"
+        ).result()
+        assert first.outcome == ResizeOutcome.SUCCEEDED
+        grown = world.snapshot
+
+        def stale_once() -> None:
+            world.snapshot = before_the_saga
+            world.on_read = lambda: setattr(world, "snapshot", grown)
+
+        world.on_read = stale_once
+        world.version += 1
+        read = world.observed
+        await until(lambda: world.observed >= read + 3)
+    assert world.started == ["w1"], "a second saga after the continue-as-new"
