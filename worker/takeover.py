@@ -198,9 +198,13 @@ class Takeover:
         async for wf in client.list_workflows(query):
             if (wf.id, wf.run_id) in self.refused or (wf.id, wf.run_id) in self.moved:
                 continue
-            desc = await client.get_workflow_handle(wf.id, run_id=wf.run_id).describe()
-            pinned = desc.raw_description.workflow_execution_info.versioning_info
-            version = pinned.deployment_version
+            # the list's own record says where the run is; a describe only when it does not
+            version = wf.raw_info.versioning_info.deployment_version
+            if not version.build_id:
+                desc = await client.get_workflow_handle(wf.id, run_id=wf.run_id).describe()
+                version = (
+                    desc.raw_description.workflow_execution_info.versioning_info.deployment_version
+                )
             if version.deployment_name != self.version.deployment_name or not version.build_id:
                 continue  # unversioned, or of another deployment
             if version.build_id == self.version.build_id:
