@@ -251,6 +251,13 @@ class Settings(BaseSettings):
         "loops' observes, and 1,000 let so many observes run at once that thousands outlived "
         "their task's 10 s timeout and ran again",
     )
+    workflow_task_polls: int = Field(
+        10,
+        ge=2,
+        description="workflow-task polls the worker keeps on the task queue (and one more on "
+        "its sticky queue); each new resize's first task and every task of a loop whose "
+        "worker died wait there",
+    )
     max_cached_workflows: int = Field(
         4000,
         ge=100,
