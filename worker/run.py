@@ -282,8 +282,8 @@ def build_worker(
         workflow_runner=workflow_runner(),
         max_concurrent_workflow_task_polls=settings.workflow_task_polls,
         # all 10 (RAYSIZE_WORKFLOW_TASK_POLLS) on the task queue, and one more that core
-        # keeps on the worker's sticky
-        # queue (core: polls × ratio on the task queue, the rest, at least one, sticky;
+        # keeps on the worker's sticky queue (core: polls × ratio on the task queue, the
+        # rest, at least one, sticky;
         # Temporal's default ratio, 0.2, gives the task queue 2 and the sticky queue 8).
         # The task queue has every new workflow's first task, each resize's among them,
         # and every task of a loop whose worker died or whose sticky task waited 10 s: in
