@@ -722,8 +722,16 @@ class ReconcileWorkflow:
 
     def _adopt_memory(self, tick: Tick) -> None:
         """The memory the tick hands back; `moved` is this workflow's own (a saga's end
-        noted while the read was under way is not in the tick's copy)."""
-        memory = tick.memory.model_copy(update={"moved": self.memory.moved})
+        noted while the read was under way is not in the tick's copy), and a grow the read
+        saw land is a move too: its saga may be an earlier run's, whose end this run never
+        hears, and the next read may come from a cache that lags (another worker's)."""
+        moved = dict(self.memory.moved)
+        for pod, (at, _, _) in tick.memory.landed.items():
+            started = self.memory.growing.get(pod)
+            if started is not None and pod not in self.memory.landed:
+                ref = tick.refs.get(pod)
+                moved[pod] = (ref.uid if ref else "", started[0], started[1], at)
+        memory = tick.memory.model_copy(update={"moved": moved})
         self.carry = self.carry.model_copy(update={"memory": memory})
 
     def _forget_old_moves(self) -> None:

@@ -795,9 +795,10 @@ async def test_a_saga_that_ends_after_a_continue_as_new_is_not_started_again(
     ts_env: WorkflowEnvironment,
 ) -> None:
     """The same after a continue-as-new: the run that started the saga is gone, and the
-    next one never hears its end. A read that missed the saga's write, in the new run,
-    shows the pod at the size the grow started from (`Memory.growing`, which the new run
-    carries): not acted on either."""
+    next one never hears its end. The new run sees the grow landed, then a read from a
+    cache that lags (the loop's reads alternate between two workers' caches once one
+    worker is killed) shows the pod at the size the grow started from: not acted on
+    either (the landing is remembered as the move, `Memory.moved`)."""
     world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
     before_the_saga = world.snapshot
     recorder = ResizeRecorder(world)
@@ -821,6 +822,11 @@ async def test_a_saga_that_ends_after_a_continue_as_new_is_not_started_again(
         ).result()
         assert first.outcome == ResizeOutcome.SUCCEEDED
         grown = world.snapshot
+        # a read of the new run sees the grow landed (the loop's memory moves it from
+        # growing to landed); then a read from a cache that lags shows it as before
+        read = world.observed
+        world.version += 1
+        await until(lambda: world.observed >= read + 1 and "w1" in world.memories[-1].landed)
 
         def stale_once() -> None:
             world.snapshot = before_the_saga
