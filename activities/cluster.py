@@ -95,6 +95,13 @@ HEARTBEAT_EVERY_S = WAIT_HEARTBEAT_TIMEOUT.total_seconds() / 3
 SHUTDOWN_LOOK_S = 4.0
 # a drain beats this often: a third of its heartbeat timeout, whatever a GCS call holds it
 DRAIN_HEARTBEAT_EVERY_S = HEARTBEAT_TIMEOUT.total_seconds() / 3
+# what the worker keeps for a cluster (its GCS client, address, token source) is freed
+# when the cluster is deleted (`ClusterActivities.forget_cluster`); one no activity has
+# worked for in this long is forgotten too (a deletion another worker saw, a cluster no
+# longer managed): a loop observes at least every tick (`tick_s`, 5 min by default), and
+# whatever is forgotten is read again when needed. Looked for at most every SWEEP_EVERY_S
+IDLE_FORGET_S = 3600.0
+SWEEP_EVERY_S = 60.0
 T = TypeVar("T")
 
 
@@ -126,6 +133,13 @@ async def plan_tick(
 
 def _drain(node_id: str, reason: str, gcs: RayGcsClient) -> DrainReply:
     return gcs.drain_node(node_id, reason)
+
+
+def _secret_of(source: TokenSource | None) -> tuple[str, str] | None:
+    """The Secret (namespace, name) a cluster's token is read from, if any."""
+    if source is None or source.value is not None or source.fallback or not source.secret:
+        return None
+    return (source.namespace, source.secret)
 
 
 def _pod_gone(inp: RayletResizeInput, why: str) -> ApplicationError:
@@ -191,6 +205,13 @@ class ClusterActivities:
     # 5): they replace the loop's own in each observe and are recorded in the tick; None
     # leaves the loop's (tests that start loops with their own)
     loop: LoopSettings | None = None
+    # the client (address, token) each cluster was last given: one no cluster is given
+    # any more is closed (a cluster deleted, or whose token or address changed)
+    _client_of: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
+    # when an activity last worked for each cluster (`clock`), for IDLE_FORGET_S
+    _used: dict[tuple[str, str], float] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+    _swept: float = 0.0
 
     def __post_init__(self) -> None:
         if self.pods is None:
@@ -200,6 +221,9 @@ class ClusterActivities:
             )
         if isinstance(self.kube, Kube) and self.kube.pod_watch is None:
             self.kube.pod_watch = self.pods  # observes read its cache, writes tell it
+        if isinstance(self.pods, PodWatch):  # a RayCluster it sees deleted: free its state
+            self.pods.on_cluster_deleted.append(self.forget_cluster)
+        self._swept = self.clock()
         if self.tokens is None:
             self.tokens = RayTokens(
                 lambda ns, name: self.kube.read_secret(ns, name), self.ray.token
@@ -227,12 +251,23 @@ class ClusterActivities:
         """`fn(*args)` on the threads of the GCS at `address`."""
         return await self.targets.gcs(address, self.ray.timeout_s, fn, *args)
 
-    def gcs(self, address: str, source: TokenSource | None = None) -> RayGcsClient:
+    def gcs(
+        self,
+        address: str,
+        source: TokenSource | None = None,
+        cluster: tuple[str, str] | None = None,
+    ) -> RayGcsClient:
         """The client for the GCS at `address` with the token at `source` (None: the
-        fallback). Blocking: the first call for a Secret reads it."""
+        fallback), for `cluster` (namespace, name): the client it had before, if another,
+        is closed once no cluster has it. Blocking: the first call for a Secret reads it."""
         assert self.tokens is not None
         token = self.tokens.token(source)
         with self._lock:
+            if cluster is not None:
+                before = self._client_of.get(cluster)
+                self._client_of[cluster] = (address, token)
+                if before is not None and before != (address, token):
+                    self._release(before)
             client = self._clients.get((address, token))
             if client is None:
                 client = RayGcsClient(
@@ -257,24 +292,107 @@ class ClusterActivities:
             "(authOptions), or name it there"
         )
 
+    def _release(self, client: tuple[str, str | None]) -> None:
+        """Close the client (address, token) if no cluster has it now (lock held)."""
+        if client not in self._client_of.values():
+            gone = self._clients.pop(client, None)
+            if gone is not None:
+                gone.close()
+
+    def _note_source(self, key: tuple[str, str], source: TokenSource | None) -> TokenSource | None:
+        """The cluster's token is at `source` now; a Secret it named before and no cluster
+        names now leaves the token cache."""
+        with self._lock:
+            before = self._sources.get(key)
+            self._sources[key] = source
+        if _secret_of(before) != _secret_of(source):
+            self._forget_secret(before)
+        return source
+
+    def _forget_secret(self, source: TokenSource | None) -> None:
+        secret = _secret_of(source)
+        if secret is None or self.tokens is None:
+            return
+        with self._lock:
+            named = any(_secret_of(s) == secret for s in self._sources.values())
+        if not named:
+            self.tokens.forget(*secret)
+
+    def forget_cluster(self, namespace: str, cluster: str) -> None:
+        """Free what this worker keeps for the cluster: its GCS client (closed once no
+        other cluster has it: they are shared per address and token), its address, its
+        token's source and cached Secret, the pod watch's mark of it. Called when the
+        cluster is deleted (its observe finds no RayCluster; the RayCluster watch delivers
+        its deletion, on the watch's thread) and for a cluster idle for IDLE_FORGET_S.
+        Anything still needed is read again."""
+        key = (namespace, cluster)
+        with self._lock:
+            self._addresses.pop(key, None)
+            source = self._sources.pop(key, None)
+            self._used.pop(key, None)
+            client = self._client_of.pop(key, None)
+            if client is not None:
+                self._release(client)
+        self._forget_secret(source)
+        if isinstance(self.pods, PodWatch):
+            self.pods.forget_cluster(namespace, cluster)
+
+    def _working_for(self, namespace: str, cluster: str) -> None:
+        """An activity works for the cluster: its calls take turns with other clusters'
+        (`calls_of`); clusters idle for IDLE_FORGET_S are forgotten."""
+        calls_of(namespace, cluster)
+        now = self.clock()
+        self._used[(namespace, cluster)] = now
+        if now - self._swept < SWEEP_EVERY_S:
+            return
+        self._swept = now
+        with self._lock:
+            idle = [k for k, t in self._used.items() if now - t > IDLE_FORGET_S]
+        for key in idle:
+            self.forget_cluster(*key)
+        if idle:
+            log.info(
+                "forgot %d cluster(s) no activity worked for in %.0f s", len(idle), IDLE_FORGET_S
+            )
+
+    def cluster_state(self) -> dict[str, int]:
+        """How many entries each per-cluster map holds, and the GCS clients open
+        (`bench.tenant_churn_bench`, the tests)."""
+        with self._lock:
+            sizes = {
+                "clients": len(self._clients),
+                "client_of": len(self._client_of),
+                "addresses": len(self._addresses),
+                "sources": len(self._sources),
+                "used": len(self._used),
+            }
+        sizes["tokens.cache"] = self.tokens.cached() if self.tokens is not None else 0
+        if isinstance(self.pods, PodWatch):
+            sizes.update(self.pods.cluster_state())
+        return sizes
+
     async def _source_of(self, namespace: str, cluster: str) -> TokenSource | None:
         """Where the cluster's token is: as the last observe read it, else from its
         RayCluster now (a worker that restarted mid-resize)."""
         key = (namespace, cluster)
         if key not in self._sources:
             kube = await self._kube(self.kube.read_cluster, namespace, cluster)
-            self._sources[key] = source_for(kube.raycluster, self.ray.token_for)
-        return self._sources[key]
+            return self._note_source(key, source_for(kube.raycluster, self.ray.token_for))
+        return self._sources.get(key)
 
     async def _ray_call(
-        self, source: TokenSource | None, address: str, call: Callable[[RayGcsClient], T]
+        self,
+        source: TokenSource | None,
+        address: str,
+        call: Callable[[RayGcsClient], T],
+        cluster: tuple[str, str] | None = None,
     ) -> T:
         """`call` on the cluster's GCS with its token. Refused for the token: its Secret
         is read again, and when it changed (rotated), the call is made once more with
         the new token; otherwise the refusal stands."""
 
         def ask() -> T:  # one thread hop: the client (cached) and the call
-            return call(self.gcs(address, source))
+            return call(self.gcs(address, source, cluster))
 
         try:
             return await self._gcs(address, ask)
@@ -293,6 +411,7 @@ class ClusterActivities:
             for c in self._clients.values():
                 c.close()
             self._clients.clear()
+            self._client_of.clear()
 
     def _address(self, kube: KubeCluster, override: str | None) -> str:
         """Where the cluster's GCS is dialled, remembered for the Raylet resizes when the
@@ -327,7 +446,7 @@ class ClusterActivities:
     async def observe_cluster(self, inp: ObserveInput) -> Tick:
         """Read the RayCluster, its pods and Ray, and plan on what was read: the workflow
         records the decision (`workflows/decide.py`), never the snapshot."""
-        calls_of(inp.namespace, inp.cluster)
+        self._working_for(inp.namespace, inp.cluster)
         started = time.perf_counter()
         took = ObserveTimes()
         if self.loop is not None and inp.follow_worker:
@@ -372,13 +491,15 @@ class ClusterActivities:
                 functools.partial(self.kube.read_cluster, cached=True), inp.namespace, inp.cluster
             )
         except ClusterGone:
+            # deleted: what this worker keeps for it goes (the loop ends on this)
+            self.forget_cluster(inp.namespace, inp.cluster)
             return Observation(found=False)
         except KubeError as exc:
             raise exc.to_application_error() from None
         took.kube_s, took.pods_cached = time.perf_counter() - started, kube.pods_cached
         address = self._address(kube, inp.gcs_address)
-        source = self._sources[(inp.namespace, inp.cluster)] = source_for(
-            kube.raycluster, self.ray.token_for
+        source = self._note_source(
+            (inp.namespace, inp.cluster), source_for(kube.raycluster, self.ray.token_for)
         )
         if not kube.groups.ok:
             return Observation(
@@ -393,7 +514,9 @@ class ClusterActivities:
             )
         asked = time.perf_counter()
         try:
-            state, answered, published = await self._ray_call(source, address, _read_state)
+            state, answered, published = await self._ray_call(
+                source, address, _read_state, (inp.namespace, inp.cluster)
+            )
         except RayError as exc:
             raise _ray_error(exc) from None
         finally:
@@ -436,7 +559,7 @@ class ClusterActivities:
         annotations, or (with `watch_ray`) what Ray reports change; not when `timeout_s`
         passes quietly. With what this worker knows of when the GCS publishes demands,
         for the next wait (the reconcile hands it on: `WaitInput.gcs_timetable`)."""
-        calls_of(inp.namespace, inp.cluster)
+        self._working_for(inp.namespace, inp.cluster)
         changed, gcs = await self._wait_for_change(inp)
         learned = None if gcs is None else gcs.cadence.timetable(time.time() - time.monotonic())
         return WaitResult(
@@ -466,7 +589,13 @@ class ClusterActivities:
             if inp.watch_ray:
                 try:
                     source = await self._source_of(inp.namespace, inp.cluster)
-                    gcs = await self._gcs(inp.gcs_address, self.gcs, inp.gcs_address, source)
+                    gcs = await self._gcs(
+                        inp.gcs_address,
+                        self.gcs,
+                        inp.gcs_address,
+                        source,
+                        (inp.namespace, inp.cluster),
+                    )
                 except (RayError, KubeError):
                     return True, None  # let the next observe say what is wrong
                 given = inp.gcs_timetable
@@ -511,7 +640,7 @@ class ClusterActivities:
         takes no new work. Safe to repeat: a drained Raylet is dead, and Ray accepts a
         dead or unknown node at once. A drain that could not be asked (the GCS down, say)
         counts as refused, so its pod stays; those accepted before it still go."""
-        calls_of(inp.namespace, inp.cluster)
+        self._working_for(inp.namespace, inp.cluster)
         await self.observe_only.refuse(
             f"drain of {len(inp.targets)} Raylet(s) of {inp.namespace}/{inp.cluster}"
         )
@@ -531,7 +660,10 @@ class ClusterActivities:
         for t in inp.targets:
             try:
                 reply = await self._ray_call(
-                    source, inp.gcs_address, functools.partial(_drain, t.node_id, t.reason)
+                    source,
+                    inp.gcs_address,
+                    functools.partial(_drain, t.node_id, t.reason),
+                    (inp.namespace, inp.cluster),
                 )
             except RayError as exc:
                 refused[t.pod] = f"the drain could not be asked: {exc}"
@@ -576,7 +708,7 @@ class ClusterActivities:
 
     @activity.defn(name=Act.RESIZE_RAYLET)
     async def resize_raylet(self, inp: RayletResizeInput) -> RayletResizeResult:
-        calls_of(inp.namespace, inp.cluster)
+        self._working_for(inp.namespace, inp.cluster)
         await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
         return await self._resize_raylet(inp)
 
@@ -586,7 +718,7 @@ class ClusterActivities:
         write the pod's final ray.io/ippr-status. Both steps are idempotent, so a retry
         repeats them safely. A status Kubernetes refuses does not undo a done resize: it
         is reported back instead."""
-        calls_of(inp.namespace, inp.cluster)
+        self._working_for(inp.namespace, inp.cluster)
         await self.observe_only.refuse(f"Raylet resize of pod {inp.namespace}/{inp.pod}")
         return await self._finish_resize(inp)
 
@@ -623,6 +755,7 @@ class ClusterActivities:
                 source,
                 address,
                 lambda gcs: gcs.resize_raylet(inp.node_id, inp.cpu / 1000.0, inp.memory),
+                (inp.namespace, inp.cluster),
             )
         except RayError as exc:
             if isinstance(exc, RayUnavailable):

@@ -103,6 +103,9 @@ WRITE_WAIT_S = 2.0
 RECENT_VERSIONS = 1024
 # deletions the watch delivered last, to tell a read's LIST made before one of them
 GONE_KEPT = 16384
+# RayClusters deleted whose GONE mark is kept for a wait that begins after the deletion
+# (the worker that ran the cluster's loop drops it at once: `forget_cluster`)
+GONE_CLUSTERS_KEPT = 1024
 LIST_PAGE = 500  # objects per page of a list (client-go's pager reads 500 a page too)
 RESUME_FRESH_S = 1.0
 # the server ends each watch after this long (`timeoutSeconds`), with a bookmark of how far
@@ -269,11 +272,19 @@ class PodWatch:
         # pods whose record came from a read's LIST ahead of the watch: (uid, version, or
         # GONE); the watch's older versions of them are not taken until it gets there
         self._ahead: dict[Key, tuple[str, str]] = {}
-        # how many changes of each cluster's pods the watch delivered after its first list
-        # (a count of this process's own, so ordering it is sound)
+        # the number of the last change of each cluster's pods the watch delivered after
+        # its first list (from `_changes`, this process's count of all such changes, so
+        # never the same for two changes); kept only while a wait listens to the cluster
+        # (it reads its start under its subscription), so a deleted cluster leaves none
         self._cluster_changes: dict[tuple[str, str], int] = {}
-        # the newest mark of each RayCluster (see `raycluster_mark`), from the watch
+        self._changes = 0
+        # the newest mark of each RayCluster (see `raycluster_mark`), from the watch; a
+        # deleted one's GONE for a while (`_gone_clusters`, at most GONE_CLUSTERS_KEPT)
         self._cluster_marks: dict[tuple[str, str], str] = {}
+        self._gone_clusters: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # told of each RayCluster the watch sees deleted (namespace, name), on its thread:
+        # the worker frees what it keeps for it (`ClusterActivities.forget_cluster`)
+        self.on_cluster_deleted: list[Callable[[str, str], None]] = []
         self._threads: dict[str, threading.Thread] = {}
         self._watches: dict[str, watch.Watch] = {}
         self._stop = threading.Event()
@@ -291,8 +302,9 @@ class PodWatch:
         return self._subscribe((namespace, CLUSTER + cluster))
 
     def cluster_changes(self, namespace: str, cluster: str) -> int:
-        """How many changes of the cluster's pods this watch has delivered: a wait counts
-        from here (`cluster_changed_since`)."""
+        """Where the changes of the cluster's pods this watch delivered stand: a wait
+        counts from here (`cluster_changed_since`). Read under a `subscribe_cluster` of
+        the cluster: the count is kept only while one listens."""
         with self._lock:
             return self._cluster_changes.get((namespace, cluster), 0)
 
@@ -451,6 +463,28 @@ class PodWatch:
                     subs.remove(sub)
                 if not subs:
                     self._subs.pop(sub.key, None)
+                    if sub.key[1].startswith(CLUSTER):  # nobody counts its changes now
+                        self._cluster_changes.pop((sub.key[0], sub.key[1][len(CLUSTER) :]), None)
+
+    def forget_cluster(self, namespace: str, cluster: str) -> None:
+        """The cluster is gone (its loop's observe found no RayCluster): drop its GONE
+        mark now rather than keep it for a wait that will not come."""
+        key = (namespace, cluster)
+        with self._lock:
+            if self._cluster_marks.get(key) == GONE:
+                del self._cluster_marks[key]
+            self._gone_clusters.pop(key, None)
+
+    def cluster_state(self) -> dict[str, int]:
+        """How many entries the per-cluster maps hold (`bench.tenant_churn_bench`, the
+        tests): each is freed when its cluster is gone."""
+        with self._lock:
+            return {
+                "pod_watch.cluster_marks": len(self._cluster_marks),
+                "pod_watch.cluster_changes": len(self._cluster_changes),
+                "pod_watch.by_cluster": len(self._by_cluster),
+                "pod_watch.subscriptions": len(self._subs),
+            }
 
     def close(self) -> None:
         self._stop.set()
@@ -823,11 +857,25 @@ class PodWatch:
         key = (namespace, name)
         with self._lock:
             before = self._cluster_marks.get(key)
-            self._cluster_marks[key] = mark
+            if not deleted:
+                self._cluster_marks[key] = mark
+                self._gone_clusters.pop(key, None)
+            elif before is not None and before != GONE:
+                # kept a while: a wait that starts after this, on an observe from before,
+                # still sees the cluster changed
+                self._cluster_marks[key] = GONE
+                self._gone_clusters[key] = None
+                while len(self._gone_clusters) > GONE_CLUSTERS_KEPT:
+                    old, _ = self._gone_clusters.popitem(last=False)
+                    if self._cluster_marks.get(old) == GONE:
+                        del self._cluster_marks[old]
             subs = list(self._subs.get((namespace, CLUSTER + name), ()))
+            told = list(self.on_cluster_deleted) if deleted else []
         if before is not None and before != mark:
             for sub in subs:
                 sub._wake(None, deleted)
+        for tell in told:
+            tell(namespace, name)
 
     def _deliver(
         self, namespace: str, name: str, obj: Obj, meta: Obj, deleted: bool, whole: bool = True
@@ -838,10 +886,12 @@ class PodWatch:
         with self._changed:
             subs = list(self._subs.get((namespace, name), ()))
             if cluster:
-                subs += self._subs.get((namespace, CLUSTER + cluster), ())
-                if namespace in self._pods:  # the first list is how things are, no change
-                    key = (namespace, cluster)
-                    self._cluster_changes[key] = self._cluster_changes.get(key, 0) + 1
+                listening = self._subs.get((namespace, CLUSTER + cluster), ())
+                subs += listening
+                # the first list is how things are, no change; counted only for a wait
+                if namespace in self._pods and listening:
+                    self._changes += 1
+                    self._cluster_changes[(namespace, cluster)] = self._changes
             self._recent[(namespace, name, str(meta.get("resourceVersion") or ""))] = None
             if len(self._recent) > RECENT_VERSIONS:
                 self._recent.popitem(last=False)

@@ -443,6 +443,10 @@ class RayGcsClient:
         # The reconcile's wait reads the state from the event loop, without a thread hop:
         # a channel of grpc.aio, opened on first use in that loop (`read_fingerprint`).
         self._aio: tuple[asyncio.AbstractEventLoop, grpc.aio.Channel, Any] | None = None
+        # closed (`close`): its cluster was deleted, or its token or address changed; a
+        # call still made on it (a wait that holds it) fails as the GCS unavailable, and
+        # opens no channel again
+        self.closed = False
         # When this GCS publishes demands, learned from every state read (gcs_cadence).
         self.cadence = GcsCadence()
         # Built once: the per-call cost is then serialising and the round trip.
@@ -484,13 +488,22 @@ class RayGcsClient:
 
     # --- lifecycle --------------------------------------------------------------------
     def close(self) -> None:
+        self.closed = True
         self._channel.close()
         aio, self._aio = self._aio, None
         if aio is not None and aio[0].is_running():
             # closed in its own loop; a loop that has stopped took its channels with it
             asyncio.run_coroutine_threadsafe(aio[1].close(), aio[0])
 
+    def _closed_error(self, what: str) -> RayUnavailable:
+        return RayUnavailable(
+            f"Ray GCS {self.address}: {what}: this client was closed (its cluster was "
+            "deleted, or its token or address changed); the next call opens another"
+        )
+
     def _aio_method(self) -> Any:
+        if self.closed:
+            raise self._closed_error("read cluster state")
         loop = asyncio.get_running_loop()
         if self._aio is None or self._aio[0] is not loop:
             if self._tls is not None:
@@ -542,9 +555,13 @@ class RayGcsClient:
     ) -> Any:
         path, call = method
         deadline = self.timeout if timeout is None else timeout
+        if self.closed:
+            raise self._closed_error(what)
         try:
             reply = call(request, timeout=deadline, metadata=self._metadata)
         except grpc.RpcError as err:
+            if self.closed:  # closed under the call (grpc cancels it)
+                raise self._closed_error(what) from err
             raise self._rpc_error(err, what, path, deadline) from err
         status = getattr(reply, "status", None)
         if status is not None and status.code != 0:
@@ -595,6 +612,8 @@ class RayGcsClient:
                 metadata=self._metadata,
             )
         except grpc.RpcError as err:
+            if self.closed:
+                raise self._closed_error(what) from err
             raise self._rpc_error(err, what, _STATE_PATH, deadline) from err
         try:
             reply = autoscaler_pb2.GetClusterResourceStateReply.FromString(raw)

@@ -179,7 +179,9 @@ class RayTokens:
         self._read = read_secret
         self.fallback = fallback
         self._lock = threading.Lock()
-        self._cache: dict[tuple[str, str], tuple[str, Obj]] = {}  # → (resourceVersion, Secret)
+        # (namespace, Secret) → (resourceVersion, the Secret's `data` alone): `forget`
+        # drops one when no cluster this worker knows names it any more
+        self._cache: dict[tuple[str, str], tuple[str, Obj]] = {}
         self.reads = 0  # Secret GETs made (tests count them)
 
     def token(self, source: TokenSource | None) -> str | None:
@@ -233,7 +235,19 @@ class RayTokens:
             ) from None
         self.reads += 1
         version = str((secret.get("metadata") or {}).get("resourceVersion") or "")
-        entry = (version, secret)
+        # its data only: a Secret's metadata (managedFields, annotations) is most of it
+        entry: tuple[str, Obj] = (version, {"data": dict(secret.get("data") or {})})
         with self._lock:
             self._cache[(source.namespace, source.secret)] = entry
         return entry
+
+    def forget(self, namespace: str, secret: str) -> None:
+        """Drop a Secret's cached copy (no cluster of this worker names it now: deleted,
+        or its token moved elsewhere); read again if it is named again."""
+        with self._lock:
+            self._cache.pop((namespace, secret), None)
+
+    def cached(self) -> int:
+        """Secrets held (`bench.tenant_churn_bench`, the tests)."""
+        with self._lock:
+            return len(self._cache)

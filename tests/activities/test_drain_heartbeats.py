@@ -53,7 +53,7 @@ def test_a_drain_heartbeats_while_a_gcs_call_holds_it(monkeypatch: pytest.Monkey
 
     acts = ClusterActivities(kube=RecordingKube())
     gcs = SlowGcs(beaten)
-    acts.gcs = lambda address, source=None: gcs  # type: ignore[method-assign,assignment,return-value]
+    acts.gcs = lambda address, source=None, cluster=None: gcs  # type: ignore[method-assign,assignment,return-value]
     acts._sources[("ns", "c")] = None  # the worker's own Ray token (as an observe found)
     env = ActivityEnvironment()
     env.on_heartbeat = on_heartbeat

@@ -36,7 +36,7 @@ class DarkGcs:
 
 def test_a_ray_failure_keeps_its_message_and_stays_small() -> None:
     acts = ClusterActivities(kube=None, ray=RaySettings(gcs_override="127.0.0.1:1"), pods=object())  # type: ignore[arg-type]
-    acts.gcs = lambda address, source=None: DarkGcs()  # type: ignore[method-assign,assignment,return-value]
+    acts.gcs = lambda address, source=None, cluster=None: DarkGcs()  # type: ignore[method-assign,assignment,return-value]
     acts._sources[("ns", "c")] = None  # no token of its own: no RayCluster read
 
     async def pod_still_there(inp: RayletResizeInput) -> None:

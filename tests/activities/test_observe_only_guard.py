@@ -110,7 +110,7 @@ class RecordingRay:
 def _activities(kube: RecordingKube, on: bool, since: datetime | None = None) -> dict[str, Any]:
     guard = ObserveOnly(on=on, since=since or datetime.now(UTC))
     cluster = ClusterActivities(kube=kube, observe_only=guard)
-    cluster.gcs = lambda address, source=None: RecordingRay(kube.calls)  # type: ignore[method-assign]
+    cluster.gcs = lambda address, source=None, cluster=None: RecordingRay(kube.calls)  # type: ignore[method-assign]
     cluster._addresses[("ns", "c")] = "127.0.0.1:1"
     cluster._sources[("ns", "c")] = None  # the worker's own Ray token (as an observe found)
     return {activity._Definition.must_from_callable(fn).name: fn for fn in cluster.activities()}

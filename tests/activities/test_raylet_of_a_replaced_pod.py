@@ -54,7 +54,7 @@ def test_a_missing_raylet_of_a_replaced_or_deleted_pod_is_the_pod_gone(
         ray=RaySettings(gcs_override="127.0.0.1:1"),
         pods=object(),  # type: ignore[arg-type]
     )
-    acts.gcs = lambda address, source=None: NoRaylet()  # type: ignore[method-assign,assignment,return-value]
+    acts.gcs = lambda address, source=None, cluster=None: NoRaylet()  # type: ignore[method-assign,assignment,return-value]
     acts._sources[("ns", "c")] = None  # no token of its own: no RayCluster read
     inp = RayletResizeInput(
         namespace="ns", cluster="c", pod="p", node_id="1d0e", cpu=2000, memory=2**30,
