@@ -40,6 +40,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -557,23 +558,36 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             grown = ", ".join(f"{n} at {cpu} CPU" for cpu, n in sorted(sizes.items()))
             # the same resize (pod, from, to) run twice would be a lost or doubled saga; a
             # pod grown again later for more tasks is a new resize, and fine
-            runs: dict[tuple[str, str, str], list[str]] = {}
-            status: Counter[str] = Counter()
+            listed: list[ResizeRun] = []
             async for wf in env.client.list_workflows(
                 f"TaskQueue='{queue}' AND WorkflowType='PodResizeWorkflow' "
                 "AND RayCluster STARTS_WITH 'fleet-'"
             ):
                 memo = await wf.memo()
-                closed = wf.status.name if wf.status else "?"
-                outcome = wf.typed_search_attributes.get(RESIZE_OUTCOME) or "?"
-                key = (wf.id, str(memo.get("from")), str(memo.get("to")))
-                runs.setdefault(key, []).append(
-                    f"{wf.start_time:%H:%M:%S} {closed.lower()} {outcome}"
+                listed.append(
+                    ResizeRun(
+                        workflow_id=wf.id,
+                        run_id=wf.run_id,
+                        was=str(memo.get("from")),
+                        to=str(memo.get("to")),
+                        started=f"{wf.start_time:%H:%M:%S.%f}",
+                        status=wf.status.name.lower() if wf.status else "?",
+                        outcome=str(wf.typed_search_attributes.get(RESIZE_OUTCOME) or "?"),
+                        parent=(
+                            wf.raw_info.parent_execution.workflow_id,
+                            wf.raw_info.parent_execution.run_id,
+                        ),
+                    )
                 )
-                status[closed] += 1
+            runs, status = resize_runs(listed)
             twice = sum(1 for n in runs.values() if len(n) > 1)
             for (pod, was, to), seen in [(k, v) for k, v in runs.items() if len(v) > 1][:5]:
-                print(f"  run twice: {pod} {was} → {to}: " + "; ".join(sorted(seen)), flush=True)
+                print(
+                    f"  run twice: {pod} {was} → {to}: " + "; ".join(r.line() for r in seen),
+                    flush=True,
+                )
+            if args.log_dir is not None:  # the loops that started them, to read
+                await dump_parents(env.client, args.log_dir, runs)
             loops = await running_reconciles(env.client, queue)
             print(
                 against(
@@ -623,6 +637,63 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
         await env.shutdown()
     print("verdict:", "all targets met" if ok else "some targets MISSED")
     return 0 if ok else 1
+
+
+@dataclass(frozen=True)
+class ResizeRun:
+    """One resize saga run as the visibility list showed it."""
+
+    workflow_id: str
+    run_id: str
+    was: str
+    to: str
+    started: str
+    status: str
+    outcome: str
+    parent: tuple[str, str]  # the loop run that started it
+
+    def line(self) -> str:
+        return (
+            f"{self.started} {self.status} {self.outcome} (run {self.run_id[-8:]}, started by "
+            f"loop run {self.parent[1][-8:] or '?'})"
+        )
+
+
+def resize_runs(
+    listed: list[ResizeRun],
+) -> tuple[dict[tuple[str, str, str], list[ResizeRun]], Counter[str]]:
+    """The runs of each resize (pod, from, to), each run once, and the runs by status.
+    A list of workflows taken while some close is paged over a set that changes: a run
+    that closed between two pages was listed as running on one and as closed on the next
+    (the dev server's visibility orders closed runs apart). Counted by workflow and run ID,
+    it is one run, as it closed."""
+    by_run: dict[tuple[str, str], ResizeRun] = {}
+    for r in listed:
+        seen = by_run.get((r.workflow_id, r.run_id))
+        if seen is None or seen.status == "running":
+            by_run[(r.workflow_id, r.run_id)] = r
+    runs: dict[tuple[str, str, str], list[ResizeRun]] = {}
+    for r in by_run.values():
+        runs.setdefault((r.workflow_id, r.was, r.to), []).append(r)
+    return runs, Counter(r.status.upper() for r in by_run.values())
+
+
+async def dump_parents(
+    temporal: Client, folder: Path, runs: dict[tuple[str, str, str], list[ResizeRun]]
+) -> None:
+    """The histories of the resizes run twice and of the loop runs that started them, as
+    JSON in `folder` (at most 10 pairs)."""
+    twice = [v for v in runs.values() if len(v) > 1][:10]
+    for seen in twice:
+        wanted = {r.parent for r in seen} | {(r.workflow_id, r.run_id) for r in seen}
+        for wid, run in sorted(wanted):
+            if not wid:
+                continue
+            history = await temporal.get_workflow_handle(wid, run_id=run).fetch_history()
+            name = f"{wid.replace('/', '_')}-{run[-8:]}.json"  # reconcile_… and resize_…
+            (folder / name).write_text(history.to_json())
+    if twice:
+        print(f"  their histories, and the loops': {folder}/re*.json", flush=True)
 
 
 def main() -> None:
