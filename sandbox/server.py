@@ -459,14 +459,46 @@ class Api:
                 "BOOKMARK", {"kind": r.kind, "apiVersion": r.api_version, "metadata": meta}
             )
 
+        sent_rv = 0  # the newest event this watch sent
+
+        def emit(item: tuple[str, Obj]) -> Iterator[bytes]:
+            nonlocal sent_rv
+            kind, obj = item
+            if kind == INITIAL_END:
+                rv = obj["metadata"]["resourceVersion"]
+                yield bookmark(rv, {"k8s.io/initial-events-end": "true"})
+                return
+            if not accept(obj):
+                return
+            rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+            if rv.isdigit():
+                sent_rv = max(sent_rv, int(rv))
+            yield event(kind, obj)
+
+        def ending() -> Iterator[bytes]:
+            """Like the watch cache: where the watch ends, say how far it got. Every event
+            the store queued for it up to that revision goes first (they are queued under
+            the store's lock): a bookmark past events not sent had the client resume after
+            them, and its cache missed them for good (a deleted pod kept, #43)."""
+            with store.lock:
+                rv = int(store.resource_version)
+            while True:
+                try:
+                    item = watcher.events.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    return
+                yield from emit(item)
+            yield bookmark(str(max(rv, sent_rv)))
+
         def lines() -> Iterator[bytes]:
             try:
                 while not stopping.is_set():
                     left = deadline - time.monotonic()
                     if left <= 0:
                         if bookmarks and disconnect_after_s is None:
-                            # like the watch cache: where the watch ends, say how far it got
-                            yield bookmark(store.resource_version)
+                            yield from ending()
                         return
                     try:
                         item = watcher.events.get(timeout=min(left, 0.5))
@@ -474,14 +506,7 @@ class Api:
                         continue
                     if item is None:
                         return
-                    kind, obj = item
-                    if kind == INITIAL_END:
-                        rv = obj["metadata"]["resourceVersion"]
-                        yield bookmark(rv, {"k8s.io/initial-events-end": "true"})
-                        continue
-                    if not accept(obj):
-                        continue
-                    yield event(kind, obj)
+                    yield from emit(item)
             finally:
                 store.unwatch(watcher)
 
