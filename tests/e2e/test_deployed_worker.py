@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from kubernetes import client, config
-from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import KubeApis
@@ -44,6 +43,7 @@ from raysize.worker.health import DEFAULT_INTERVAL_S
 from raysize.workflows.naming import reconcile_workflow_id
 from tests.deploy.conftest import DEPLOY, run_kubectl
 from tests.e2e.conftest import eventually, ippr_cluster
+from tests.e2e.test_upgrade import build_of, eventually_async, running_resize
 
 pytestmark = pytest.mark.real
 
@@ -320,7 +320,7 @@ async def test_a_rolling_update_strands_nothing(
     w.kubelet.timing.actuation_delay_s = 60.0
     try:
         ray.add_demands({"CPU": 2.0}, 1)
-        held = await eventually_async(lambda: running_resize(temporal, w.queue), 90)
+        held = await eventually_async(lambda: running_resize(temporal, w.queue), None, 90)
         before = await build_of(temporal, *held)
         assert before == "0.2.0", before
 
@@ -355,7 +355,7 @@ async def test_a_rolling_update_strands_nothing(
     await eventually(lambda: w.worker_cpu("deployed") == "2,4", 60)
     # the loop runs on the new build, and new work is served there
     reconcile = reconcile_workflow_id("default", "deployed")
-    await eventually_async(lambda: _on(temporal, reconcile, ROLLED_BUILD), 60)
+    await eventually_async(lambda: build_of(temporal, reconcile), ROLLED_BUILD, 60)
     ray.add_demands({"CPU": 2.0}, 1)
     await eventually(lambda: w.worker_cpu("deployed") == "4,4", 90)
     said = "\n".join(messages(w.log("raysize", new)))
@@ -373,37 +373,6 @@ def ready_pod(w: World, name: str) -> bool:
             conditions = p.status.conditions or []
             return any(c.type == "Ready" and c.status == "True" for c in conditions)
     return False
-
-
-async def eventually_async(check: Any, timeout: float) -> Any:
-    end = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < end:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"not reached in {timeout}s (last: {last!r})")
-
-
-async def running_resize(temporal: Client, queue: str) -> tuple[str, str] | None:
-    query = (
-        f"TaskQueue='{queue}' AND WorkflowType='PodResizeWorkflow' AND ExecutionStatus='Running'"
-    )
-    async for wf in temporal.list_workflows(query):
-        assert wf.run_id is not None
-        return wf.id, wf.run_id
-    return None
-
-
-async def build_of(temporal: Client, workflow_id: str, run_id: str | None = None) -> str:
-    desc = await temporal.get_workflow_handle(workflow_id, run_id=run_id).describe()
-    info = desc.raw_description.workflow_execution_info.versioning_info
-    return info.deployment_version.build_id
-
-
-async def _on(temporal: Client, workflow_id: str, build: str) -> bool:
-    return await build_of(temporal, workflow_id) == build
 
 
 async def test_a_failing_liveness_probe_restarts_the_container(

@@ -31,13 +31,14 @@ from raysize.sandbox.kubelet import KubeletTiming, NodeSpec
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.sandbox.realworld import RealSandbox
 from raysize.worker.cli import app
-from raysize.worker.run import discovery_id, run_worker
+from raysize.worker.run import discovery_id
 from raysize.worker.settings import Settings
 from raysize.workflows.discovery_workflow import DiscoveryWorkflow
 from raysize.workflows.model import ResizePolicy
 from raysize.workflows.naming import reconcile_workflow_id
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from tests.e2e.conftest import GIB, eventually
+from tests.e2e.test_observe_only import worker
 
 NS = "default"
 
@@ -69,20 +70,6 @@ async def eventually_async(check: Any, ok: Any, timeout: float = 30) -> Any:
             return last
         await asyncio.sleep(0.2)
     raise AssertionError(f"not reached in {timeout}s (last: {last!r})")
-
-
-@contextlib.asynccontextmanager
-async def worker(settings: Settings) -> AsyncIterator[None]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(settings, stop=stop))
-    try:
-        yield
-    finally:
-        stop.set()
-        try:
-            await asyncio.wait_for(task, 30)
-        except Exception:
-            task.cancel()
 
 
 async def test_a_changed_setting_reaches_the_running_loop(
