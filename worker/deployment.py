@@ -128,6 +128,27 @@ async def _registered(client: Client, version: WorkerDeploymentVersion) -> Routi
         await asyncio.sleep(0.5)
 
 
+async def make_current(client: Client, version: WorkerDeploymentVersion, routing: Routing) -> bool:
+    """Make `version` the deployment's current one, against the routing it was decided
+    from (`routing.conflict_token`); False when the server refused for a reason worth
+    looking again at (the routing changed meanwhile, or it is busy)."""
+    try:
+        await client.workflow_service.set_worker_deployment_current_version(
+            SetWorkerDeploymentCurrentVersionRequest(
+                namespace=client.namespace,
+                deployment_name=version.deployment_name,
+                build_id=version.build_id,
+                conflict_token=routing.conflict_token,
+                identity=client.identity,
+            )
+        )
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED, *BUSY):
+            return False
+        raise
+    return True
+
+
 def set_current_command(version: WorkerDeploymentVersion) -> str:
     return (
         "temporal worker deployment set-current-version --deployment-name "
@@ -173,21 +194,9 @@ async def settle_current_version(client: Client, settings: Settings) -> str:
                 f"{name} is not current ({why}; RAYSIZE_MAKE_CURRENT="
                 f"{settings.make_current}). To promote it: {set_current_command(version)}",
             )
-        try:
-            await client.workflow_service.set_worker_deployment_current_version(
-                SetWorkerDeploymentCurrentVersionRequest(
-                    namespace=client.namespace,
-                    deployment_name=version.deployment_name,
-                    build_id=version.build_id,
-                    conflict_token=routing.conflict_token,
-                    identity=client.identity,
-                )
-            )
-        except RPCError as exc:
-            if exc.status in (RPCStatusCode.FAILED_PRECONDITION, RPCStatusCode.ABORTED, *BUSY):
-                await asyncio.sleep(1.0)
-                continue  # the routing changed under us, or the server is busy: look again
-            raise
+        if not await make_current(client, version, routing):
+            await asyncio.sleep(1.0)
+            continue  # the routing changed under us, or the server is busy: look again
         if first:
             return _say(
                 logging.INFO,

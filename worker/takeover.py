@@ -42,7 +42,6 @@ from temporalio.api.workflow.v1 import VersioningOverride, WorkflowExecutionOpti
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
     GetWorkflowExecutionHistoryReverseRequest,
-    SetWorkerDeploymentCurrentVersionRequest,
     UpdateWorkflowExecutionOptionsRequest,
 )
 from temporalio.client import Client
@@ -50,7 +49,7 @@ from temporalio.common import WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
-from raysize.worker.deployment import describe_routing
+from raysize.worker.deployment import describe_routing, make_current
 from raysize.worker.settings import Settings
 from raysize.workflows.naming import DISCOVERY_WORKFLOW, RECONCILE_WORKFLOW
 
@@ -153,25 +152,8 @@ class Takeover:
         routing = await describe_routing(client, self.version)
         if routing is None or routing.current != gone:
             return False  # changed meanwhile: look again next time
-        try:
-            await client.workflow_service.set_worker_deployment_current_version(
-                SetWorkerDeploymentCurrentVersionRequest(
-                    namespace=client.namespace,
-                    deployment_name=self.version.deployment_name,
-                    build_id=self.version.build_id,
-                    conflict_token=routing.conflict_token,
-                    identity=client.identity,
-                )
-            )
-        except RPCError as exc:
-            if exc.status in (
-                RPCStatusCode.FAILED_PRECONDITION,
-                RPCStatusCode.ABORTED,
-                RPCStatusCode.RESOURCE_EXHAUSTED,
-                RPCStatusCode.UNAVAILABLE,
-            ):
-                return False  # another worker promoted itself, or the server is busy
-            raise
+        if not await make_current(client, self.version, routing):
+            return False  # another worker promoted itself, or the server is busy
         log.warning(
             "made %s current in place of %s, which has had no worker polling %s for "
             "over %.0fs (a rolling update replaced it; RAYSIZE_TAKEOVER_AFTER_S): new "
