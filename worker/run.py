@@ -82,12 +82,8 @@ def reconcile_input(settings: Settings) -> Callable[[str, str], ReconcileInput]:
             namespace=namespace,
             cluster=cluster,
             kube_cluster=settings.cluster_name,
-            tick_s=settings.tick_s,
-            max_concurrent_resizes=settings.max_concurrent_resizes,
-            resize_poll_interval_s=settings.resize_poll_interval_s,
-            settings=settings.planner(),
             follow_worker=True,
-        )
+        ).with_loop(loop_settings(settings))
 
     return make
 

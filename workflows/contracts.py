@@ -717,4 +717,19 @@ class ReconcileInput(Value):
     # from each tick's `in_force` (the worker's configuration as it is now) instead of
     # keeping the values it was started with; discovery and `raysize start` set it
     follow_worker: bool = False
+
+    @property
+    def loop(self) -> LoopSettings:
+        """The settings this loop decides with (`LoopSettings`)."""
+        return LoopSettings(
+            tick_s=self.tick_s,
+            max_concurrent_resizes=self.max_concurrent_resizes,
+            resize_poll_interval_s=self.resize_poll_interval_s,
+            settings=self.settings,
+        )
+
+    def with_loop(self, loop: LoopSettings) -> ReconcileInput:
+        """This input deciding with `loop` instead."""
+        return self.model_copy(update=dict(loop))
+
     carry: ReconcileCarry = Field(default_factory=ReconcileCarry)

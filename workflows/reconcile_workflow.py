@@ -159,19 +159,10 @@ def describe_plan(p: Plan, *, scaling: bool = True) -> list[str]:
     return lines
 
 
-def loop_settings(inp: ReconcileInput) -> LoopSettings:
-    return LoopSettings(
-        tick_s=inp.tick_s,
-        max_concurrent_resizes=inp.max_concurrent_resizes,
-        resize_poll_interval_s=inp.resize_poll_interval_s,
-        settings=inp.settings,
-    )
-
-
 def follow(inp: ReconcileInput, worker: LoopSettings) -> ReconcileInput:
     """The loop's input with the worker's settings as the tick recorded them (issue #43
     item 5); each change is logged once, when the loop takes it."""
-    now = loop_settings(inp)
+    now = inp.loop
     if worker == now:
         return inp
     changes = changed_settings(now, worker)
@@ -181,14 +172,7 @@ def follow(inp: ReconcileInput, worker: LoopSettings) -> ReconcileInput:
         inp.cluster,
         ", ".join(changes),
     )
-    return inp.model_copy(
-        update={
-            "tick_s": worker.tick_s,
-            "max_concurrent_resizes": worker.max_concurrent_resizes,
-            "resize_poll_interval_s": worker.resize_poll_interval_s,
-            "settings": worker.settings,
-        }
-    )
+    return inp.with_loop(worker)
 
 
 def changed_settings(old: LoopSettings, new: LoopSettings) -> list[str]:
@@ -270,7 +254,7 @@ class ReconcileWorkflow:
             observe_only=self.carry.observe_only,
             would=self.would,
             observe_failures=self.carry.observe_failures,
-            in_force=None if inp is None else loop_settings(inp),
+            in_force=None if inp is None else inp.loop,
         )
 
     @workflow.run
