@@ -61,3 +61,23 @@ def test_every_workflow_type_has_the_workers_behaviour() -> None:
             None,
             VersioningBehavior.UNSPECIFIED,
         )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("RAYSIZE_TAKEOVER_AFTER_S", "0", "takeover_after_s"),
+        (
+            "RAYSIZE_RAY_TOKEN_FOR",
+            "team a",
+            r"ray_token_for\n.*'team a' is not '\*', a namespace or",
+        ),
+        ("RAYSIZE_WORKFLOW_TASK_POLLS", "1", "workflow_task_polls"),
+    ],
+)
+def test_a_bad_new_setting_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValueError, match=says):
+        Settings()
