@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the real control plane of the test world from published Go modules (nothing
-# prebuilt is downloaded): kube-apiserver, etcd and the KubeRay operator with its CRDs;
+# prebuilt is downloaded): kube-apiserver, kube-scheduler and kube-controller-manager (one
+# module, sandbox/go/kubernetes-<version>), etcd and the KubeRay operator with its CRDs;
 # and two tools the deploy/ tests use: helm (deploy/helm) and the Prometheus Operator's
 # CRDs (deploy/components/monitoring is dry-run against them).
 # Each part is cached under ${XDG_CACHE_HOME:-~/.cache}/raysize/control-plane/<part>-<key>,
@@ -20,8 +21,9 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 kube=${1:-v1.36.3}
 src="$top/sandbox/go"
-[ -d "$src/kube-apiserver-$kube" ] || {
-  echo "error: no module for kube-apiserver $kube in sandbox/go (have: $(cd "$src" && ls -d kube-apiserver-* | sed 's/kube-apiserver-//' | tr '\n' ' ')); generate it with scripts/gen_apiserver_module.sh $kube" >&2
+kubernetes="$src/kubernetes-$kube"
+[ -d "$kubernetes" ] || {
+  echo "error: no module for Kubernetes $kube in sandbox/go (have: $(cd "$src" && ls -d kubernetes-* | sed 's/kubernetes-//' | tr '\n' ' ')); generate it with scripts/gen_apiserver_module.sh $kube" >&2
   exit 2
 }
 command -v go >/dev/null || { echo "error: go is not on PATH (Go 1.26+ builds the control plane)" >&2; exit 2; }
@@ -54,12 +56,14 @@ required() {
 }
 
 # build PART VERSION MODULE_DIR PACKAGE OUTPUT_NAME LDFLAGS [extra env...]: echoes the
-# binary's path
+# binary's path. PACKAGE is the module's own `./cmd/<name>` or a package of a module it
+# requires (built from the module's root, whose tools.go names it)
 build() {
   local part=$1 version=$2 dir=$3 pkg=$4 out=$5 ldflags=$6
   shift 6
-  local key
-  key=$( (cd "$dir" && cat go.mod go.sum ./*.go; echo "$gover${ldflags:+ $ldflags} $*") | sha256sum | cut -c1-16)
+  local key sources=.
+  [[ $pkg == ./* ]] && sources=$pkg
+  key=$( (cd "$dir" && cat go.mod go.sum "$sources"/*.go; echo "$gover${ldflags:+ $ldflags} $*") | sha256sum | cut -c1-16)
   local dest="$cache/$part-$key" label="${part%-"$version"} $version" cached=no
   [ -x "$dest/$out" ] && cached=yes
   if part "$label" $cached "$dest"; then
@@ -78,8 +82,15 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   vflags+=" -X $pkg.gitVersion=$kube -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   vflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-# GOEXPERIMENT=nojsonv2: with Go >= 1.27's json v2, /openapi/v2 breaks (docs/kubernetes-resize.md §5b)
-apiserver=$(build "kube-apiserver-$kube" "$kube" "$src/kube-apiserver-$kube" . kube-apiserver "$vflags" GOEXPERIMENT=nojsonv2)
+# GOEXPERIMENT=nojsonv2: with Go >= 1.27's json v2, /openapi/v2 breaks (docs/kubernetes-resize.md §5b).
+# The scheduler and controller manager are built the same way, so they reuse the packages
+# Go's build cache holds from the apiserver's build (client-go, apimachinery, pkg/apis, ...)
+kube_cmd() {
+  build "$1-$kube" "$kube" "$kubernetes" "./cmd/$1" "$1" "$vflags" GOEXPERIMENT=nojsonv2
+}
+apiserver=$(kube_cmd kube-apiserver)
+scheduler=$(kube_cmd kube-scheduler)
+controller_manager=$(kube_cmd kube-controller-manager)
 etcd=$(build etcd "$(required "$src/etcd" go.etcd.io/etcd/server/v3)" "$src/etcd" . etcd "")
 kuberay_required=$(required "$src/kuberay" github.com/ray-project/kuberay/ray-operator)
 operator=$(build kuberay "$kuberay_required" "$src/kuberay" github.com/ray-project/kuberay/ray-operator ray-operator "")
@@ -125,6 +136,8 @@ out="$cache/env-$kube"
 [ -z "$dry_run" ] || out=/dev/null
 {
   echo "kube_apiserver=$apiserver"
+  echo "kube_scheduler=$scheduler"
+  echo "kube_controller_manager=$controller_manager"
   echo "kubernetes_version=$kube"
   echo "etcd=$etcd"
   echo "ray_operator=$operator"

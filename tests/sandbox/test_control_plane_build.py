@@ -17,6 +17,8 @@ from raysize.sandbox.realworld import BUILD_SCRIPT, DEFAULT_KUBERNETES_VERSION, 
 
 PARTS = [
     f"kube-apiserver {DEFAULT_KUBERNETES_VERSION}",
+    f"kube-scheduler {DEFAULT_KUBERNETES_VERSION}",
+    f"kube-controller-manager {DEFAULT_KUBERNETES_VERSION}",
     "etcd v",
     "kuberay v",
     "KubeRay CRDs v",
