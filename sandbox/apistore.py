@@ -4,10 +4,12 @@
 update with a mutator, remove, watch) as HTTP calls to an API server named by a
 kubeconfig: the embedded sandbox server or a real kube-apiserver. An update is a
 read-modify-write guarded by resourceVersion, split as a kubelet writes: a new
-`spec.nodeName` goes through `pods/<name>/binding` (what the scheduler does), everything
-else the kubelet changes goes through `pods/<name>/status`; a 409 Conflict re-reads and
-runs the mutator again. A watch lists, then watches from the list's resourceVersion with
-bookmarks, and lists again after a 410 Gone, feeding the same event queue as the store's.
+`spec.nodeName` goes through `pods/<name>/binding` (what the scheduler does, for a kubelet
+that binds pods itself), everything else the kubelet changes goes through
+`pods/<name>/status`, and a node's update through `nodes/<name>/status`; a 409 Conflict
+re-reads and runs the mutator again. A watch lists, then watches from the list's
+resourceVersion with bookmarks, and lists again after a 410 Gone, feeding the same event
+queue as the store's.
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ class ApiStore:
         raise ApiError(409, "Conflict", f"{resource} {namespace}/{name}: too many conflicts")
 
     def _write(self, resource: str, namespace: str, name: str, current: Obj, new: Obj) -> Obj:
+        if resource == "nodes":  # the kubelet writes a node's status only
+            posted: Obj = self.http.call("PUT", _path("nodes", "", name) + "/status", new)
+            return posted
         if resource != "pods":
             out: Obj = self.http.call("PUT", _path(resource, namespace, name), new)
             return out

@@ -108,6 +108,7 @@ class Sandbox:
             self.config.timing,
             runtime=runtime,
             pod_ip=(lambda node, i: "127.0.0.1") if self.config.with_ray else None,
+            schedules=True,  # no kube-scheduler here: the demo needs nothing installed
         )
         self.operator = RayOperator(
             self.api,

@@ -1,4 +1,9 @@
-"""The kubelet simulator: schedules pods onto nodes, runs them, and actuates resizes.
+"""The kubelet simulator: runs the pods bound to its nodes, reports its nodes' status,
+and actuates resizes. Where no scheduler runs (the embedded world: `schedules=True`) it
+also binds pods to its nodes itself; in the real world kube-scheduler binds them.
+
+Its nodes are registered at start and their status posted again every
+`node_status_interval_s` (the Ready condition's heartbeat), as a kubelet does.
 
 Each resize follows docs/kubernetes-resize.md §2 in order: the API server bumps the generation; the
 kubelet either sets `PodResizePending` (Deferred or Infeasible, with the kubelet's exact
@@ -146,6 +151,9 @@ class KubeletTiming:
     retry_initial_s: float = 30.0  # the allocation manager's initialRetryDelay
     retry_interval_s: float = 180.0  # ... and its retryDelay
     sync_interval_s: float = 10.0  # periodic pod sync: retries failed actuation
+    # the kubelet's nodeStatusUpdateFrequency: the Ready condition's heartbeat, which
+    # also keeps a node lifecycle controller (if one runs) from marking the node Unknown
+    node_status_interval_s: float = 10.0
 
 
 Amounts = dict[str, int]  # "cpu" → millicores, "memory" → bytes
@@ -266,10 +274,35 @@ class _PodState:
     run_when_initialized: Callable[[], None] | None = None
     total: Amounts = field(default_factory=dict)  # the pod's allocated requests (as tracked)
     slots: int = 0  # pods it counts for on its node (as tracked)
+    # the resources the pod's spec asks for, where a resize made them differ from the
+    # allocation (None: the same), and whether that resize is Infeasible: what the
+    # scheduler stand-in charges the pod (`_charged`)
+    desired: ContainerAlloc | None = None
+    infeasible: bool = False
+    charge: Amounts = field(default_factory=dict)  # the scheduler's charge (as tracked)
 
     @staticmethod
     def of(node: str, pod: Obj) -> _PodState:
         return _PodState(node, _desired(pod), _init_layout(pod))
+
+
+def _charged(state: _PodState) -> Amounts:
+    """What kube-scheduler charges a pod on its node (`resourcehelper.PodRequests` with
+    the status resources, KEP-1287): per container, the larger of its desired and its
+    allocated requests, so a Deferred grow holds its room; an Infeasible resize's desired
+    requests are not charged. (The actual requests, the third of the real scheduler's
+    terms, equal the allocated ones here except during a resize's actuation delay.)"""
+    if state.finished:
+        return {"cpu": 0, "memory": 0}
+    if state.desired is None or state.infeasible:
+        return _pod_requests(state.allocated, state.init)
+    larger: ContainerAlloc = {}
+    for name, parts in state.allocated.items():
+        requests = dict(parts["requests"])
+        for k, v in (state.desired.get(name) or {}).get("requests", {}).items():
+            requests[k] = max(requests.get(k, 0), v)
+        larger[name] = {"requests": requests, "limits": parts["limits"]}
+    return _pod_requests(larger, state.init)
 
 
 @dataclass(order=True)
@@ -287,14 +320,22 @@ class Kubelet:
         timing: KubeletTiming | None = None,
         runtime: PodRuntime | None = None,
         pod_ip: Callable[[NodeSpec, int], str] | None = None,
+        *,
+        schedules: bool,
     ) -> None:
+        """`schedules`: bind pods that have no node to one of this kubelet's nodes (first
+        fit), for a world without a scheduler (the embedded one); False where
+        kube-scheduler binds them (the real world): a pod is then this kubelet's once it
+        is bound to one of its nodes."""
         self.store = store
+        self.schedules = schedules
         self.nodes = {n.name: n for n in nodes}
         self.timing = timing or KubeletTiming()
         self.runtime: PodRuntime = runtime or NoRuntime()
         self._pod_ip = pod_ip or self._cluster_ip
         self._pods: dict[tuple[str, str], _PodState] = {}
         self._node_used: dict[str, Amounts] = {}
+        self._node_charged: dict[str, Amounts] = {}  # the scheduler stand-in's view
         self._node_count: dict[str, int] = {}
         # the queue of resizes to retry (podsWithPendingResizes) and, for its order, when
         # each pod's PodResizePending condition appeared (the kubelet's in-memory time)
@@ -343,11 +384,14 @@ class Kubelet:
         for node in self.nodes.values():
             if self.store.find("nodes", "", node.name) is None:
                 self.store.create("nodes", "", _node_object(node))
+            else:  # registered before (a kubelet restarted): its status is ours to post
+                self._post_node_status(node)
         self._watcher = self.store.watch("pods", None, lambda o: True, None)
         self._thread = threading.Thread(target=self._run, name="sandbox-kubelet", daemon=True)
         self._thread.start()
         self._after(self.timing.retry_initial_s, self._retry_ticker)
         self._after(self.timing.sync_interval_s, self._sync_ticker)
+        self._after(self.timing.node_status_interval_s, self._node_status_ticker)
         return self
 
     def stop(self) -> None:
@@ -425,8 +469,9 @@ class Kubelet:
             self._terminate(key, pod)
             return
         if not (pod.get("spec") or {}).get("nodeName"):
-            self._schedule(key, pod)
-            return
+            if self.schedules:
+                self._schedule(key, pod)
+            return  # else kube-scheduler binds it: it comes back with its node
         state = self._pods.get(key)
         if state is None:
             self._start_pod(key, pod)
@@ -438,7 +483,11 @@ class Kubelet:
             # An update (HandlePodUpdates), not the kubelet's own status write: queue a
             # resize the pod asks for (or one it no longer asks for), then retry the queue.
             state.seen = seen
-            if _desired(pod) != state.allocated or _condition(pod, PENDING) is not None:
+            desired = _desired(pod)
+            if (desired if desired != state.allocated else None) != state.desired:
+                state.desired = desired if desired != state.allocated else None
+                self._track(key, state)  # the scheduler's charge follows the spec
+            if desired != state.allocated or _condition(pod, PENDING) is not None:
                 self._deferred.add(key)
             self._retry_deferred("pod_updated")
             self._sync_observed_generation(key)
@@ -470,12 +519,19 @@ class Kubelet:
         return used
 
     def _track(self, key: tuple[str, str], state: _PodState | None) -> None:
-        """Record `key`'s new state (None: gone) in the per-node totals."""
+        """Record `key`'s new state (None: gone) in the per-node totals. Where the
+        scheduler's charge on a node went down, pods waiting for room are tried again (as
+        kube-scheduler requeues them on a pod's update or deletion)."""
         old = self._pods.pop(key, None)
+        # what was tracked (`state` may be `old` itself, its totals about to be redone)
+        was = (old.node, dict(old.charge), old.slots) if old is not None else None
         if old is not None:
             used = self._node_used.setdefault(old.node, {"cpu": 0, "memory": 0})
+            charged = self._node_charged.setdefault(old.node, {"cpu": 0, "memory": 0})
             for k, v in old.total.items():
                 used[k] -= v
+            for k, v in old.charge.items():
+                charged[k] -= v
             self._node_count[old.node] = self._node_count.get(old.node, 0) - old.slots
         if state is not None:
             # a finished pod is no longer active: it holds neither resources nor a pod slot
@@ -484,19 +540,32 @@ class Kubelet:
                 if state.finished
                 else _pod_requests(state.allocated, state.init)
             )
+            state.charge = _charged(state)
             state.slots = 0 if state.finished else 1
             self._pods[key] = state
             used = self._node_used.setdefault(state.node, {"cpu": 0, "memory": 0})
+            charged = self._node_charged.setdefault(state.node, {"cpu": 0, "memory": 0})
             for k, v in state.total.items():
                 used[k] += v
+            for k, v in state.charge.items():
+                charged[k] += v
             self._node_count[state.node] = self._node_count.get(state.node, 0) + state.slots
+        freed = False
+        if was is not None:
+            node, charge, slots = was
+            same = state is not None and state.node == node
+            now_charge = state.charge if state is not None and same else {}
+            now_slots = state.slots if state is not None and same else 0
+            freed = now_slots < slots or any(now_charge.get(k, 0) < v for k, v in charge.items())
+        if freed and self.schedules and self._unscheduled:
+            self.call(self._schedule_pending)  # after what freed the room is written
 
     def _schedule(self, key: tuple[str, str], pod: Obj) -> None:
         desired, init = _desired(pod), _init_layout(pod)
         want = _pod_requests(desired, init)
         short = {"cpu": 0, "memory": 0}
         for node in self.nodes.values():
-            used = self._used(node.name)
+            used = self._node_charged.setdefault(node.name, {"cpu": 0, "memory": 0})
             count = self._node_count.get(node.name, 0)
             fits_cpu = used["cpu"] + want["cpu"] <= node.cpu
             fits_mem = used["memory"] + want["memory"] <= node.memory
@@ -901,6 +970,9 @@ class Kubelet:
                             f"used: {used[res]}, capacity: {cap}"
                         )
                         break
+        if state.infeasible != (reason == "Infeasible"):
+            state.infeasible = reason == "Infeasible"
+            self._track(key, state)
         if reason:
             previous = _condition(pod, PENDING)
             # a new pending resize (or a new reason) records an event; the kubelet knows
@@ -930,6 +1002,7 @@ class Kubelet:
         self._pending_since.pop(key, None)
         state.pending_reported = None
         state.allocated = desired
+        state.desired = None
         self._to_actuate.add(key)
         self._track(key, state)
         state.last_error = ""
@@ -1019,6 +1092,29 @@ class Kubelet:
             self._sync_pass()
         finally:
             self._after(self.timing.sync_interval_s, self._sync_ticker)
+
+    def _node_status_ticker(self) -> None:
+        try:
+            for node in self.nodes.values():
+                self._safely(functools.partial(self._post_node_status, node))
+        finally:
+            self._after(self.timing.node_status_interval_s, self._node_status_ticker)
+
+    def _post_node_status(self, node: NodeSpec) -> None:
+        """The node's status as this kubelet sees it (capacity, allocatable, Ready), with a
+        new heartbeat; the Ready condition keeps its transition time while it stays True."""
+        posted = _node_object(node)["status"]
+
+        def report(n: Obj) -> Obj:
+            before = {c["type"]: c for c in (n.get("status") or {}).get("conditions") or []}
+            for cond in posted["conditions"]:
+                old = before.get(cond["type"])
+                if old is not None and old.get("status") == cond["status"]:
+                    cond["lastTransitionTime"] = old.get("lastTransitionTime")
+            n["status"] = {**(n.get("status") or {}), **posted}
+            return n
+
+        self.store.update("nodes", "", node.name, report)
 
     def _sync_pass(self) -> None:
         """The periodic pod sync's part here: actuation retried (a stalled or failed one),

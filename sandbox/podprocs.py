@@ -574,33 +574,3 @@ def _in_own_mounts(mounts: list[tuple[Path, str]], keep: list[Path] | None = Non
               enumerate(hidden)]  # fmt: skip
     script = " && ".join(steps) + ' || exit 125; exec "$@"'
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
-
-
-def pods_of_deployment(admin: KubeHttp, namespace: str, name: str) -> list[str]:
-    """Create the pods of Deployment namespace/name, as its ReplicaSet would (the test
-    world runs no controller manager): `replicas` pods from its template, named and
-    labelled as the ReplicaSet controller names them, owned by the Deployment."""
-    deploy = admin.call("GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
-    template = deploy["spec"]["template"]
-    digest = base64.b32encode(os.urandom(5)).decode().lower()[:10]
-    made = []
-    for _ in range(int(deploy["spec"].get("replicas", 1))):
-        meta = dict(template.get("metadata") or {})
-        meta["labels"] = {**(meta.get("labels") or {}), "pod-template-hash": digest}
-        meta["generateName"] = f"{name}-{digest}-"
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "name": name,
-                "uid": deploy["metadata"]["uid"],
-                "controller": True,
-            }
-        ]
-        pod = admin.call(
-            "POST",
-            f"/api/v1/namespaces/{namespace}/pods",
-            {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]},
-        )
-        made.append(str(pod["metadata"]["name"]))
-    return made

@@ -1,4 +1,5 @@
-"""The real control plane for the test world: etcd, kube-apiserver and the KubeRay operator.
+"""The real control plane for the test world: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager and the KubeRay operator.
 
     with RealControlPlane() as cp:            # builds the parts on first use (cached)
         cp.write_kubeconfig(path)             # admin (system:masters) over HTTPS
@@ -7,9 +8,13 @@
 The binaries come from `scripts/build_control_plane.sh`, which builds them from published
 Go modules into the user's cache directory (keyed by version, so only the first run on a
 machine pays). kube-apiserver runs with HTTPS (a self-signed serving certificate it makes
-itself), RBAC, a service-account issuer and signing key, and a static admin token. There
-is no scheduler, no controller manager and no kubelet: a virtual kubelet (a client of the
-API, like any other) binds and runs pods, and tests that need it start it.
+itself), RBAC, a service-account issuer and signing key, and a static admin token.
+kube-scheduler binds pods; kube-controller-manager runs the controllers of `CONTROLLERS`
+(Deployments through ReplicaSets, garbage collection, PDB status, namespaces). Each runs
+as its own user (`system:kube-scheduler`, `system:kube-controller-manager`, its
+controllers with their own ServiceAccounts), so the bootstrap RBAC of a real cluster is
+what lets them act. There is no kubelet: a virtual kubelet (a client of the API, like any
+other) runs the pods bound to its nodes, and tests that need it start it.
 
 Every process is started in its own process group and stopped by it (`close()`), also when
 starting fails halfway.
@@ -22,10 +27,12 @@ import logging
 import os
 import secrets
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -51,6 +58,28 @@ DEFAULT_KUBERNETES_VERSION = "v1.36.3"
 SERVICE_CIDR = "10.96.0.0/16"
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 START_TIMEOUT_S = 90.0
+# What kube-controller-manager runs (--controllers): Deployments through ReplicaSets to
+# pods, the garbage collector (owned objects go with their owner), PDBs' status, a deleted
+# namespace emptied and removed, and each namespace's `default` ServiceAccount (and the
+# legacy token Secrets some charts still make). Left out, each for a reason:
+# - node-lifecycle and taint-eviction: they judge the kubelet simulator's nodes by their
+#   heartbeats, and a heartbeat late on a busy 2-core machine would taint its nodes and
+#   mark their pods not Ready mid-test; a Node no kubelet runs (the conformance suite's
+#   parked one) carries its own NoSchedule taint instead;
+# - pod-garbage-collector: it deletes pods bound to a Node that does not exist, which the
+#   conformance suite makes on purpose (1.36 refuses their resizes);
+# - node-ipam, cloud and volume controllers: no pod CIDRs, no cloud, no volumes to bind;
+# - the rest (jobs, endpoints, certificates, ...): nothing here uses them, and each costs
+#   watches and CPU on a 2-core machine.
+CONTROLLERS = (
+    "deployment-controller",
+    "replicaset-controller",
+    "garbage-collector-controller",
+    "disruption-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+)
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "scripts" / "build_control_plane.sh"
 
@@ -62,6 +91,8 @@ class ControlPlaneError(RuntimeError):
 @dataclass(frozen=True)
 class Parts:
     kube_apiserver: Path
+    kube_scheduler: Path
+    kube_controller_manager: Path
     kubernetes_version: str
     etcd: Path
     ray_operator: Path
@@ -81,7 +112,14 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
     """The built parts for this Kubernetes version; built first if `build` and missing."""
     env_file = cache_dir() / f"env-{version}"
     found = _read_env(env_file)
-    needed = ("kube_apiserver", "etcd", "helm", "prometheus_operator_crds")
+    needed = (
+        "kube_apiserver",
+        "kube_scheduler",
+        "kube_controller_manager",
+        "etcd",
+        "helm",
+        "prometheus_operator_crds",
+    )
     if found is None or not all(k in found and Path(found[k]).exists() for k in needed):
         if not build:
             raise ControlPlaneError(
@@ -100,6 +138,8 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
             raise ControlPlaneError(f"{BUILD_SCRIPT.name} wrote no {env_file}")
     return Parts(
         kube_apiserver=Path(found["kube_apiserver"]),
+        kube_scheduler=Path(found["kube_scheduler"]),
+        kube_controller_manager=Path(found["kube_controller_manager"]),
         kubernetes_version=found["kubernetes_version"],
         etcd=Path(found["etcd"]),
         ray_operator=Path(found["ray_operator"]),
@@ -166,6 +206,9 @@ class RealControlPlane:
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="raysize-cp-"))
         self.admin_token = secrets.token_hex(16)
+        # the tokens of the scheduler's and the controller manager's users (tokens.csv)
+        self.scheduler_token = secrets.token_hex(16)
+        self.controller_manager_token = secrets.token_hex(16)
         self.port = 0
         self._procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
@@ -190,15 +233,22 @@ class RealControlPlane:
         try:
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
+            # both start while the CRDs go in; each is waited for once it had the time
+            scheduler = self._start_scheduler()
+            controller_manager = self._start_controller_manager()
             self._install_crds()
             if self.with_operator:
                 self._start_operator()
+            self._wait_healthy("kube-scheduler", *scheduler)
+            self._wait_healthy("kube-controller-manager", *controller_manager)
         except BaseException:
             self.close()
             raise
         return self
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def _spawn(
+        self, name: str, argv: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         out = (self.workdir / f"{name}.log").open("ab")
         self._logs.append(out)
         proc = subprocess.Popen(
@@ -211,6 +261,7 @@ class RealControlPlane:
         )
         reaper.guard(proc)  # stopped even if this process is SIGKILLed
         self._procs.append(proc)
+        return proc
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         path = self.workdir / f"{name}.log"
@@ -239,8 +290,13 @@ class RealControlPlane:
         certs.mkdir(exist_ok=True)
         sa_key = certs / "sa.key"
         _rsa_key(sa_key)
+        # the admin, and the users the bootstrap RBAC grants the scheduler's and the
+        # controller manager's rights to (what their client certificates name elsewhere)
         (self.workdir / "tokens.csv").write_text(
             f'{self.admin_token},raysize-admin,raysize-admin,"system:masters"\n'
+            f"{self.scheduler_token},system:kube-scheduler,system:kube-scheduler\n"
+            f"{self.controller_manager_token},system:kube-controller-manager,"
+            "system:kube-controller-manager\n"
         )
         self.port = free_port()
         self._spawn(
@@ -258,9 +314,10 @@ class RealControlPlane:
                 f"--service-account-key-file={sa_key}",
                 f"--service-account-signing-key-file={sa_key}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
-                # no controller manager: none creates each namespace's `default`
-                # ServiceAccount, and no node lifecycle controller lifts the not-ready
-                # taint that TaintNodesByCondition puts on every new Node
+                # no node lifecycle controller (CONTROLLERS) lifts the not-ready taint that
+                # TaintNodesByCondition puts on every new Node; the ServiceAccount plugin
+                # would give every pod a token volume and refuse a namespace's pods until
+                # the controller manager made its `default` ServiceAccount
                 "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
                 "--allow-privileged=true",
                 "--profiling=false",
@@ -292,6 +349,79 @@ class RealControlPlane:
         raise ControlPlaneError(
             f"kube-apiserver not ready on {self.url} in {START_TIMEOUT_S:.0f}s ({last}): "
             f"{self.log_tail('kube-apiserver')}"
+        )
+
+    def _start_component(
+        self, name: str, binary: Path, token: str, args: list[str]
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        """Start a control-plane component as its user (`token`), without leader election,
+        serving its health on a free port of its own (several worlds run at once)."""
+        path = self.workdir / f"{name}.kubeconfig"
+        kubeconfig = write_kubeconfig(path, self.url, token=token, ca_pem=self.ca_pem, name=name)
+        port = free_port()
+        proc = self._spawn(
+            name,
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / name}",  # its self-signed serving certificate
+                "--profiling=false",
+                *args,
+                "--v=1",
+            ],
+        )
+        return proc, port
+
+    def _start_scheduler(self) -> tuple[subprocess.Popen[bytes], int]:
+        """kube-scheduler with its default profile: pods are bound as a real cluster binds
+        them, a resized pod charged the larger of its desired, allocated and actual
+        requests (KEP-1287)."""
+        return self._start_component(
+            "kube-scheduler", self.parts.kube_scheduler, self.scheduler_token, []
+        )
+
+    def _start_controller_manager(self) -> tuple[subprocess.Popen[bytes], int]:
+        certs = self.workdir / "certs"
+        return self._start_component(
+            "kube-controller-manager",
+            self.parts.kube_controller_manager,
+            self.controller_manager_token,
+            [
+                f"--controllers={','.join(CONTROLLERS)}",
+                # each controller as its own ServiceAccount in kube-system (a token from the
+                # TokenRequest API), held to its own bootstrap ClusterRole, as kubeadm runs it
+                "--use-service-account-credentials=true",
+                # the key the API server checks tokens with (the legacy token Secrets)
+                f"--service-account-private-key-file={certs / 'sa.key'}",
+                f"--root-ca-file={certs / 'apiserver.crt'}",
+            ],
+        )
+
+    def _wait_healthy(self, name: str, proc: subprocess.Popen[bytes], port: int) -> None:
+        """Until the component's /healthz says ok (its own self-signed certificate: the
+        check is that it runs, not who it is)."""
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + START_TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ControlPlaneError(f"{name} exited ({proc.returncode}): {self.log_tail(name)}")
+            try:
+                with urllib.request.urlopen(
+                    f"https://127.0.0.1:{port}/healthz", context=context, timeout=5
+                ) as resp:
+                    if resp.read() == b"ok":
+                        return
+            except OSError as err:  # not listening yet, or not healthy yet (HTTPError)
+                last = str(err)
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"{name} not healthy in {START_TIMEOUT_S:.0f}s ({last}): {self.log_tail(name)}"
         )
 
     @property
@@ -412,9 +542,10 @@ class RealControlPlane:
 
     # --- stopping ------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the operator, the API server, then etcd, each before the next (safe to
-        call more than once): an API server whose etcd is gone hangs on SIGTERM until it is
-        killed after the grace period, 10 s every time; before etcd it exits in ~1 s."""
+        """Stop the operator, the controller manager, the scheduler, the API server, then
+        etcd, each by its own process group before the next (safe to call more than once):
+        an API server whose etcd is gone hangs on SIGTERM until it is killed after the grace
+        period, 10 s every time; before etcd it exits in ~1 s."""
         procs, self._procs = list(reversed(self._procs)), []
         try:
             failed: list[BaseException] = []
@@ -463,9 +594,10 @@ def _yaml_to_json(path: Path) -> dict[str, Any]:
 
 class RealSandbox:
     """The real world for the tests and `raysize sandbox up --control-plane real`: the real
-    control plane plus the kubelet simulator as an API client (it binds pods to its nodes,
-    runs them and actuates resizes). With `with_ray`, each pod's own containers run in the
-    pod's own network namespace (sandbox/podnet.py): KubeRay's `ray start` is what runs."""
+    control plane plus the kubelet simulator as an API client (it runs the pods
+    kube-scheduler binds to its nodes, reports its nodes' status and actuates resizes).
+    With `with_ray`, each pod's own containers run in the pod's own network namespace
+    (sandbox/podnet.py): KubeRay's `ray start` is what runs."""
 
     def __init__(
         self,
@@ -529,7 +661,11 @@ class RealSandbox:
                 )
                 self.runtime = ContainerRuntime(self.network, store.services_and_pods, api=api)
             self.kubelet = Kubelet(
-                store, self.config.node_list(), self.config.timing, runtime=self.runtime
+                store,
+                self.config.node_list(),
+                self.config.timing,
+                runtime=self.runtime,
+                schedules=False,  # kube-scheduler binds
             ).start()
         except BaseException:
             self.close()

@@ -1,5 +1,6 @@
 """deploy/ runs in the real world (#28 item 1): the kustomize install (and the Helm chart)
-applied to the real kube-apiserver, and the worker's pod run by the kubelet simulator as a
+applied to the real kube-apiserver, its Deployment's pod made by the real controller
+manager's ReplicaSet and bound by kube-scheduler, and run by the kubelet simulator as a
 real `raysize worker` process (sandbox/podprocs.py): the env from the ConfigMap and
 Secrets, `KUBERNETES_SERVICE_HOST/PORT`, and the ServiceAccount's token from the
 TokenRequest API at the path a pod has, rotated by the kubelet. The worker uses in-cluster
@@ -35,7 +36,7 @@ from raysize.sandbox.apistore import ApiStore, KubeHttp
 from raysize.sandbox.errors import ApiError
 from raysize.sandbox.kubelet import Kubelet, KubeletTiming, NodeSpec
 from raysize.sandbox.podnet import SA_PATH
-from raysize.sandbox.podprocs import ProcessRuntime, pods_of_deployment
+from raysize.sandbox.podprocs import ProcessRuntime
 from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.sandbox.realworld import RealControlPlane
@@ -138,7 +139,11 @@ async def world(
         )
         nodes = [NodeSpec("node-a", 16000, 64 * GIB)]
         kubelet = Kubelet(
-            ApiStore(admin), nodes, KubeletTiming(actuation_delay_s=0.0), runtime=runtime
+            ApiStore(admin),
+            nodes,
+            KubeletTiming(actuation_delay_s=0.0),
+            runtime=runtime,
+            schedules=False,  # kube-scheduler binds
         ).start()
         # a GCS stand-in for the RayCluster of each install
         with RayStandIn() as ray, RayStandIn() as helm_ray:
@@ -165,10 +170,31 @@ async def world(
 WORKER = "app.kubernetes.io/component=worker"
 
 
+def deployment_pod(w: World, namespace: str, deployment: str) -> str | None:
+    """The pod of the Deployment's current ReplicaSet (the one of its revision), made by
+    the real controllers; None until there is exactly one, not being deleted."""
+    apps = client.AppsV1Api(w.api)
+    deploy = apps.read_namespaced_deployment(deployment, namespace)
+    revision = (deploy.metadata.annotations or {}).get("deployment.kubernetes.io/revision")
+    current = [
+        rs.metadata.uid
+        for rs in apps.list_namespaced_replica_set(namespace).items
+        if any(o.uid == deploy.metadata.uid for o in rs.metadata.owner_references or [])
+        and (rs.metadata.annotations or {}).get("deployment.kubernetes.io/revision") == revision
+    ]
+    pods = [
+        p.metadata.name
+        for p in w.core.list_namespaced_pod(namespace).items
+        if not p.metadata.deletion_timestamp
+        and any(o.uid in current for o in p.metadata.owner_references or [])
+    ]
+    return pods[0] if revision and len(pods) == 1 else None
+
+
 @pytest_asyncio.fixture(scope="module")
 async def kustomized(world: World) -> AsyncIterator[str]:
     """deploy/base applied (with the test's settings, watching also OTHER_NS, where it
-    has no Role) and its Deployment's pod made: the worker pod's name."""
+    has no Role) and its Deployment's pod made by its ReplicaSet: the worker pod's name."""
     w = world
     w.core.create_namespace({"metadata": {"name": OTHER_NS}})
     overlay = w.overlay(
@@ -179,7 +205,7 @@ async def kustomized(world: World) -> AsyncIterator[str]:
     started = time.monotonic()
     applied = w.kubectl("apply", "-k", str(overlay))
     assert applied.returncode == 0, applied.stderr
-    (name,) = pods_of_deployment(w.cp.http, "raysize", "raysize-worker")
+    name = await eventually(lambda: deployment_pod(w, "raysize", "raysize-worker"), 60)
     w.started = started  # type: ignore[attr-defined]
     yield name
 
@@ -324,27 +350,21 @@ async def test_a_rolling_update_strands_nothing(
         before = await build_of(temporal, *held)
         assert before == "0.2.0", before
 
-        # the roll: a new image tag and build ID in the template, the ReplicaSet's new pod
-        # Ready, then the old pod stopped (SIGTERM). Pods share the host's network here,
-        # so the new one gets a metrics port of its own
+        # the roll, one change as `helm upgrade` makes it: a new image tag and build ID in
+        # the template. The Deployment controller's new ReplicaSet makes the new pod, and
+        # once it is Ready the old pod is deleted (SIGTERM). Pods share the host's network
+        # here, so the new one gets a metrics port of its own
         rolled = w.kubectl(
-            "set", "env", "deployment/raysize-worker", "-n", "raysize",
-            f"RAYSIZE_BUILD_ID={ROLLED_BUILD}",
-            f"RAYSIZE_PROMETHEUS_BIND=127.0.0.1:{free_port()}",
+            "patch", "deployment/raysize-worker", "-n", "raysize", "--type=strategic",
+            "-p", json.dumps(roll_to(ROLLED_BUILD, {"image": f"raysize:{ROLLED_BUILD}"})),
         )  # fmt: skip
         assert rolled.returncode == 0, rolled.stderr
-        tagged = w.kubectl(
-            "set", "image", "deployment/raysize-worker", "-n", "raysize",
-            f"worker=raysize:{ROLLED_BUILD}",
-        )  # fmt: skip
-        assert tagged.returncode == 0, tagged.stderr
-        (new,) = pods_of_deployment(w.cp.http, "raysize", "raysize-worker")
+        new = await eventually(lambda: rolled_from(w, old), 60)
         try:
             await eventually(lambda: ready_pod(w, new), 60)
         except AssertionError:
             raise AssertionError(w.log("raysize", new)[-3000:]) from None
-        w.core.delete_namespaced_pod(old, "raysize")
-        await eventually(lambda: not any(p.metadata.name == old for p in worker_pods(w)), 60)
+        await eventually(lambda: not any(p.metadata.name == old for p in worker_pods(w)), 90)
 
         # the held resize ends, moved to the new build
         handle = temporal.get_workflow_handle(held[0], run_id=held[1])
@@ -361,6 +381,23 @@ async def test_a_rolling_update_strands_nothing(
     said = "\n".join(messages(w.log("raysize", new)))
     assert f"current in place of raysize-{w.queue}.0.2.0" in said, said[-3000:]
     assert "after replaying their histories" in said, said[-3000:]
+
+
+def roll_to(build: str | None, container: dict[str, Any]) -> dict[str, Any]:
+    """A strategic-merge patch of the worker's pod template: `container`'s fields, the
+    build ID `build` (None: as it is), and a metrics port of its own (the old and the new
+    pod run side by side on the host's network while the Deployment rolls)."""
+    env = [{"name": "RAYSIZE_PROMETHEUS_BIND", "value": f"127.0.0.1:{free_port()}"}]
+    if build is not None:
+        env.append({"name": "RAYSIZE_BUILD_ID", "value": build})
+    worker = {"name": "worker", **container, "env": env}
+    return {"spec": {"template": {"spec": {"containers": [worker]}}}}
+
+
+def rolled_from(w: World, old: str) -> str | None:
+    """The Deployment's new pod once the roll away from pod `old` has made it."""
+    new = deployment_pod(w, "raysize", "raysize-worker")
+    return new if new != old else None
 
 
 def worker_pods(w: World) -> list[client.V1Pod]:
@@ -385,24 +422,22 @@ async def test_a_failing_liveness_probe_restarts_the_container(
     SIGSTOP came first (CI once saw the healthy worker stopped by SIGTERM, exit 0)."""
     w = world
     await eventually(lambda: w.ready("raysize", WORKER), 60)
-    patch = [
-        {"op": "replace", "path": "/spec/template/spec/terminationGracePeriodSeconds",
-         "value": 2},
-        {"op": "replace", "path": "/spec/template/spec/containers/0/livenessProbe",
-         "value": {"exec": {"command": ["python", "-m", "raysize.worker.health", "live",
-                                        "--max-age", str(DEFAULT_INTERVAL_S + 2)]},
-                   "initialDelaySeconds": 2, "periodSeconds": 1, "failureThreshold": 2,
-                   "timeoutSeconds": 5}},
-    ]  # fmt: skip
+    old = w.pod("raysize", WORKER).metadata.name
+    probe = {
+        "exec": {"command": ["python", "-m", "raysize.worker.health", "live",
+                             "--max-age", str(DEFAULT_INTERVAL_S + 2)]},
+        "initialDelaySeconds": 2, "periodSeconds": 1, "failureThreshold": 2, "timeoutSeconds": 5,
+    }  # fmt: skip
+    patch = roll_to(None, {"livenessProbe": probe})
+    patch["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 2
     patched = w.kubectl(
-        "patch", "deployment/raysize-worker", "-n", "raysize", "--type=json",
+        "patch", "deployment/raysize-worker", "-n", "raysize", "--type=strategic",
         "-p", json.dumps(patch),
     )  # fmt: skip
     assert patched.returncode == 0, patched.stderr
-    old = w.pod("raysize", WORKER)
-    w.core.delete_namespaced_pod(old.metadata.name, "raysize")
-    await eventually(lambda: not w.core.list_namespaced_pod("raysize").items, 60)
-    (name,) = pods_of_deployment(w.cp.http, "raysize", "raysize-worker")
+    # the Deployment rolls to the patched template: its new pod, then the old one deleted
+    name = await eventually(lambda: rolled_from(w, old), 60)
+    await eventually(lambda: not any(p.metadata.name == old for p in worker_pods(w)), 90)
     await eventually(lambda: w.ready("raysize", WORKER), 60)
     os.kill(w.runtime.pid("raysize", name, "worker"), signal.SIGSTOP)
 
@@ -415,19 +450,19 @@ async def test_a_failing_liveness_probe_restarts_the_container(
     await eventually(lambda: w.ready("raysize", WORKER), 60)  # the new container is Ready
 
 
-HELM_NS = "raysize-helm"  # no namespace controller here: "raysize" stays Terminating
+HELM_NS = "raysize-helm"  # "raysize" is still being emptied and deleted meanwhile
 
 
 @pytest_asyncio.fixture
 async def no_kustomize_install(world: World) -> AsyncIterator[None]:
     """The chart's cluster-scoped objects have the kustomize install's names: one at a
-    time. No garbage collector runs here, so the worker pod goes first, by hand."""
+    time. The kustomize install is deleted, and its worker pod goes with it, as the
+    garbage collector (the Deployment's ReplicaSet and its pod) and the namespace
+    controller remove it; the chart is installed once no old worker runs."""
     w = world
-    for pod in w.core.list_namespaced_pod("raysize").items:
-        w.core.delete_namespaced_pod(pod.metadata.name, "raysize")
-    await eventually(lambda: not w.core.list_namespaced_pod("raysize").items, 60)
     deleted = w.kubectl("delete", "-k", str(w.tmp / "kustomize"), "--wait=false")
     assert deleted.returncode == 0, deleted.stderr
+    await eventually(lambda: not w.core.list_namespaced_pod("raysize").items, 90)
     yield
 
 
@@ -440,7 +475,7 @@ async def test_the_helm_chart_runs_too(world: World, no_kustomize_install: None)
     ]  # fmt: skip
     done = await asyncio.to_thread(_run, args, w.settings("helmed"))
     assert done.returncode == 0, done.stderr
-    (name,) = pods_of_deployment(w.cp.http, HELM_NS, _helm_deployment(w))
+    name = await eventually(lambda: deployment_pod(w, HELM_NS, _helm_deployment(w)), 60)
     await eventually(lambda: w.ready(HELM_NS, "app.kubernetes.io/name=raysize"), 60)
     w.custom.create_namespaced_custom_object(
         "ray.io", "v1", "default", "rayclusters", ippr_cluster("helmed", replicas=1, cpu="1"),

@@ -138,8 +138,11 @@ def core(kube: client.ApiClient) -> client.CoreV1Api:
 # A Node no kubelet runs: a pod bound to it is never started or written to by anyone but
 # the test, so its resourceVersion moves only when the test writes. It exists (1.36 refuses
 # resizes of pods whose Node is missing) and is large, so its room never limits a resize;
-# it declares no optional features.
+# it declares no optional features. Its NoSchedule taint keeps a scheduler from binding
+# other pods to it (a node lifecycle controller would taint it so too, as not Ready); the
+# tests bind pods to it by `spec.nodeName`, which no taint stops.
 PARKED_NODE = "raysize-conformance-parked"
+PARKED_TAINT = {"key": "raysize.test/no-kubelet", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="package")
@@ -148,6 +151,7 @@ def parked_node(kube: client.ApiClient) -> str:
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": PARKED_NODE},
+        "spec": {"taints": [PARKED_TAINT]},
         "status": {
             "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
             "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
@@ -194,8 +198,9 @@ def ns(core: client.CoreV1Api, parked_node: str) -> Iterator[str]:
 
 
 def empty_namespace(kube: client.ApiClient, name: str) -> None:
-    """Delete namespace `name` and what a test left in it, as the namespace controller and
-    the garbage collector would (the real world runs neither).
+    """Delete namespace `name` and what a test left in it, without waiting for the real
+    world's namespace controller and garbage collector to get to it (the embedded server
+    empties a deleted namespace at once).
 
     Its RayClusters first: one left in a terminating namespace is reconciled by the shared
     KubeRay operator for the rest of the run, failing each time ("unable to create new

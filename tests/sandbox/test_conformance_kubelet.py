@@ -134,9 +134,12 @@ def completed_reasons(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
 
 
 def events(core: client.CoreV1Api, ns: str, name: str) -> list[client.CoreV1Event]:
-    """The pod's events, oldest first (client-go names them `<pod>.<UnixNano in hex>`)."""
+    """The kubelet's events of the pod, oldest first (client-go names them `<pod>.<UnixNano
+    in hex>`); not the scheduler's `Scheduled` (the real world's, where kube-scheduler binds
+    the pod)."""
     items = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
-    return sorted(items, key=lambda e: e.metadata.name)
+    mine = [e for e in items if e.source is not None and e.source.component == "kubelet"]
+    return sorted(mine, key=lambda e: e.metadata.name)
 
 
 def reasons(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
