@@ -6,6 +6,7 @@ a retried call is harmless. The objects it reads are translated in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -511,16 +512,53 @@ class Kube:
         uid: str = "",
         expect: tuple[tuple[int, int], ...] | None = None,
     ) -> int:
-        """Resize the Ray container to absolute (cpu, memory); returns the pod's generation.
+        """Resize the Ray container to absolute (cpu, memory); returns the pod's generation
+        (`resize_pod` returns the pod as written)."""
+        doc = self.resize_pod(namespace, pod, cpu, memory, uid, expect)
+        return int(doc["metadata"].get("generation", 0))
 
-        With `expect`, a compare-and-set: the patch is sent only while the pod, read now,
-        runs at one of those sizes or at the target already (`running_size`; a retry of a
-        patch that landed goes on). Elsewhere it raises `Superseded` and sends nothing: the
-        resize was decided on a pod that is not there any more (a stale cache), and
-        patching would set the live pod to a size nobody chose for it, a busy grown pod
-        shrunk under its work. The patch then also `test`s the container's resources as
-        read, so a change between this read and the write is refused by the server, and
-        raises Conflict (retried: the retry reads and compares again)."""
+    def resize_pod(
+        self,
+        namespace: str,
+        pod: str,
+        cpu: int,
+        memory: int,
+        uid: str = "",
+        expect: tuple[tuple[int, int], ...] | None = None,
+    ) -> Obj:
+        """Resize the Ray container to absolute (cpu, memory); returns the pod as written.
+
+        With `expect`, a compare-and-set: the patch is sent only while the pod runs at one
+        of those sizes or at the target already (`running_size`; a retry of a patch that
+        landed goes on). Elsewhere it raises `Superseded` and sends nothing: the resize
+        was decided on a pod that is not there any more (a stale cache), and patching
+        would set the live pod to a size nobody chose for it, a busy grown pod shrunk
+        under its work.
+
+        The pod compared is the pod watch's record when its cache is current and the
+        record passes (`PodWatch.cached_pod`): the patch then `test`s the record's
+        resourceVersion, so the server applies it only to that very pod, and a record that
+        lagged is refused (422) and costs nothing but the refusal. Otherwise, or after a
+        refusal, the pod is read (a GET) and compared, and the patch `test`s the
+        container's resources as read: a resize by anyone between the read and the write
+        fails the patch, and raises Conflict (retried: the retry reads and compares
+        again). In a 1,000-cluster burst one worker's requests are paced by its QPS, and
+        the GET was one request in five of a resize's."""
+        cached = None if self.pod_watch is None else self.pod_watch.cached_pod(namespace, pod)
+        if (
+            cached is not None
+            and cached.get("spec")  # a Ray pod's record (of others, only name and version)
+            and is_same_pod(cached, uid)
+            and (expect is None or running_size(cached) in {*expect, (cpu, memory)})
+            and (version := cached["metadata"].get("resourceVersion"))
+        ):
+            with contextlib.suppress(Invalid):  # moved on since the record: read it
+                ops = resize_patch(cached, cpu, memory)
+                test = {"op": "test", "path": "/metadata/resourceVersion", "value": version}
+                ops.insert(0, test)
+                return self._write_pod(
+                    namespace, pod, uid, self.core.patch_namespaced_pod_resize, ops, JSON_PATCH
+                )
         current = self.get_pod(namespace, pod)
         check_same_pod(current, namespace, pod, uid)
         resources = ray_container_resources(current)
@@ -555,7 +593,7 @@ class Kube:
                         "patched it"
                     ) from None
             raise
-        return int(doc["metadata"].get("generation", 0))
+        return doc
 
     def set_ippr_status(self, namespace: str, pod: str, status: IpprStatus, uid: str = "") -> Obj:
         """Write ray.io/ippr-status; returns the pod as it is now."""

@@ -44,10 +44,11 @@ safe for what is decided from it:
   write; else it LISTs. So a tick is never planned on a pod from before a resize or
   status this worker wrote. Another worker's writes are seen as soon as this watch
   delivers them; a decision made in that moment is caught by the checks below.
-- *a resize acts on the pod as it is.* The saga reads the pod it changes (`patch_resize`
-  GETs it and builds the patch from that read) and patches only while it runs at the
-  size the resize was decided from (a compare-and-set: elsewhere it is `Superseded`,
-  not patched), every pod write carries the UID it was decided on (a replaced pod is
+- *a resize acts on the pod as it is.* The saga patches only the pod as it is now
+  (`Kube.resize_pod` builds the patch from this cache's record and the server refuses it
+  unless the pod's resourceVersion is still the record's; else from a GET), and only
+  while it runs at the size the resize was decided from (a compare-and-set: elsewhere
+  it is `Superseded`, not patched), every pod write carries the UID it was decided on (a replaced pod is
   `PodGone`), targets are absolute (a repeated resize is a no-op), and a running saga
   keeps its pod (one workflow id per pod: a second decision is a retarget signal).
 - *scale-in names only pods that exist.* `Kube.scale` reads each pod it names (or keeps
@@ -316,6 +317,15 @@ class PodWatch:
                 return None
             pods = self._by_cluster.get((namespace, cluster)) or {}
             return pods_mark(p["metadata"] for p in pods.values())
+
+    def cached_pod(self, namespace: str, pod: str) -> Obj | None:
+        """The pod's record (`compact_pod`) while the namespace's cache is current
+        (`synced`), else None. It may still lag the server: a write built from it guards
+        itself with the record's resourceVersion (`Kube.resize_pod`)."""
+        with self._lock:
+            if not self._live(namespace):
+                return None
+            return (self._pods.get(namespace) or {}).get(pod)
 
     def synced(self, namespace: str) -> bool:
         """Is the namespace's pod cache current: listed, and its watch connected since

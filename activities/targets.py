@@ -25,9 +25,11 @@ A call waits for a thread of its target on the event loop (a task, cancellable):
 Temporal cancellation (or the worker's shutdown) takes it out of the queue at once, and a
 call that finds no thread within `wait_s` (the target's own call timeout) fails as that
 target being unavailable, as the call itself would have after its timeout, without
-being sent. A call already running cannot be stopped (the clients block); it keeps its
-thread until its own timeout ends it, and its result is dropped. So a target's thread
-count stays within N even while its callers give up.
+being sent, unless the target answered a call within the last `wait_s`: then its queue
+is long, not its server gone (a burst paced by the QPS limit), and the call waits on. A
+call already running cannot be stopped (the clients block); it keeps its thread until
+its own timeout ends it, and its result is dropped. So a target's thread count stays
+within N even while its callers give up.
 
 Waiting calls are not one FIFO. A target's threads are shared by every Ray cluster (one
 API server serves them all), and one cluster's list storm or large scale-in queued
@@ -50,7 +52,9 @@ import contextlib
 import contextvars
 import functools
 import logging
+import math
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -70,6 +74,10 @@ KUBE_THREADS = 8
 GCS_THREADS = 4  # per GCS: a cluster's observe, with its Raylet resizes and drains
 PLAN_THREADS = 2  # the planner is pure Python: more threads only share the GIL
 IDLE_S = 10.0  # a thread with nothing to do for this long ends
+
+
+# what a call that reached no server ends with: no sign that the target answers
+_NO_ANSWER = (Unavailable, RayUnavailable, TimeoutError, OSError)
 
 
 def cluster_key(namespace: str, cluster: str) -> str:
@@ -99,7 +107,7 @@ class Load:
 
 
 class _Call:
-    __slots__ = ("fn", "future", "key", "loop", "started", "write")
+    __slots__ = ("fn", "future", "key", "loop", "started", "timer", "write")
 
     def __init__(
         self,
@@ -114,6 +122,7 @@ class _Call:
         self.write = write  # a write a saga or a reconcile waits on: before the reads
         self.future: asyncio.Future[Any] = loop.create_future()
         self.started = False
+        self.timer: asyncio.TimerHandle | None = None  # when its wait for a thread ends
 
 
 class _Queue:
@@ -180,6 +189,7 @@ class _Target:
         self.threads = 0
         self.idle = 0  # threads waiting for a call
         self.crowded = False  # said so in the log, until the queue drains
+        self.moved = -math.inf  # when a call last came back with an answer
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -342,11 +352,8 @@ class Targets:
                 name,
                 limit,
             )
-        timer = (
-            loop.call_later(wait_s, self._expire, target, call, busy, wait_s)
-            if wait_s is not None
-            else None
-        )
+        if wait_s is not None:
+            call.timer = loop.call_later(wait_s, self._expire, target, call, busy, wait_s)
         try:
             result: T = await call.future
             return result
@@ -354,8 +361,8 @@ class Targets:
             self._withdraw(target, call)
             raise
         finally:
-            if timer is not None:
-                timer.cancel()
+            if call.timer is not None:
+                call.timer.cancel()
 
     def _withdraw(self, target: _Target, call: _Call) -> bool:
         """Take a call that has not started out of its queue (False: it runs already)."""
@@ -375,7 +382,21 @@ class Targets:
         busy: Callable[[int, float], Exception] | None,
         wait_s: float,
     ) -> None:
-        if call.future.done() or not self._withdraw(target, call):
+        if call.future.done():
+            return
+        with self._lock:
+            quiet = time.monotonic() - target.moved
+        if quiet < wait_s and not call.started:
+            # the target answers (a call came back with an answer within `wait_s`): a
+            # long queue, paced by the threads or the QPS limit, is no unreachable server.
+            # Failed so, in a 1,000-cluster burst thousands of calls a minute came back
+            # as activities' retries, more work behind the same queue. The caller's own
+            # timeout bounds the wait; calls that only time out or fail are no answer
+            call.timer = call.loop.call_later(
+                wait_s - quiet, self._expire, target, call, busy, wait_s
+            )
+            return
+        if not self._withdraw(target, call):
             return
         error = (
             busy(target.limit, wait_s)
@@ -409,6 +430,8 @@ class Targets:
             finally:
                 with self._lock:
                     target.running -= 1
+                    if not isinstance(error, _NO_ANSWER):
+                        target.moved = time.monotonic()
             # a closed loop: nobody waits for the call any more
             with contextlib.suppress(RuntimeError):
                 call.loop.call_soon_threadsafe(_settle, call.future, result, error)

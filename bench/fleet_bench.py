@@ -62,7 +62,8 @@ from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn, StandInFleet
 from raysize.sandbox.store import Store
 from raysize.worker.settings import Settings
-from raysize.workflows.naming import RESIZE_OUTCOME
+from raysize.workflows.contracts import ReconcileStatus
+from raysize.workflows.naming import RESIZE_OUTCOME, reconcile_workflow_id
 
 GIB = 1024**3
 NAMESPACE = "default"
@@ -164,6 +165,13 @@ class StoreRegistrar(Registrar):
                 ray.remove_node(meta["name"])
             else:
                 self.register(ray, pod)
+
+
+def api_requests(tally: Counter[tuple[str, str]], seconds: float) -> str:
+    """The API requests the burst cost, by verb and resource, busiest first."""
+    total = sum(tally.values())
+    kinds = ", ".join(f"{n} {verb} {what}" for (verb, what), n in tally.most_common(8))
+    return f"API requests in the burst: {total} ({total / max(seconds, 1e-9):.0f}/s): {kinds}"
 
 
 def worker_sizes(store: Store) -> Counter[str]:
@@ -535,6 +543,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
             temporal0 = temporal_counts(metrics_port)
             split = CpuSplit(workers[1:] if args.kill_one else workers)
             reads0 = sum(r.counts()[3] for r in stand_ins.values())
+            tally0 = Counter(sandbox.api.tally)
             for ray in stand_ins.values():
                 ray.add_demands({"CPU": 2.0}, args.workers)
             killed = None
@@ -588,6 +597,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 )
             if args.log_dir is not None:  # the loops that started them, to read
                 await dump_parents(env.client, args.log_dir, runs)
+            await tell_unplaced(env.client, stand_ins, args.log_dir)
             loops = await running_reconciles(env.client, queue)
             print(
                 against(
@@ -599,6 +609,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 flush=True,
             )
             reads = (sum(r.counts()[3] for r in stand_ins.values()) - reads0) / burst_s
+            print(f"  {api_requests(Counter(sandbox.api.tally) - tally0, burst_s)}", flush=True)
             print(
                 f"  GCS state reads {reads / max(1, len(stand_ins)):.2f}/s per cluster; "
                 f"{split.line()} (the killed worker not counted); "
@@ -676,6 +687,34 @@ def resize_runs(
     for r in by_run.values():
         runs.setdefault((r.workflow_id, r.was, r.to), []).append(r)
     return runs, Counter(r.status.upper() for r in by_run.values())
+
+
+async def tell_unplaced(
+    temporal: Client, stand_ins: dict[str, RayStandIn], folder: Path | None
+) -> None:
+    """Each cluster (at most 3) with tasks still waiting after the burst: its loop's last
+    decisions (its `status` query), and with `folder` the loop's history there."""
+    waiting = [(name, ray) for name, ray in stand_ins.items() if ray.counts()[1]][:3]
+    for name, ray in waiting:
+        wid = reconcile_workflow_id(NAMESPACE, name)
+        handle = temporal.get_workflow_handle(wid)
+        try:
+            status = await handle.query("status", result_type=ReconcileStatus)
+        except Exception as exc:  # a loop gone is news too
+            print(f"  {name}: {ray.counts()[1]} tasks waiting; its loop: {exc}", flush=True)
+            continue
+        print(
+            f"  {name}: {ray.counts()[1]} tasks waiting; its loop's last decisions: "
+            + " | ".join(
+                f"tick {d.tick}: {d.summary} ({'; '.join(d.reasons[:3])})"
+                for d in status.decisions[-4:]
+            )
+            + f"; ticks {status.ticks}, last error: {status.last_error or 'none'}",
+            flush=True,
+        )
+        if folder is not None:
+            history = await handle.fetch_history()
+            (folder / f"waiting-{name}.json").write_text(history.to_json())
 
 
 async def dump_parents(

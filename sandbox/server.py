@@ -13,6 +13,7 @@ import queue
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -123,6 +124,10 @@ class Api:
         self._denied: set[tuple[str, str]] = set()
         self.authorizer: Authorizer | None = None  # None: every client is system:admin
         self.requests = 0
+        # requests served, by verb and resource ("patch", "pods/resize"): what a client
+        # costs the server (bench.fleet_bench prints the burst's)
+        self.tally: Counter[tuple[str, str]] = Counter()
+        self._tally_lock = threading.Lock()
         self.stopping = threading.Event()
         self.store.create("namespaces", "", _namespace("default"))
 
@@ -165,6 +170,8 @@ class Api:
                 return fixed
             route = self._route(parts)
             verb = _verb(method, route, query)
+            with self._tally_lock:
+                self.tally[(verb, route.label)] += 1
             if (verb, route.label) in self._denied:
                 raise errors.forbidden_request(
                     verb,

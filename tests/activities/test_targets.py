@@ -106,6 +106,55 @@ def test_a_call_that_finds_no_thread_in_its_wait_is_the_target_unavailable():
         targets.close()
 
 
+def test_a_long_queue_of_a_target_that_answers_waits_its_turn():
+    """One thread, calls of 50 ms each, twenty queued with a wait of 0.3 s: the last one
+    starts after about a second. The target answers all along, so its queue is long, not
+    its server gone: every call runs (before, those past the sixth failed as the target
+    unavailable, and in a 1,000-cluster burst, paced by the QPS limit, thousands a minute
+    came back as activities' retries)."""
+    targets = Targets(kube_threads=1)
+
+    async def scenario() -> list[int]:
+        def answer(i: int) -> int:
+            time.sleep(0.05)
+            return i
+
+        return await asyncio.gather(
+            *(targets.kube("https://k8s:6443", 0.3, answer, i) for i in range(20))
+        )
+
+    try:
+        assert asyncio.run(scenario()) == list(range(20))
+    finally:
+        targets.close()
+
+
+def test_a_queue_behind_calls_that_only_time_out_still_fails_in_its_wait():
+    """The same queue where every call ends without an answer (a blackholed GCS: each
+    call times out): no answer, so the calls past the wait fail as the target unavailable,
+    and none waits much longer than its wait."""
+    targets = Targets(gcs_threads=1)
+
+    async def scenario() -> list[float]:
+        def no_answer() -> None:
+            time.sleep(0.1)
+            raise TimeoutError("timed out")
+
+        async def one() -> float:
+            t0 = time.monotonic()
+            with pytest.raises((TimeoutError, RayUnavailable)):
+                await targets.gcs("10.0.0.9:6379", 0.3, no_answer)
+            return time.monotonic() - t0
+
+        return await asyncio.gather(*(one() for _ in range(20)))
+
+    try:
+        waited = asyncio.run(scenario())
+        assert max(waited) < 1.0, waited  # 20 in turn would take 2 s
+    finally:
+        targets.close()
+
+
 def test_errors_and_context_variables_cross_the_thread():
     targets = Targets()
     var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
