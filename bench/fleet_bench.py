@@ -597,7 +597,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> int:
                 )
             if args.log_dir is not None:  # the loops that started them, to read
                 await dump_parents(env.client, args.log_dir, runs)
-            await tell_unplaced(env.client, stand_ins, args.log_dir)
+            await tell_unplaced(env.client, stand_ins, args.workers, args.log_dir)
             loops = await running_reconciles(env.client, queue)
             print(
                 against(
@@ -690,21 +690,22 @@ def resize_runs(
 
 
 async def tell_unplaced(
-    temporal: Client, stand_ins: dict[str, RayStandIn], folder: Path | None
+    temporal: Client, stand_ins: dict[str, RayStandIn], each: int, folder: Path | None
 ) -> None:
-    """Each cluster (at most 3) with tasks still waiting after the burst: its loop's last
-    decisions (its `status` query), and with `folder` the loop's history there."""
-    waiting = [(name, ray) for name, ray in stand_ins.items() if ray.counts()[1]][:3]
-    for name, ray in waiting:
+    """Each cluster (at most 3) with fewer than `each` tasks placed after the burst: its
+    loop's last decisions (its `status` query), and with `folder` the loop's history
+    there."""
+    short = [(name, ray) for name, ray in stand_ins.items() if ray.counts()[0] < each][:3]
+    for name, ray in short:
         wid = reconcile_workflow_id(NAMESPACE, name)
         handle = temporal.get_workflow_handle(wid)
         try:
             status = await handle.query("status", result_type=ReconcileStatus)
         except Exception as exc:  # a loop gone is news too
-            print(f"  {name}: {ray.counts()[1]} tasks waiting; its loop: {exc}", flush=True)
+            print(f"  {name}: {ray.counts()[0]} tasks placed; its loop: {exc}", flush=True)
             continue
         print(
-            f"  {name}: {ray.counts()[1]} tasks waiting; its loop's last decisions: "
+            f"  {name}: {ray.counts()[0]} tasks placed; its loop's last decisions: "
             + " | ".join(
                 f"tick {d.tick}: {d.summary} ({'; '.join(d.reasons[:3])})"
                 for d in status.decisions[-4:]

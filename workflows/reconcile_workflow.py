@@ -97,6 +97,11 @@ LOCAL_RETRY_THRESHOLD = timedelta(seconds=1)
 KEEP_REASONS = 20
 
 
+def _below(size: tuple[int, int], target: tuple[int, int] | None) -> bool:
+    """Is `size` below `target` in a dimension (None: no target known)?"""
+    return target is not None and (size[0] < target[0] or size[1] < target[1])
+
+
 def _first(lines: list[str], n: int) -> list[str]:
     if len(lines) <= n:
         return lines
@@ -219,6 +224,9 @@ class ReconcileWorkflow:
         # pod → the size this run last sent its saga as a new target (`_send_retarget`):
         # a saga that ends short of it wakes the loop (`_note_end`)
         self.sent_targets: dict[str, tuple[int, int]] = {}
+        # pod → the target of the saga this run runs for it (at its start, then each new
+        # target sent): a plan that did not see that saga does not lower it
+        self.saga_targets: dict[str, tuple[int, int]] = {}
 
     @workflow.signal
     def pause(self) -> None:
@@ -622,6 +630,22 @@ class ReconcileWorkflow:
         # decides on a fresh read. Started instead, a saga that had ended unheard was run
         # again from the size the read saw
         unheard = [r for r in todo if r.pod in self.sagas_running]
+        # ... but not one that lowers the saga's target: the read shows none of that saga
+        # (its patch not sent yet: queued behind a busy API server), so the plan did not
+        # count the room it is bringing, and a lower target took a grow meant for two
+        # tasks down to one (the 1,000-cluster burst left a task waiting so). The next
+        # read shows the saga's patch, and the plan then takes it into account
+        lower = [r for r in unheard if _below((r.cpu, r.memory), self.saga_targets.get(r.pod))]
+        if lower:
+            line = (
+                f"not acted on: {', '.join(sorted(r.pod for r in lower))}: the read does not "
+                "show the resize under way for each yet, and the plan would lower its "
+                "target; decided again on a read that shows it"
+            )
+            workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
+            self._decided(line)
+            self.next_decision_in = min(self.next_decision_in or inp.retry_s, 1.0)
+            unheard = [r for r in unheard if r not in lower]
         if tick.held_resizes:
             self._decided(
                 f"held {tick.held_resizes} resize(s): {inp.max_concurrent_resizes} already running"
@@ -815,6 +839,7 @@ class ReconcileWorkflow:
                 self._remember(growing={**self.memory.growing, r.pod: growing})
             self.sagas_running.add(r.pod)
             self.started_here.add(r.pod)
+            self.saga_targets[r.pod] = (r.cpu, r.memory)
             noting = asyncio.ensure_future(self._note_end(r.pod, req.pod_uid, saga))
             self.noting.add(noting)
             noting.add_done_callback(self.noting.discard)
@@ -840,6 +865,7 @@ class ReconcileWorkflow:
             state = await saga
         self.saga_ends[pod] = workflow.now().timestamp()
         self.sagas_running.discard(pod)
+        self.saga_targets.pop(pod, None)
         if (
             state is not None
             and state.outcome == ResizeOutcome.SUCCEEDED
@@ -874,7 +900,7 @@ class ReconcileWorkflow:
             await workflow.get_external_workflow_handle(wf_id).signal(
                 PodResizeWorkflow.retarget, req
             )
-            self.sent_targets[r.pod] = (r.cpu, r.memory)
+            self.sent_targets[r.pod] = self.saga_targets[r.pod] = (r.cpu, r.memory)
         except FailureError as exc:
             # the saga ended between the start and the signal: this resize is a new one,
             # the next tick starts it on fresh state (a failed signal must never fail

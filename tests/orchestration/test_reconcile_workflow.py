@@ -636,6 +636,39 @@ async def test_a_pod_whose_saga_the_loop_runs_is_never_started_again_on_a_stale_
     assert signals >= 1
 
 
+async def test_a_plan_that_does_not_see_a_running_saga_never_lowers_its_target(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """In the 1,000-cluster burst a saga's patch waited a minute behind a busy API
+    server, and a read meanwhile showed the pod at its old size, not resizing: the plan,
+    blind to the saga's 4 CPU, decided the pod 1 → 2 CPU for one task, and that went to
+    the saga as its new target. It ended at 2 CPU, and one task waited for good. Here w1
+    grows 1 → 3 CPU for a {CPU: 2} task; held in its patch, reads miss it, and the plan
+    would send w1 to 2 CPU: no such target is sent, and the saga reaches 3."""
+    world = FakeWorld(snapshot([group()], [pod("w1", free_cpu=0)], [(res(2), 1)]))
+    recorder = ResizeRecorder(world)
+    recorder.hold = True
+    async with reconciling(ts_env, world, recorder) as handle:
+        await until(lambda: world.started == ["w1"])  # the saga, held in its patch
+        assert recorder.applied[0].cpu == 3000
+        world.resizing.discard("w1")  # every read from now on misses the patch
+        world.set_demands((res(1), 1))  # ... and would take w1 to 2 CPU
+        before = world.observed
+        world.version += 1  # wakes the loop
+        await until(lambda: world.observed >= before + 2)
+        (signals,) = await count_events(
+            handle, "signal_external_workflow_execution_initiated_event_attributes"
+        )
+        status = await handle.query(ReconcileWorkflow.status)
+        recorder.hold = False
+        ns = handle.id.split("/")[1]
+        saga = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+        done = await saga.result()
+    assert signals == 0
+    assert any("would lower its target" in d.summary for d in status.decisions)
+    assert done.cpu == 3000
+
+
 async def test_a_target_a_saga_ended_without_is_decided_again_at_once(
     ts_env: WorkflowEnvironment,
 ) -> None:
