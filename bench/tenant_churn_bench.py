@@ -30,6 +30,7 @@ import base64
 import gc
 import logging
 import os
+import re
 import tempfile
 import time
 import tracemalloc
@@ -54,6 +55,10 @@ NS = "tenants"
 # events the embedded server keeps: a round makes 6,000 at 1,000 clusters; three rounds
 # fit, so its watches never relist (a 410) while the bench runs
 WATCH_HISTORY = 20_000
+# a round of clusters created and deleted may leave this much more heap in the worker
+# (caches bounded by count, not by cluster, fill in the first rounds)
+FLAT_MIB = 1.0
+TRACE_DEPTH = 16  # frames kept per allocation (`world_made`)
 BATCH = 50  # observes at once (a worker runs many loops' observes side by side)
 Obj = dict[str, Any]
 
@@ -80,6 +85,21 @@ def sizes(acts: ClusterActivities) -> dict[str, int]:
     return out
 
 
+def world_made(trace: tracemalloc.Trace) -> bool:
+    """Was this allocation made by the test world (the embedded API server, its store and
+    watch history, the GCS stand-ins) or by this bench, not by the worker's code? Its
+    traceback has a frame in `sandbox/` or `bench/`."""
+    return any(_WORLD.search(f.filename) for f in trace.traceback)
+
+
+_WORLD = re.compile(r"[/\\](sandbox|bench)[/\\]")
+
+
+def worker_heap_mib(heap: tracemalloc.Snapshot) -> float:
+    """The heap the worker's own code holds: every live allocation not the world's."""
+    return sum(t.size for t in heap.traces if not world_made(t)) / 2**20
+
+
 def line(stage: str, acts: ClusterActivities) -> tuple[dict[str, int], tracemalloc.Snapshot]:
     now = sizes(acts)
     maps = ", ".join(f"{k} {v}" for k, v in now.items())
@@ -87,7 +107,8 @@ def line(stage: str, acts: ClusterActivities) -> tuple[dict[str, int], tracemall
     heap = tracemalloc.take_snapshot()
     total = tracemalloc.get_traced_memory()[0] / 2**20
     print(
-        f"{stage:<18} RSS {rss_mib(os.getpid()):6.1f} MiB, Python heap {total:6.1f} MiB\n"
+        f"{stage:<18} RSS {rss_mib(os.getpid()):6.1f} MiB, Python heap {total:6.1f} MiB "
+        f"(the worker's part {worker_heap_mib(heap):6.1f} MiB)\n"
         f"{'':<18} {maps}"
     )
     return now, heap
@@ -121,7 +142,9 @@ def until(predicate: Any, what: str, timeout_s: float = 120.0) -> bool:
 
 
 def run(clusters: int, rounds: int, workdir: Path) -> int:
-    tracemalloc.start()
+    # deep enough that an allocation made for the API server (its handler threads) or a
+    # GCS stand-in shows a frame of theirs, so the worker's part is told apart
+    tracemalloc.start(TRACE_DEPTH)
     # the API server alone (its store and watch history count in the process's heap,
     # not in the worker's part of it)
     sb = Sandbox(SandboxConfig(watch_history=WATCH_HISTORY))
@@ -145,6 +168,7 @@ def run(clusters: int, rounds: int, workdir: Path) -> int:
         start, _ = line("before", acts)
         ok = True
         last: tracemalloc.Snapshot | None = None
+        growth: list[float] = []  # the worker's heap, round over round (MiB)
         for r in range(1, rounds + 1):
             names = [f"t{r}-{i:04d}" for i in range(clusters)]
             for name in names:
@@ -183,15 +207,27 @@ def run(clusters: int, rounds: int, workdir: Path) -> int:
                 print(f"{'':<18} NOT freed: {left}")
             if last is not None:
                 grew = snap.compare_to(last, "filename")[:3]
+                worker = worker_heap_mib(snap) - worker_heap_mib(last)
                 print(
-                    f"{'':<18} the heap since round {r - 1} deleted, by file: "
+                    f"{'':<18} the heap since round {r - 1} deleted: the worker's part "
+                    f"{worker * 1024:+.0f} KiB; all of it, by file: "
                     + "; ".join(
                         f"{Path(d.traceback[0].filename).name} {d.size_diff / 1024:+.0f} KiB"
                         for d in grew
                     )
                 )
+                growth.append(worker)
             last = snap
         print("every per-cluster map back to its start after deletion:", "yes" if ok else "NO")
+        if growth:
+            flat = max(growth) <= FLAT_MIB
+            print(
+                f"the worker's heap after each round's deletion, round over round: "
+                f"{', '.join(f'{g * 1024:+.0f} KiB' for g in growth)} (target ≤ "
+                f"{FLAT_MIB * 1024:.0f} KiB a round of {clusters} clusters): "
+                + ("flat" if flat else "GROWS")
+            )
+            ok &= flat
         return 0 if ok else 1
     finally:
         if acts is not None:
