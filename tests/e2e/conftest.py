@@ -248,6 +248,14 @@ async def running_stack(
         if isinstance(sandbox, RealSandbox):
             applied = run_kubectl("apply", "-k", str(DEPLOY), kubeconfig=kubeconfig)
             assert applied.returncode == 0, applied.stderr
+            # the worker under test runs in this process, with the deployed ServiceAccount's
+            # token: the Deployment's own pod, which the controller manager makes, would
+            # only take room on a node
+            scaled = run_kubectl(
+                "scale", "deployment/raysize-worker", "-n", "raysize", "--replicas=0",
+                kubeconfig=kubeconfig,
+            )  # fmt: skip
+            assert scaled.returncode == 0, scaled.stderr
             # through the sandbox's fault proxy, so `faults` reach the worker in both worlds
             as_worker = sandbox.service_account_kubeconfig(
                 tmp_path / "worker-kubeconfig", "raysize", "raysize"

@@ -5,6 +5,7 @@ ServiceAccount token (RBAC enforced) and Ray started by KubeRay in the pods' nam
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -98,15 +99,26 @@ async def test_case_3_scaling_out_with_ippr_capacity_considerations(any_stack: S
     assert stack.raycluster(case3)["spec"]["workerGroupSpecs"][0]["replicas"] == 1
 
 
+def prefers(node: str) -> dict[str, Any]:
+    """A pod's affinity for the node named `node`, where it fits (preferred, not required)."""
+    term = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+    preferred = [{"weight": 100, "preference": {"matchExpressions": [term]}}]
+    return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}}
+
+
 @pytest.mark.parametrize(
     "nodes",
     [[NodeSpec("stuck", 1500, 8 * GIB, stalls_actuation=True), NodeSpec("ok", 8000, 32 * GIB)]],
 )
 async def test_case_4_ippr_timeout_rolls_back_and_scales_out(any_stack: Stack) -> None:
     stack = any_stack
-    # the first worker lands on a node whose runtime never applies a resize
+    # the first worker lands on a node whose runtime never applies a resize: its group
+    # prefers that node (first fit puts it there in the embedded world; kube-scheduler
+    # would score the roomier node higher), and the pod launched later has no room there
     case4 = stack.unique("case4")
-    stack.create(ippr_cluster(case4, timeout_s=5))
+    cluster = ippr_cluster(case4, timeout_s=5)
+    cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["affinity"] = prefers("stuck")
+    stack.create(cluster)
     gcs = await stack.gcs_address(case4)
     first = await stack.running_workers(case4)
     stuck = first[0].metadata.name
