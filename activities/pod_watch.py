@@ -48,9 +48,10 @@ safe for what is decided from it:
   (`Kube.resize_pod` builds the patch from this cache's record and the server refuses it
   unless the pod's resourceVersion is still the record's; else from a GET), and only
   while it runs at the size the resize was decided from (a compare-and-set: elsewhere
-  it is `Superseded`, not patched), every pod write carries the UID it was decided on (a replaced pod is
-  `PodGone`), targets are absolute (a repeated resize is a no-op), and a running saga
-  keeps its pod (one workflow id per pod: a second decision is a retarget signal).
+  it is `Superseded`, not patched), every pod write carries the UID it was decided on
+  (a replaced pod is `PodGone`), targets are absolute (a repeated resize is a no-op),
+  and a running saga keeps its pod (one workflow id per pod: a second decision is a
+  retarget signal).
 - *scale-in names only pods that exist.* `Kube.scale` reads each pod it names (or keeps
   named) fresh, with a GET, and names a pod only while it exists with the UID decided
   on, under the RayCluster's generation; the count of the pods it does not name comes
