@@ -34,6 +34,7 @@ import re
 import tempfile
 import time
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,14 @@ def world_made(trace: tracemalloc.Trace) -> bool:
     """Was this allocation made by the test world (the embedded API server, its store and
     watch history, the GCS stand-ins) or by this bench, not by the worker's code? Its
     traceback has a frame in `sandbox/` or `bench/`."""
-    return any(_WORLD.search(f.filename) for f in trace.traceback)
+    known = _world_of.get(trace.traceback)
+    if known is None:
+        known = _world_of[trace.traceback] = any(_WORLD.search(f.filename) for f in trace.traceback)
+    return known
+
+
+# each traceback's answer (many allocations share one): the snapshots are walked whole
+_world_of: dict[tracemalloc.Traceback, bool] = {}
 
 
 _WORLD = re.compile(r"[/\\](sandbox|bench)[/\\]")
@@ -98,6 +106,19 @@ _WORLD = re.compile(r"[/\\](sandbox|bench)[/\\]")
 def worker_heap_mib(heap: tracemalloc.Snapshot) -> float:
     """The heap the worker's own code holds: every live allocation not the world's."""
     return sum(t.size for t in heap.traces if not world_made(t)) / 2**20
+
+
+def worker_sites(heap: tracemalloc.Snapshot) -> Counter[str]:
+    """The worker's part of the heap by the code that holds it: the innermost frame of
+    raysize's own (else the allocation's own frame), as `file:line`."""
+    sites: Counter[str] = Counter()
+    for t in heap.traces:
+        if world_made(t):
+            continue
+        frames = list(t.traceback)  # innermost first
+        ours = next((f for f in frames if "raysize" in f.filename), frames[0])
+        sites[f"{Path(ours.filename).name}:{ours.lineno}"] += t.size
+    return sites
 
 
 def line(stage: str, acts: ClusterActivities) -> tuple[dict[str, int], tracemalloc.Snapshot]:
@@ -217,6 +238,12 @@ def run(clusters: int, rounds: int, workdir: Path) -> int:
                     )
                 )
                 growth.append(worker)
+                grown = worker_sites(snap)
+                grown.subtract(worker_sites(last))
+                print(
+                    f"{'':<18} the worker's part, by the code that holds it: "
+                    + "; ".join(f"{site} {n / 1024:+.0f} KiB" for site, n in grown.most_common(5))
+                )
             last = snap
         print("every per-cluster map back to its start after deletion:", "yes" if ok else "NO")
         if growth:
