@@ -637,14 +637,13 @@ class ReconcileWorkflow:
         # read shows the saga's patch, and the plan then takes it into account
         lower = [r for r in unheard if _below((r.cpu, r.memory), self.saga_targets.get(r.pod))]
         if lower:
-            line = (
-                f"not acted on: {', '.join(sorted(r.pod for r in lower))}: the read does not "
-                "show the resize under way for each yet, and the plan would lower its "
-                "target; decided again on a read that shows it"
+            self._not_acted_on(
+                inp,
+                [r.pod for r in lower],
+                "the read does not show the resize under way for each yet, and the plan "
+                "would lower its target; decided again on a read that shows it",
+                1.0,
             )
-            workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
-            self._decided(line)
-            self.next_decision_in = min(self.next_decision_in or inp.retry_s, 1.0)
             unheard = [r for r in unheard if r not in lower]
         if tick.held_resizes:
             self._decided(
@@ -678,26 +677,35 @@ class ReconcileWorkflow:
         fresh = [r for r in resizes if self.saga_ends.get(r.pod, -1.0) < self.observe_began]
         stale = sorted(r.pod for r in resizes if r not in fresh)
         if stale:
-            line = (
-                f"not acted on: {', '.join(stale)}: the resize of each ended while the read "
-                "it was decided on was under way; decided again on a fresh read"
+            self._not_acted_on(
+                inp,
+                stale,
+                "the resize of each ended while the read it was decided on was under way; "
+                "decided again on a fresh read",
+                0.1,
             )
-            workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
-            self._decided(line)
-            self.next_decision_in = min(self.next_decision_in or inp.retry_s, 0.1)
         # a read that began after the saga's end was heard can still be older than its
         # write: the pods came from a cache the write had not reached (#43 item 3)
         missed = [r for r in fresh if self._missed_write(r, tick_refs)]
         if missed:
-            line = (
-                f"not acted on: {', '.join(sorted(r.pod for r in missed))}: the read shows "
-                "each at the size its last resize moved it away from, so it is older than "
-                "the resize's write; decided again on a fresh read"
+            self._not_acted_on(
+                inp,
+                [r.pod for r in missed],
+                "the read shows each at the size its last resize moved it away from, so it "
+                "is older than the resize's write; decided again on a fresh read",
+                1.0,
             )
-            workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
-            self._decided(line)
-            self.next_decision_in = min(self.next_decision_in or inp.retry_s, 1.0)
         return [r for r in fresh if r not in missed]
+
+    def _not_acted_on(
+        self, inp: ReconcileInput, pods: list[str], why: str, again_in_s: float
+    ) -> None:
+        """Resizes decided but left for a fresh read: said in the log and the decisions,
+        and the next decision comes within `again_in_s`."""
+        line = f"not acted on: {', '.join(sorted(pods))}: {why}"
+        workflow.logger.info("%s/%s: %s", inp.namespace, inp.cluster, line)
+        self._decided(line)
+        self.next_decision_in = min(self.next_decision_in or inp.retry_s, again_in_s)
 
     def _missed_write(self, r: ResizeAction, refs: Mapping[str, PodRef]) -> bool:
         """The decision's `from` is the size this pod's last saga moved it away from, a

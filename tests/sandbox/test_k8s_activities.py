@@ -366,17 +366,10 @@ def test_a_resize_reads_the_pod_from_the_watch_not_the_server(env, monkeypatch):
         watch.close()
 
 
-def test_a_resize_from_the_watchs_record_is_guarded_by_its_version_in_both_worlds(
-    kube, ns, monkeypatch
-):
-    """Both API servers apply the patch built from the pod watch's record only while the
-    pod's resourceVersion is the record's. A record that lags (from before another
-    client's resize to 1.2 CPU) is refused, the pod read, and the resize decided from 1
-    CPU is superseded: the pod keeps its 1.2 CPU. A current record is patched with no
-    read at all."""
-    core = client.CoreV1Api(kube)
+def running_ray_worker(core: client.CoreV1Api, ns: str, labels: dict | None = None) -> None:
+    """Pod `ray-worker` in `ns` (a Ray container of 1 CPU / 1 GiB, Guaranteed), Running."""
     body = {
-        "metadata": {"name": "ray-worker", "labels": {"ray.io/cluster": "rc"}},
+        "metadata": {"name": "ray-worker", "labels": labels or {}},
         "spec": {
             "containers": [
                 {
@@ -391,9 +384,22 @@ def test_a_resize_from_the_watchs_record_is_guarded_by_its_version_in_both_world
         },
     }
     core.create_namespaced_pod(ns, body)
+    # 10 s was too short once for the real world's pod, with CI's three parts running
     wait_for(
         lambda: core.read_namespaced_pod("ray-worker", ns).status.phase == "Running", timeout=60
     )
+
+
+def test_a_resize_from_the_watchs_record_is_guarded_by_its_version_in_both_worlds(
+    kube, ns, monkeypatch
+):
+    """Both API servers apply the patch built from the pod watch's record only while the
+    pod's resourceVersion is the record's. A record that lags (from before another
+    client's resize to 1.2 CPU) is refused, the pod read, and the resize decided from 1
+    CPU is superseded: the pod keeps its 1.2 CPU. A current record is patched with no
+    read at all."""
+    core = client.CoreV1Api(kube)
+    running_ray_worker(core, ns, labels={"ray.io/cluster": "rc"})
     kube_ = Kube(kube, timeout_s=5.0)
     watch = PodWatch(core)
     try:
@@ -640,26 +646,7 @@ def test_a_resize_above_the_nodes_room_is_infeasible_in_both_worlds(kube, ns):
     parses, so it asks again at what fits or rolls back and scales out; the pod and its
     ray.io/ippr-status are left as they were."""
     core = client.CoreV1Api(kube)
-    body = {
-        "metadata": {"name": "ray-worker"},
-        "spec": {
-            "containers": [
-                {
-                    "name": "ray",
-                    "image": "rayproject/ray:2.60.0",
-                    "resources": {
-                        "requests": {"cpu": "1", "memory": "1Gi"},
-                        "limits": {"cpu": "1", "memory": "1Gi"},
-                    },
-                }
-            ]
-        },
-    }
-    core.create_namespaced_pod(ns, body)
-    # 10 s was too short once for the real world's pod, with CI's three parts running
-    wait_for(
-        lambda: core.read_namespaced_pod("ray-worker", ns).status.phase == "Running", timeout=60
-    )
+    running_ray_worker(core, ns)
     kube_ = Kube(kube, timeout_s=5.0)
     with pytest.raises(NoRoom) as refused:
         kube_.patch_resize(ns, "ray-worker", 9000, GIB)
