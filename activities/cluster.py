@@ -29,6 +29,7 @@ from raysize.activities.k8s import Kube
 from raysize.activities.k8s_activities import K8sActivities
 from raysize.activities.k8s_errors import ClusterGone, Forbidden, Invalid, KubeError
 from raysize.activities.k8s_objects import KubeCluster, default_gcs_address
+from raysize.activities.node_room import NodeRooms
 from raysize.activities.observe_only import ObserveOnly
 from raysize.activities.pod_watch import PodWatch
 from raysize.activities.ray_errors import (
@@ -77,6 +78,9 @@ SLOW_OBSERVE_S = 1.0
 # own writes to the cluster's pods before its read lists them instead: a LIST under the
 # load that holds the watch back took ~11 s in a 1,000-cluster burst
 WATCH_CATCH_UP_S = 10.0
+# how long the first observes wait for the node-room informers' first lists (once; the
+# plan does without the nodes' room until they are in)
+NODES_FIRST_WAIT_S = 5.0
 
 
 @dataclass
@@ -195,6 +199,8 @@ class ClusterActivities:
     # where each cluster's Ray token is (None: the fallback), as its RayCluster last said
     _sources: dict[tuple[str, str], TokenSource | None] = field(default_factory=dict)
     pods: PodWatch | None = None  # set in __post_init__: one pod watch per worker
+    # the room of the nodes Ray pods run on (activities/node_room.py); set in __post_init__
+    nodes: NodeRooms | None = None
     tokens: RayTokens | None = None  # set in __post_init__: each cluster's own Ray token
     # RAYSIZE_OBSERVE_ONLY: plan and say, never write (activities/observe_only.py)
     observe_only: ObserveOnly = field(default_factory=ObserveOnly)
@@ -219,6 +225,9 @@ class ClusterActivities:
             self.pods = PodWatch(
                 self.kube.core, self.kube.custom, limits=getattr(self.kube, "limits", None)
             )
+        core = getattr(self.kube, "core", None)
+        if self.nodes is None and core is not None:
+            self.nodes = NodeRooms(core, limits=getattr(self.kube, "limits", None))
         if isinstance(self.kube, Kube) and self.kube.pod_watch is None:
             self.kube.pod_watch = self.pods  # observes read its cache, writes tell it
         if isinstance(self.pods, PodWatch):  # a RayCluster it sees deleted: free its state
@@ -407,6 +416,8 @@ class ClusterActivities:
     def close(self) -> None:
         if self.pods is not None:
             self.pods.close()
+        if self.nodes is not None:
+            self.nodes.close()
         with self._lock:
             for c in self._clients.values():
                 c.close()
@@ -523,6 +534,12 @@ class ClusterActivities:
             _count_state_reads(inp.namespace, inp.cluster, 1)
             took.ray_s = time.perf_counter() - asked
         snapshot = join(kube, state, self.settings)
+        bound = {p.node for p in snapshot.pods if p.node}
+        if bound and self.nodes is not None:
+            # how much room each of its pods' nodes has left: grows stay within it (the
+            # informers' first lists are waited for a moment, once)
+            await self.nodes.started(NODES_FIRST_WAIT_S)
+            snapshot = snapshot.model_copy(update={"nodes": self.nodes.rooms(bound)})
         return Observation(
             snapshot=snapshot,
             ippr_enabled=kube.groups.ippr_enabled,

@@ -170,11 +170,11 @@ def compact_pod(pod: Obj) -> Obj:
     Ray container's name and resources (the first container), status.phase, startTime,
     the resize conditions (type, status, reason), and of the container statuses the Ray
     container's resources and the `autoscaler` container's state (which states, not
-    their details). Everything else (managedFields, env, volumes, probes, other
-    containers, podIP, the node, restart counts, …) is left out. The record is never
-    changed after it is made: a change of the pod is a new record. Not for `progress_of`
-    (a resize's progress reads the whole pod: observedGeneration, messages, the other
-    containers), which the saga reads from the pod itself or the watch's event."""
+    their details), and the node it is bound to. Everything else (managedFields, env,
+    volumes, probes, other containers, podIP, restart counts, …) is left out. The record
+    is never changed after it is made: a change of the pod is a new record. Not for
+    `progress_of` (a resize's progress reads the whole pod: observedGeneration, messages,
+    the other containers), which the saga reads from the pod itself or the watch's event."""
     meta = pod.get("metadata") or {}
     kept_meta: Obj = {
         "name": meta.get("name"),
@@ -192,8 +192,14 @@ def compact_pod(pod: Obj) -> Obj:
     out: Obj = {"metadata": kept_meta}
     containers = (pod.get("spec") or {}).get("containers") or []
     first = containers[0] if containers else None
+    kept_spec: Obj = {}
     if first is not None:
-        out["spec"] = _share({"containers": [{"name": _s(first.get("name")), **_resources(first)}]})
+        kept_spec["containers"] = [{"name": _s(first.get("name")), **_resources(first)}]
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:  # the node's room limits its grows (activities/node_room.py)
+        kept_spec["nodeName"] = _s(node)
+    if kept_spec:
+        out["spec"] = _share(kept_spec)
     status = pod.get("status") or {}
     kept_status: Obj = {}
     for key in ("phase", "startTime"):
@@ -366,6 +372,7 @@ def _pod_view(pod: Obj, now: float) -> PodView:
         if status.last_failed_at is not None
         else 0.0,
         running_s=_running_s(pod, now) if running else 0.0,
+        node=str((pod.get("spec") or {}).get("nodeName") or ""),
     )
 
 

@@ -98,6 +98,7 @@ class PodView(StrictValue):
     running_s: float = Field(
         default=0.0, description="seconds since the pod started running (0: not known)"
     )
+    node: str = Field(default="", description="the node it is bound to ('': not bound)")
 
 
 class Demand(StrictValue):
@@ -157,6 +158,16 @@ class PlannerSettings(Value):
     )
 
 
+class NodeRoom(StrictValue):
+    """What a node has left for pods to grow into: its allocatable minus what the scheduler
+    charges its pods (each the larger of its desired, allocated and actual requests, so a
+    grow the kubelet has not carried out already holds its room), other workloads' pods
+    included."""
+
+    cpu: int = Field(description="millicores free")
+    memory: int = Field(description="bytes free")
+
+
 class ClusterSnapshot(StrictValue):
     """Everything one decision needs; time enters only through `idle_s`."""
 
@@ -167,6 +178,10 @@ class ClusterSnapshot(StrictValue):
     gangs: tuple[Gang, ...] = ()
     constraints: tuple[Constraint, ...] = ()
     settings: PlannerSettings = Field(default_factory=PlannerSettings)
+    # the room of the nodes the pods run on, by node name; a pod whose node is not here
+    # (not read: no RBAC for nodes, the node cache not synced) grows up to its group's
+    # maximum as before, and the kubelet defers what does not fit
+    nodes: dict[str, NodeRoom] = Field(default_factory=dict)
 
 
 # One plan places at most this many units (tasks and actors, placement-group bundles,

@@ -28,6 +28,20 @@ class Room(Enum):
     FREE = "free"  # what Ray reports available: demands need room that is free now
 
 
+# the room of a resource a node does not limit (all but CPU and memory)
+UNLIMITED = 1 << 62
+
+
+@dataclass(eq=False, slots=True)
+class NodeBudget:
+    """The room a node has left for its pods to grow into (`NodeRoom`), shared by the bins
+    of the pods on it: a grow planned on one leaves less for the others."""
+
+    name: str
+    room: list[int]  # by resource index; UNLIMITED but for CPU and memory
+    start: tuple[int, int]  # (millicores, bytes) free before this plan: said in its reasons
+
+
 @dataclass(eq=False, slots=True)
 class Bin:
     """A pod (existing or planned) that work can be placed on."""
@@ -49,6 +63,13 @@ class Bin:
     gpu: bool = False  # it has GPUs: work that needs none comes here last
     sels: set[Selector] = field(default_factory=set)  # label selectors of what it holds
     launch_reason: str | None = None  # a new pod launched for work: why
+    node: NodeBudget | None = None  # its node's room (None: not known, not limited)
+
+    def grow_room(self, i: int) -> int:
+        """How much more resource `i` it may take by growing: its own headroom, up to
+        what its node has left."""
+        node = self.node
+        return self.headroom[i] if node is None else min(self.headroom[i], node.room[i])
 
     def matches(self, selector: Selector) -> bool:
         if not selector:
@@ -91,18 +112,25 @@ class BinState:
 
 
 class UndoLog:
-    """The bins one placement group's attempt has taken room on, as they were before."""
+    """The bins one placement group's attempt has taken room on, and their nodes' room, as
+    they were before."""
 
     def __init__(self) -> None:
         self._before: dict[int, BinState] = {}
+        self._nodes: dict[int, tuple[NodeBudget, list[int]]] = {}
 
     def record(self, b: Bin) -> None:
         if id(b) not in self._before:
             self._before[id(b)] = BinState.of(b)
+        node = b.node
+        if node is not None and id(node) not in self._nodes:
+            self._nodes[id(node)] = (node, list(node.room))
 
     def restore(self) -> None:
         for state in self._before.values():
             state.restore()
+        for node, room in self._nodes.values():
+            node.room[:] = room
 
 
 # --- placing on a bin ------------------------------------------------------------------------
@@ -112,9 +140,9 @@ def fit(b: Bin, shape: Shape, grow: bool) -> int:
     """How many copies of `shape` the bin's free room (and headroom if `grow`) holds."""
     best = 1 << 62
     if grow:
-        free, head = b.free, b.headroom
+        free = b.free
         for i, a in shape:
-            n = (free[i] + head[i]) // a
+            n = (free[i] + b.grow_room(i)) // a
             if n < best:
                 best = n
                 if not n:
@@ -149,6 +177,8 @@ def take(
         if need > b.free[i]:
             extra = need - b.free[i]
             b.headroom[i] -= extra
+            if b.node is not None:
+                b.node.room[i] -= extra
             b.free[i] = 0
             grew = True
         else:
@@ -179,10 +209,14 @@ def _round_growth(ctx: PlanContext, b: Bin) -> None:
             target = b.ceiling[i]
         else:
             target = min(b.ceiling[i], -(-size // step) * step)
+        if b.node is not None:  # no further than its node has room for
+            target = min(target, size + max(0, b.node.room[i]))
         surplus = target - size
         if surplus > 0:
             b.headroom[i] -= surplus
             b.free[i] += surplus
+            if b.node is not None:
+                b.node.room[i] -= surplus
 
 
 # --- making bins ----------------------------------------------------------------------------
@@ -222,6 +256,7 @@ def pod_bins(ctx: PlanContext, room: Room) -> list[Bin]:
     """Existing pods as bins: their `room`, plus the headroom they may grow into."""
     ix = ctx.index
     cpu_i, mem_i, width = ix.cpu_i, ix.mem_i, ix.width
+    nodes = node_budgets(ctx)
     bins: list[Bin] = []
     for p in sorted(ctx.snap.pods, key=lambda p: p.name):
         g = ctx.snap.groups.get(p.group)
@@ -267,11 +302,24 @@ def pod_bins(ctx: PlanContext, room: Room) -> list[Bin]:
             ceiling[mem_i] = max(size[mem_i], max_mem)
             headroom[cpu_i] = ceiling[cpu_i] - size[cpu_i]
             headroom[mem_i] = ceiling[mem_i] - size[mem_i]
-        bins.append(Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p))
+        node = nodes.get(p.node) if p.node else None
+        bins.append(Bin(p.name, g, labels, free, headroom, size, ceiling, pod=p, node=node))
     for b in bins:
         b.special = ix.special(b.ceiling)
         b.gpu = ix.has_gpu(b.ceiling)
     return bins
+
+
+def node_budgets(ctx: PlanContext) -> dict[str, NodeBudget]:
+    """The room of each node the snapshot read (`ClusterSnapshot.nodes`), fresh for one
+    set of bins. A node already charged past its allocatable has none."""
+    ix = ctx.index
+    out: dict[str, NodeBudget] = {}
+    for name, room in sorted(ctx.snap.nodes.items()):
+        vec = [UNLIMITED] * ix.width
+        vec[ix.cpu_i], vec[ix.mem_i] = max(0, room.cpu), max(0, room.memory)
+        out[name] = NodeBudget(name, vec, (room.cpu, room.memory))
+    return out
 
 
 def new_bins(ctx: PlanContext, g: GroupSpec, count: int) -> list[Bin]:

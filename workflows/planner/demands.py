@@ -27,6 +27,8 @@ def carry_over_to_free_room(ctx: PlanContext, ledger: Ledger) -> None:
             if gi > 0:
                 b.free[i] += gi
                 b.headroom[i] -= gi
+                if b.node is not None:  # the growth takes its node's room here too
+                    b.node.room[i] -= gi
         if cb.grown:
             b.grown = True
             b.placed_by_growth.update(cb.placed_by_growth)

@@ -129,7 +129,7 @@ class _Attempt:
         idle_timeout_s = self.ctx.settings.idle_timeout_s
         for b in bins:
             # cheap first test on one resource before the full fit
-            if b.free[i0] + (b.headroom[i0] if grow else 0) < a0 or id(b) in exclude:
+            if b.free[i0] + (b.grow_room(i0) if grow else 0) < a0 or id(b) in exclude:
                 continue
             if not self.gate.may_use(b, gpu or self.gpu_gang, idle_timeout_s):
                 continue

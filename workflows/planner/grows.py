@@ -33,6 +33,9 @@ def grow_actions(ctx: PlanContext, ledger: Ledger) -> dict[str, ResizeAction]:
                 size_text(cpu, mem)
             )
             from_cpu, from_mem = b.pod.total.cpu, b.pod.total.memory
+        if b.node is not None:
+            # which node had how much room (the decision log, the saga's summary)
+            grow += f" (node {b.node.name} had {size_text(*b.node.start)} free)"
         out[b.key] = ResizeAction(
             pod=b.key,
             group=b.group.name,

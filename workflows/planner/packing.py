@@ -30,7 +30,7 @@ def place_items(
         cands = []
         for b in bins:
             # a pod grown in this plan may have room left from rounding its growth up
-            if grow and not (b.headroom[cpu_i] or b.headroom[mem_i] or b.grown):
+            if grow and not (b.grow_room(cpu_i) or b.grow_room(mem_i) or b.grown):
                 continue
             if not gate.may_use(b, item.gpu, idle_timeout_s):
                 continue
@@ -41,6 +41,11 @@ def place_items(
                 cands.append((bool(b.special - needs), n, b.key, b))
         cands.sort(key=lambda c: (c[0], c[1], c[2]))
         for _, n, _, b in cands:
+            if grow and b.node is not None:
+                # a pod before it on the same node may have taken the node's room
+                n = fit(b, shape, grow)
+                if not n:
+                    continue
             k = min(n, remaining)
             take(ctx, b, shape, k, kind, selector)
             remaining -= k
