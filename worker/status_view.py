@@ -33,6 +33,7 @@ class ResizeRow:
     age_s: float  # since it ended (or started, while running)
     running: bool
     detail: str = ""
+    node: str = ""  # a grow's node and the room it had when it was decided
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -70,6 +71,7 @@ async def _row(client: Client, wf: WorkflowExecution, now: datetime) -> ResizeRo
         age_s=max(0.0, (now - since).total_seconds()),
         running=running,
         detail=detail,
+        node=str(memo.get("node") or ""),
     )
 
 
@@ -113,8 +115,8 @@ def render_rows(rows: list[ResizeRow]) -> list[str]:
     waits for, under it)."""
     if not rows:
         return []
-    header = ("POD", "FROM → TO", "PHASE", "OUTCOME", "AGE")
-    cells = [(r.pod, r.change, r.phase, r.outcome, age_text(r.age_s)) for r in rows]
+    header = ("POD", "FROM → TO", "PHASE", "OUTCOME", "AGE", "NODE (ROOM WHEN DECIDED)")
+    cells = [(r.pod, r.change, r.phase, r.outcome, age_text(r.age_s), r.node or "-") for r in rows]
     widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
 
     def line(c: tuple[str, ...]) -> str:

@@ -244,6 +244,10 @@ class ResizeAction(Value):
         default=False,
         description="grows a resize in flight further: its saga takes the new target",
     )
+    node: str = Field(
+        default="",
+        description="a grow's node and the room it had, 'n1 (2 CPU/4Gi free)' ('': not known)",
+    )
 
     @property
     def shrinks(self) -> bool:

@@ -839,6 +839,7 @@ class ReconcileWorkflow:
                     "from": _size(r.from_cpu, r.from_memory),
                     "to": _size(r.cpu, r.memory),
                     "reason": r.reason,
+                    **({"node": r.node} if r.node else {}),
                 },
             )
             if r.cpu > r.from_cpu or r.memory > r.from_memory:

@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 
 from raysize.worker.cli import app
 from raysize.workflows.contracts import ReconcileInput
+from raysize.workflows.model import NodeRoom
 from raysize.workflows.reconcile_workflow import ReconcileWorkflow
 from raysize.workflows.resize_workflow import PodResizeWorkflow
+from raysize.workflows.resources import GIB
 from tests.orchestration.fake_world import FakeWorld
 from tests.orchestration.test_reconcile_workflow import ResizeRecorder, until
 from tests.workflows.kit import group, pod, res, snapshot
@@ -59,7 +61,15 @@ def status(env: WorkflowEnvironment, ref: str, *flags: str) -> str:
 
 
 async def test_status_shows_each_resize_with_sizes_and_outcome(dev: WorkflowEnvironment) -> None:
-    world = FakeWorld(snapshot([group()], [pod("w1"), pod("w2")], [(res(2), 1)]))
+    # w2's node says how much room it has: its row says it (issue #44 item 3)
+    world = FakeWorld(
+        snapshot(
+            [group()],
+            [pod("w1"), pod("w2", node="n1")],
+            [(res(2), 1)],
+            nodes={"n1": NodeRoom(cpu=6000, memory=8 * GIB)},
+        )
+    )
     async with reconciling(dev, world) as ns:
         await until(lambda: world.started == ["w1"])
         await until(lambda: not world.resizing)
@@ -81,9 +91,13 @@ async def test_status_shows_each_resize_with_sizes_and_outcome(dev: WorkflowEnvi
         everything = await asyncio.to_thread(status, dev, ref, "--all")
     assert "resizes (newest first):" in out
     header = next(line for line in out.splitlines() if "FROM → TO" in line)
-    assert header.split() == ["POD", "FROM", "→", "TO", "PHASE", "OUTCOME", "AGE"]
+    assert header.split() == [
+        *("POD", "FROM", "→", "TO", "PHASE", "OUTCOME", "AGE"),
+        *("NODE", "(ROOM", "WHEN", "DECIDED)"),
+    ]
     w2 = next(line for line in out.splitlines() if line.strip().startswith("w2"))
     assert "1 CPU, 2Gi → 3 CPU, 2Gi" in w2 and "Done" in w2 and "Succeeded" in w2
+    assert w2.rstrip().endswith("n1 (6 CPU/8Gi free)"), w2
     table = out.split("resizes (newest first):", 1)[1]
     assert "w1" not in table  # not a live pod any more (the decisions above name it)
     assert "… and 1 of pods the cluster no longer has (--all shows them)" in out
@@ -91,6 +105,7 @@ async def test_status_shows_each_resize_with_sizes_and_outcome(dev: WorkflowEnvi
     assert rows == ["w2", "w1"]  # newest first
     w1 = next(line for line in everything.splitlines() if line.strip().startswith("w1"))
     assert "1 CPU, 2Gi → 2 CPU, 2Gi" in w1 and "Succeeded" in w1
+    assert w1.rstrip().endswith(" -")  # its node's room was not known
 
 
 async def test_status_says_what_the_last_plan_left_waiting_and_why(

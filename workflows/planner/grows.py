@@ -33,8 +33,10 @@ def grow_actions(ctx: PlanContext, ledger: Ledger) -> dict[str, ResizeAction]:
                 size_text(cpu, mem)
             )
             from_cpu, from_mem = b.pod.total.cpu, b.pod.total.memory
+        node = ""
         if b.node is not None:
-            # which node had how much room (the decision log, the saga's summary)
+            # which node had how much room (the decision log, the saga, `raysize status`)
+            node = f"{b.node.name} ({size_text(*b.node.start)} free)"
             grow += f" (node {b.node.name} had {size_text(*b.node.start)} free)"
         out[b.key] = ResizeAction(
             pod=b.key,
@@ -45,5 +47,6 @@ def grow_actions(ctx: PlanContext, ledger: Ledger) -> dict[str, ResizeAction]:
             from_memory=from_mem,
             reason=f"{what} → {grow}",
             retarget=retarget,
+            node=node,
         )
     return out
