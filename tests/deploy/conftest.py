@@ -53,6 +53,72 @@ def render(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
+# deploy/components/node-room (in deploy/base; the chart's nodeRoom.enabled): the room of
+# the nodes Ray pods run on (activities/node_room.py), read in every namespace.
+NODE_ROOM = "raysize-node-room"
+# (apiGroup, resource, verb): the whole node-room grant, and nothing else
+NODE_ROOM_RULES = {
+    ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+}
+
+
+def rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule.get("apiGroups", [])
+        for r in rule.get("resources", [])
+        for v in rule.get("verbs", [])
+    }
+
+
+def exact_rules(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    """`rule_set` of rules that name what they grant: no resourceNames, no
+    nonResourceURLs, no wildcard, no permission listed twice."""
+    for rule in rules:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[key], rule
+    granted = rule_set(rules)
+    assert len(granted) == sum(
+        len(r["apiGroups"]) * len(r["resources"]) * len(r["verbs"]) for r in rules
+    ), "a permission is listed twice"
+    return granted
+
+
+def node_room_grant(
+    docs: list[dict[str, Any]], name: str = NODE_ROOM, namespace: str = "raysize"
+) -> set[tuple[str, str, str]] | None:
+    """The permissions an install's node-room grant gives (None: it has none): one
+    ClusterRole bound by one ClusterRoleBinding, in every namespace, to raysize's
+    ServiceAccount (in `namespace`) only; no Role or RoleBinding of that name, and no other
+    binding of that ClusterRole."""
+    assert not find(docs, "Role", name) and not find(docs, "RoleBinding", name)
+    roles, bindings = find(docs, "ClusterRole", name), find(docs, "ClusterRoleBinding", name)
+    others = [
+        b["metadata"]["name"]
+        for b in find(docs, "RoleBinding") + find(docs, "ClusterRoleBinding")
+        if b["roleRef"]["name"] == name and b["metadata"]["name"] != name
+    ]
+    assert not others, f"{name} is bound again by {others}"
+    if not roles and not bindings:
+        return None
+    (role,), (binding,) = roles, bindings
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": name,
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "raysize", "namespace": namespace}
+    ]
+    return exact_rules(role["rules"])
+
+
 def find(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
     return [
         d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
@@ -88,9 +154,10 @@ def kubectl(sandbox: tuple[Sandbox, Path]) -> Callable[..., subprocess.Completed
 MONITORING = DEPLOY / "components" / "monitoring"
 
 
-def overlay_of(tmp: Path, resources: list[str], components: list[str]) -> Path:
+def overlay_of(tmp: Path, resources: list[str], components: list[str], **more: Any) -> Path:
     """A user's overlay next to a copy of deploy/ (kustomize wants relative paths):
-    `resources` and `components` are paths inside deploy/."""
+    `resources` and `components` are paths inside deploy/; `more`, more fields of its
+    kustomization.yaml (`patches`)."""
     shutil.copytree(DEPLOY, tmp / "deploy", dirs_exist_ok=True)
     overlay = tmp / "mine"
     overlay.mkdir(exist_ok=True)
@@ -101,10 +168,25 @@ def overlay_of(tmp: Path, resources: list[str], components: list[str]) -> Path:
                 "kind": "Kustomization",
                 "resources": [f"../deploy/{r}" for r in resources],
                 "components": [f"../deploy/{c}" for c in components],
+                **more,
             }
         )
     )
     return overlay
+
+
+def commented_yaml(path: Path, first: str) -> dict[str, Any]:
+    """The YAML a file shows in its comments, as a user would paste it: the block of
+    `#   `-indented comment lines that starts with `#   <first>`, uncommented."""
+    lines = path.read_text().splitlines()
+    start = lines.index(f"#   {first}")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line.removeprefix("#   "))
+    loaded: dict[str, Any] = yaml.safe_load("\n".join(block))
+    return loaded
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """deploy/ on the real world: kube-apiserver v1.36 with RBAC and admission policies
 enforced, the real KubeRay operator, and the worker's own ServiceAccount token. The real
 server is the judge of what the Role (deploy/watched-namespace/role.yaml, in namespace
-default) and the admission policy (deploy/worker/admission-policy.yaml) allow."""
+default), the node room's ClusterRole (deploy/components/node-room) and the admission
+policy (deploy/worker/admission-policy.yaml) allow."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from raysize.sandbox.realworld import RealSandbox
 from raysize.worker.run import namespace_problem
 from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.resources import GIB
-from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, find, render, run_kubectl
+from tests.deploy.conftest import DEPLOY, EXAMPLE, NODE_ROOM, SA_USER, find, render, run_kubectl
 from tests.deploy.test_apply_sandbox import NOT_RAYSIZES_CALLS, does_what_raysize_does
 from tests.sandbox.conftest import wait_for
 
@@ -50,7 +51,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         applied = w.kubectl("apply", "-k", str(DEPLOY))
         assert applied.returncode == 0, applied.stderr
         assert "role.rbac.authorization.k8s.io/raysize created" in applied.stdout
-        assert "clusterrole" not in applied.stdout
+        # nothing cluster-wide but the node room's read access (deploy/components/node-room)
+        assert sorted(line for line in applied.stdout.splitlines() if "clusterrole" in line) == [
+            f"clusterrole.rbac.authorization.k8s.io/{NODE_ROOM} created",
+            f"clusterrolebinding.rbac.authorization.k8s.io/{NODE_ROOM} created",
+        ]
         example = w.kubectl("apply", "-f", str(EXAMPLE))
         assert example.returncode == 0, example.stderr
         sb.control_plane.service_account_kubeconfig(w.worker, "raysize", "raysize")
@@ -144,7 +149,8 @@ def contains(stored: Any, rendered: Any) -> bool:
 
 def test_the_service_account_can_do_what_raysize_does(world):
     wait_for(lambda: len(running_pods(world)) >= 2, timeout=60)  # another test scales up
-    # the base watches namespace "default": its Role is there, and nothing cluster-wide
+    # the base watches namespace "default": its Role is there; cluster-wide, only the node
+    # room's reads of nodes and pods
     does_what_raysize_does(world.worker_kube(), every_namespace=False)
 
 

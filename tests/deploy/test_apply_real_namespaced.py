@@ -103,7 +103,7 @@ def test_the_overlay_applied_without_any_cluster_wide_grant(world):
 
 def test_in_a_watched_namespace_the_service_account_can_do_what_raysize_does(world):
     wait_for(lambda: len(running_pods(world, WATCHED)) >= 2, timeout=60)
-    does_what_raysize_does(world.worker_kube(), WATCHED, every_namespace=False)
+    does_what_raysize_does(world.worker_kube(), WATCHED, every_namespace=False, node_room=False)
 
 
 def test_discovery_lists_the_watched_namespaces_clusters(world):
@@ -136,6 +136,9 @@ def test_in_an_unwatched_namespace_every_call_is_refused(world):
         lambda: list_rayclusters(kube, UNWATCHED),
         lambda: list_rayclusters(kube, ""),  # every namespace: only a ClusterRole allows it
         lambda: kube.core.list_namespaced_pod(UNWATCHED),
+        # the node room's reads: the overlay has no deploy/components/node-room
+        lambda: kube.core.list_node(),
+        lambda: kube.core.list_pod_for_all_namespaces(),
     ):
         with pytest.raises((ApiException, Forbidden)) as err:
             call()

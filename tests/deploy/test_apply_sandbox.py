@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 
 import pytest
-from kubernetes import config
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from raysize.activities.discovery import list_rayclusters
 from raysize.activities.k8s import Kube
 from raysize.activities.k8s_errors import NotFound
+from raysize.activities.node_room import UNFINISHED, NodeRooms
 from raysize.sandbox.rbac import Authorizer
 from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.raycluster_spec import read_group_specs
 from raysize.workflows.resources import GIB
-from tests.deploy.conftest import DEPLOY, EXAMPLE, SA_USER, TRIAL, render
+from tests.deploy.conftest import DEPLOY, EXAMPLE, NODE_ROOM, SA_USER, TRIAL, render
 from tests.sandbox.conftest import wait_for
 
 
@@ -53,6 +56,12 @@ def test_apply_base_then_trial_then_example(kubectl):
     assert names(got.stdout) == {
         "role.rbac.authorization.k8s.io/raysize",
         "rolebinding.rbac.authorization.k8s.io/raysize",
+    }
+    got = kubectl("get", "clusterrole,clusterrolebinding", "-o", "name")
+    assert got.returncode == 0, got.stderr
+    assert {n for n in names(got.stdout) if "raysize" in n} == {
+        f"clusterrole.rbac.authorization.k8s.io/{NODE_ROOM}",
+        f"clusterrolebinding.rbac.authorization.k8s.io/{NODE_ROOM}",
     }
     got = kubectl("get", "serviceaccount,configmap,deployment", "-n", "raysize", "-o", "name")
     assert got.returncode == 0, got.stderr
@@ -122,11 +131,13 @@ def as_service_account(sandbox, kubectl):
 
 
 def does_what_raysize_does(
-    kube: Kube, ns: str = "default", *, every_namespace: bool = True
+    kube: Kube, ns: str = "default", *, every_namespace: bool = True, node_room: bool = True
 ) -> None:
     """Every call raysize makes, on the example cluster in `ns`: each must be allowed.
     `every_namespace`: also list and watch the RayClusters of all namespaces (what the
-    worker does when RAYSIZE_NAMESPACES is empty)."""
+    worker does when RAYSIZE_NAMESPACES is empty). `node_room`: also list and watch every
+    node and every unfinished pod (deploy/components/node-room), and the node room's
+    informers get the worker pod's node."""
     cluster = kube.read_cluster(ns, "raysize-example")  # get rayclusters, list pods
     assert cluster.groups.errors == ()
     worker = next(p for p in cluster.pods if p.group == "cpu")
@@ -159,6 +170,25 @@ def does_what_raysize_does(
             _preload_content=False,
         )  # fmt: skip
     assert b"raysize-example" in events.read()  # watch rayclusters
+    if not node_room:
+        return
+    # list and watch nodes, and the unfinished pods of every namespace
+    assert kube.core.list_node().items
+    assert kube.core.list_pod_for_all_namespaces(field_selector=UNFINISHED).items
+    for list_fn, kwargs in (
+        (kube.core.list_node, {}),
+        (kube.core.list_pod_for_all_namespaces, {"field_selector": UNFINISHED}),
+    ):
+        stream = list_fn(**kwargs, watch=True, timeout_seconds=1, _preload_content=False)
+        assert b'"ADDED"' in stream.read()
+    # and activities/node_room.py itself, with this token
+    rooms = NodeRooms(kube.core, timeout_s=5)  # its first `rooms` starts the informers
+    try:
+        assert worker.node
+        wait_for(lambda: worker.node in rooms.rooms([worker.node]), timeout=30)
+        assert rooms.synced() and rooms.state()["node_room.pods"] >= 2  # the example's
+    finally:
+        rooms.close()
 
 
 def test_service_account_can_do_what_raysize_does(as_service_account):
@@ -176,7 +206,14 @@ NOT_RAYSIZES_CALLS = [
     ("patch pods/status", lambda c, r: c.patch_namespaced_pod_status("p", "default", {})),
     ("list secrets", lambda c, r: c.list_namespaced_secret("raysize")),
     ("get configmaps", lambda c, r: c.list_namespaced_config_map("raysize")),
-    ("list nodes", lambda c, r: c.list_node()),
+    # the node room reads nodes and lists pods everywhere (deploy/components/node-room),
+    # and nothing more
+    ("patch nodes", lambda c, r: c.patch_node("n", {"metadata": {"labels": {"a": "b"}}})),
+    ("get pods outside the watched namespaces", lambda c, r: c.read_namespaced_pod("p", "raysize")),
+    (
+        "delete pods outside the watched namespaces",
+        lambda c, r: c.delete_namespaced_pod("p", "raysize"),
+    ),
     ("list events", lambda c, r: c.list_namespaced_event("default")),
     ("delete namespaces", lambda c, r: c.delete_namespace("default")),
     (
@@ -207,3 +244,41 @@ def test_service_account_can_do_nothing_else(as_service_account, what, call):
         call(kube.core, kube.custom)
     assert err.value.status == 403, what
     assert SA_USER in json.loads(err.value.body)["message"]
+
+
+def test_without_the_node_room_the_worker_plans_without_it_and_says_so_once(
+    as_service_account, caplog: pytest.LogCaptureFixture
+):
+    """An install without deploy/components/node-room (here: its binding deleted): the
+    informers are refused (403), the room is empty (grows are planned without it), one
+    warning says what to grant and where it is explained; nothing is retried before
+    FORBIDDEN_RETRY_S. The rest of what raysize does is not affected."""
+    sb, kube = as_service_account
+    authorizer, sb.api.authorizer = sb.api.authorizer, None  # the admin deletes it
+    try:
+        client.RbacAuthorizationV1Api(kube.api).delete_cluster_role_binding(NODE_ROOM)
+    finally:
+        sb.api.authorizer = authorizer
+    with pytest.raises(ApiException) as refused:
+        kube.core.list_node()
+    assert refused.value.status == 403
+    caplog.set_level(logging.INFO, logger="raysize.activities")
+    rooms = NodeRooms(kube.core, timeout_s=5)
+    try:
+        assert rooms.rooms(["any"]) == {}
+
+        def refusals() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if "refused it (403" in r.getMessage()]
+
+        wait_for(refusals, timeout=30)
+        time.sleep(1.0)  # both informers have been refused by now
+        said = refusals()
+        assert len(said) == 1 and said[0].levelno == logging.WARNING
+        message = said[0].getMessage()
+        assert "grows are planned without the nodes' room" in message
+        assert "docs/kubernetes-resize.md" in message
+        assert not rooms.synced() and rooms.rooms(["any"]) == {}
+        assert rooms.state()["node_room.nodes"] == 0
+    finally:
+        rooms.close()
+    does_what_raysize_does(kube, every_namespace=False, node_room=False)

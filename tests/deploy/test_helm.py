@@ -20,8 +20,11 @@ from tests.deploy.conftest import (
     KUBECTL,
     MONITORING,
     NAMESPACED,
+    NODE_ROOM,
+    NODE_ROOM_RULES,
     ROOT,
     find,
+    node_room_grant,
     one,
     overlay_of,
     render,
@@ -101,8 +104,12 @@ def config_data(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "values",
-    [[], [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"]],
-    ids=["defaults", "namespaced-monitoring-mtls"],
+    [
+        [],
+        [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"],
+        [*NAMESPACED_VALUES, "--set", "nodeRoom.enabled=false"],
+    ],
+    ids=["defaults", "namespaced-monitoring-mtls", "namespaced-no-node-room"],
 )
 def test_helm_lint_passes(values):
     out = helm("lint", str(CHART), "--strict", *values)
@@ -120,10 +127,18 @@ def test_the_chart_renders_what_kustomize_renders_for_deploy():
         chart[("Role", "default", "raysize")]["rules"]
         == base[("Role", "default", "raysize")]["rules"]
     )
-    for key in (("RoleBinding", "default", "raysize"),):
+    for key in (("RoleBinding", "default", "raysize"), ("ClusterRoleBinding", "", NODE_ROOM)):
         assert chart[key]["roleRef"] == base[key]["roleRef"]
         assert chart[key]["subjects"] == base[key]["subjects"]
-    assert not [k for k in chart if k[0].startswith("Cluster")]
+    # nothing cluster-wide but the node room, the same as the base's
+    assert sorted(k for k in chart if k[0].startswith("Cluster")) == [
+        ("ClusterRole", "", NODE_ROOM),
+        ("ClusterRoleBinding", "", NODE_ROOM),
+    ]
+    assert (
+        chart[("ClusterRole", "", NODE_ROOM)]["rules"]
+        == base[("ClusterRole", "", NODE_ROOM)]["rules"]
+    )
     pdb = ("PodDisruptionBudget", "raysize", "raysize-worker")
     assert chart[pdb]["spec"] == base[pdb]["spec"]
     for kind in ADMISSION_KINDS:  # the same policies, for the release's ServiceAccount
@@ -137,18 +152,30 @@ def test_the_chart_renders_what_kustomize_renders_for_deploy():
         assert d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
 
 
-def test_watch_namespaces_renders_the_namespaced_overlay():
-    chart, overlay = by_key(docs_of(*NAMESPACED_VALUES)), by_key(render(NAMESPACED))
+@pytest.mark.parametrize("node_room", [False, True], ids=["no-node-room", "node-room"])
+def test_watch_namespaces_renders_the_namespaced_overlay(node_room, tmp_path: Path):
+    """watchNamespaces with nodeRoom.enabled=false is the namespaced overlay (nothing
+    cluster-wide); with the node room (the chart's default), the overlay plus the node-room
+    component."""
+    values = [*NAMESPACED_VALUES, "--set", f"nodeRoom.enabled={str(node_room).lower()}"]
+    chart = by_key(docs_of(*values))
+    overlay = by_key(
+        render(overlay_of(tmp_path, ["overlays/namespaced"], ["components/node-room"]))
+        if node_room
+        else render(NAMESPACED)
+    )
     rbac = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
     assert sorted(k for k in chart if k[0] in rbac) == sorted(k for k in overlay if k[0] in rbac)
-    assert not [k for k in chart if k[0].startswith("Cluster")]
+    assert sorted(k for k in chart if k[0].startswith("Cluster")) == (
+        [("ClusterRole", "", NODE_ROOM), ("ClusterRoleBinding", "", NODE_ROOM)] if node_room else []
+    )
     for key, role in overlay.items():
-        if key[0] == "Role":
+        if key[0] in ("Role", "ClusterRole"):
             assert chart[key]["rules"] == role["rules"]
-        if key[0] == "RoleBinding":
+        if key[0] in ("RoleBinding", "ClusterRoleBinding"):
             assert chart[key]["roleRef"] == role["roleRef"]
             assert chart[key]["subjects"] == role["subjects"]
-    assert config_data(docs_of(*NAMESPACED_VALUES)) == config_data(render(NAMESPACED))
+    assert config_data(docs_of(*values)) == config_data(render(NAMESPACED))
 
 
 def test_cluster_wide_renders_the_cluster_wide_component(tmp_path: Path):
@@ -156,14 +183,34 @@ def test_cluster_wide_renders_the_cluster_wide_component(tmp_path: Path):
     component = by_key(render(overlay_of(tmp_path, ["base"], ["components/cluster-wide"])))
     rbac = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
     assert sorted(k for k in chart if k[0] in rbac) == sorted(k for k in component if k[0] in rbac)
-    assert (
-        chart[("ClusterRole", "", "raysize")]["rules"]
-        == component[("ClusterRole", "", "raysize")]["rules"]
-    )
-    key = ("ClusterRoleBinding", "", "raysize")
-    assert chart[key]["subjects"] == component[key]["subjects"]
+    for name in ("raysize", NODE_ROOM):
+        assert (
+            chart[("ClusterRole", "", name)]["rules"]
+            == component[("ClusterRole", "", name)]["rules"]
+        )
+        key = ("ClusterRoleBinding", "", name)
+        assert chart[key]["roleRef"] == component[key]["roleRef"]
+        assert chart[key]["subjects"] == component[key]["subjects"]
     assert config_data(list(chart.values())) == config_data(list(component.values()))
     assert config_data(list(chart.values()))["RAYSIZE_NAMESPACES"] == ""
+
+
+@pytest.mark.parametrize("mode", [[], ["--set", "clusterWide=true"], NAMESPACED_VALUES],
+                         ids=["defaults", "cluster-wide", "namespaced"])  # fmt: skip
+def test_node_room_is_on_by_default_in_every_mode_and_can_be_turned_off(mode):
+    """nodeRoom.enabled (default true) grants the node room's five read permissions, in
+    every namespace, to the release's ServiceAccount only, whatever raysize watches; false
+    renders nothing of it, and leaves raysize's own grant as it was."""
+    on, off = docs_of(*mode), docs_of(*mode, "--set", "nodeRoom.enabled=false")
+    assert node_room_grant(on) == NODE_ROOM_RULES
+    assert node_room_grant(off) is None
+    assert [d for d in off if "node-room" in d["metadata"]["name"]] == []
+    assert [d for d in on if d["metadata"]["name"] != NODE_ROOM] == off
+    for d in find(on, "ClusterRole", NODE_ROOM) + find(on, "ClusterRoleBinding", NODE_ROOM):
+        assert d["metadata"]["labels"] == find(on, "ServiceAccount")[0]["metadata"]["labels"]
+    # another release's, in its namespace, for its ServiceAccount
+    other = release("team-b", "ops", *mode)
+    assert node_room_grant(other, "team-b-raysize-node-room", "ops") == NODE_ROOM_RULES
 
 
 def test_the_policy_names_the_release_namespaces_service_account():
@@ -231,8 +278,9 @@ def test_mtls_and_image_values(tmp_path: Path):
         [*NAMESPACED_VALUES, "--set", "monitoring.enabled=true,temporal.mtls=true"],
         ["--set", "clusterWide=true"],
         ["--set", "temporal.apiKeyFile=true"],
+        [*NAMESPACED_VALUES, "--set", "nodeRoom.enabled=false"],
     ],
-    ids=["defaults", "namespaced-monitoring-mtls", "cluster-wide", "api-key-file"],
+    ids=["defaults", "namespaced-monitoring-mtls", "cluster-wide", "api-key-file", "no-node-room"],
 )
 def test_the_real_api_server_accepts_the_chart(dry_run_api, values):
     for ns in ("team-a", "team-b"):  # a namespaced install grants in existing namespaces
@@ -256,6 +304,15 @@ def test_the_real_api_server_accepts_the_chart(dry_run_api, values):
         assert "podmonitor.monitoring.coreos.com/raysize-worker created (server dry run)" in lines
     role = "clusterrole" if "clusterWide=true" in values else "role"
     assert f"{role}.rbac.authorization.k8s.io/raysize created (server dry run)" in lines
+    node_room = sorted(line for line in lines if NODE_ROOM in line)
+    assert node_room == (
+        []
+        if "nodeRoom.enabled=false" in values
+        else [
+            f"clusterrole.rbac.authorization.k8s.io/{NODE_ROOM} created (server dry run)",
+            f"clusterrolebinding.rbac.authorization.k8s.io/{NODE_ROOM} created (server dry run)",
+        ]
+    )
 
 
 def test_the_version_of_the_worker_deployment():
@@ -306,11 +363,17 @@ def test_two_releases_share_no_cluster_scoped_name(values):
     other = {k for k in scoped_names(second) if k[1] != "ops"}
     assert other and not other & scoped_names(first)
     names = {d["metadata"]["name"] for d in second if d["metadata"].get("namespace") != "ops"}
-    assert names == {"team-b-raysize", "team-b-raysize-ray-pods", "team-b-raysize-rayclusters"}
+    assert names == {
+        "team-b-raysize",
+        "team-b-raysize-ray-pods",
+        "team-b-raysize-rayclusters",
+        "team-b-raysize-node-room",
+    }
     for binding in find(second, "ValidatingAdmissionPolicyBinding"):
         assert binding["spec"]["policyName"] == binding["metadata"]["name"]
     for binding in find(second, "RoleBinding") + find(second, "ClusterRoleBinding"):
-        assert binding["roleRef"]["name"] == "team-b-raysize"
+        assert binding["roleRef"]["name"] == binding["metadata"]["name"]
+        assert binding["roleRef"]["name"] in ("team-b-raysize", "team-b-raysize-node-room")
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "raysize", "namespace": "ops"}
         ]

@@ -126,8 +126,8 @@ def test_helm_releases_side_by_side_upgrade_and_uninstall(api):
         f"{kind}/{release}-raysize{suffix}"
         for release in ("wide-c", "wide-d")
         for kind, suffixes in (
-            ("ClusterRole", [""]),
-            ("ClusterRoleBinding", [""]),
+            ("ClusterRole", ["", "-node-room"]),
+            ("ClusterRoleBinding", ["", "-node-room"]),
             ("ValidatingAdmissionPolicy", ["-ray-pods", "-rayclusters"]),
             ("ValidatingAdmissionPolicyBinding", ["-ray-pods", "-rayclusters"]),
         )

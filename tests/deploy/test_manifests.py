@@ -18,12 +18,18 @@ from tests.deploy.conftest import (
     DEPLOY,
     EXAMPLE,
     NAMESPACED,
+    NODE_ROOM,
+    NODE_ROOM_RULES,
     ROOT,
     TRIAL,
+    commented_yaml,
+    exact_rules,
     find,
+    node_room_grant,
     one,
     overlay_of,
     render,
+    rule_set,
 )
 
 # (apiGroup, resource, verb): the whole grant, and nothing else (issue 6).
@@ -41,11 +47,11 @@ EXPECTED_RULES = {
     ("", "secrets", "get"),  # a Ray cluster's own token, by name (activities/ray_tokens.py)
 }
 
-# Every kubernetes-client call raysize's code makes → what RBAC must allow for it.
+# Every kubernetes-client call raysize's code makes → what RBAC must allow for it, in each
+# namespace raysize watches (its Role there, or the cluster-wide component's ClusterRole)...
 CLIENT_CALLS = {
     "read_namespaced_pod": {("", "pods", "get")},
     "list_namespaced_pod": {("", "pods", "list")},
-    "list_pod_for_all_namespaces": {("", "pods", "list")},
     "patch_namespaced_pod": {("", "pods", "patch")},
     "patch_namespaced_pod_resize": {("", "pods/resize", "patch")},
     "create_namespaced_event": {("", "events", "create")},
@@ -57,16 +63,17 @@ CLIENT_CALLS = {
     # API discovery (`raysize doctor`): every authenticated user may (system:discovery)
     "get_api_resources": set(),
 }
-
-
-def rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    return {
-        (g, r, v)
-        for rule in rules
-        for g in rule.get("apiGroups", [])
-        for r in rule.get("resources", [])
-        for v in rule.get("verbs", [])
-    }
+# ... or in every namespace at once, whatever raysize watches: the node room's informers
+# (activities/node_room.py; `raysize doctor` lists head pods this way too, when it watches
+# every namespace), granted by deploy/components/node-room's ClusterRole.
+CLUSTER_WIDE_CALLS = {
+    "list_node": {("", "nodes", "list")},
+    "list_pod_for_all_namespaces": {("", "pods", "list")},
+}
+# Granted by the node room though no call needs it: `list` already reads every Node whole,
+# so `get` shows nothing more; the worker's 403 warning (activities/node_room.py) asks for
+# get/list/watch on nodes, and the grant is what it asks for.
+NODE_ROOM_UNCALLED = {("", "nodes", "get")}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +101,8 @@ def test_base_renders_the_expected_objects(base):
     configmaps = [n for k, n in kinds if k == "ConfigMap"]
     assert len(configmaps) == 1 and configmaps[0].startswith("raysize-config-")
     assert sorted(k for k in kinds if k[0] != "ConfigMap") == [
+        ("ClusterRole", NODE_ROOM),
+        ("ClusterRoleBinding", NODE_ROOM),
         ("Deployment", "raysize-worker"),
         ("Namespace", "raysize"),
         ("PodDisruptionBudget", "raysize-worker"),
@@ -120,7 +129,9 @@ def watched_namespaces(docs: list[dict[str, Any]]) -> list[str]:
 
 def grants(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Where the install grants raysize's rules: namespace → rules ("" for every namespace),
-    checking each binding names the role and only raysize's ServiceAccount."""
+    checking each binding names the role and only raysize's ServiceAccount. The node-room
+    grant is not one of them (`node_room_grant`)."""
+    docs = [d for d in docs if d["metadata"]["name"] != NODE_ROOM]
     out: dict[str, list[dict[str, Any]]] = {}
     for kind, binding_kind in (("ClusterRole", "ClusterRoleBinding"), ("Role", "RoleBinding")):
         for role in find(docs, kind):
@@ -171,14 +182,7 @@ def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install, tmp_path):
         }[install]
     )
     for rules in granted.values():
-        for rule in rules:
-            assert set(rule) == {"apiGroups", "resources", "verbs"}, rule  # no resourceNames
-            for key in ("apiGroups", "resources", "verbs"):
-                assert "*" not in rule[key], rule
-        assert rule_set(rules) == EXPECTED_RULES
-        assert len(rule_set(rules)) == sum(
-            len(r["apiGroups"]) * len(r["resources"]) * len(r["verbs"]) for r in rules
-        ), "a permission is listed twice"
+        assert exact_rules(rules) == EXPECTED_RULES
     spec = one(docs, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "raysize"
     # every install keeps the admission policy, cluster-wide most of all
@@ -188,29 +192,108 @@ def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install, tmp_path):
     ]
 
 
-def test_every_kubernetes_call_in_the_code_is_granted():
-    """Scan the code for kubernetes-client calls: each must be known here and granted."""
+def test_every_kubernetes_call_in_the_code_is_granted(tmp_path):
+    """Scan the code for kubernetes-client calls: each must be known here and granted,
+    in the watched namespaces by raysize's rules, in every namespace by the node room's
+    ClusterRole of each install that has it."""
     sources = {
         p: p.read_text()
         for d in ("activities", "worker", "workflows")
         for p in (ROOT / d).glob("*.py")
     }
-    needed: set[tuple[str, str, str]] = set()
+    needed: set[tuple[str, str, str]] = set()  # in each watched namespace
+    everywhere: set[tuple[str, str, str]] = set()  # in every namespace
     for path, text in sources.items():
         for method in re.findall(r"\.(?:core|custom)\.(\w+)", text):
-            assert method in CLIENT_CALLS, f"{path.name}: new Kubernetes call {method}: update RBAC"
-            needed |= CLIENT_CALLS[method]
-        # a module that streams lists (a Watch, or its own kind of one): which ones it watches
-        if re.search(r"\bwatch\.Watch\b", text):
+            known = method in CLIENT_CALLS or method in CLUSTER_WIDE_CALLS
+            assert known, f"{path.name}: new Kubernetes call {method}: update RBAC"
+            needed |= CLIENT_CALLS.get(method, set())
+            everywhere |= CLUSTER_WIDE_CALLS.get(method, set())
+        # a module that streams lists (a Watch, or pod_watch's own kind of one, _RawWatch):
+        # which ones it watches
+        if re.search(r"\b(?:watch\.Watch|_RawWatch)\b", text):
             if re.search(r"self\.core\.list_namespaced_pod\b", text):
                 needed.add(("", "pods", "watch"))
             if re.search(r"self\.custom\.list_namespaced_custom_object\b", text) and (
                 '"rayclusters"' in text
             ):
                 needed.add(("ray.io", "rayclusters", "watch"))
+            if re.search(r"self\.core\.list_node\b", text):
+                everywhere.add(("", "nodes", "watch"))
+            if re.search(r"self\.core\.list_pod_for_all_namespaces\b", text):
+                everywhere.add(("", "pods", "watch"))
     assert ("", "pods", "watch") in needed  # the scan sees the pod watch
     assert ("ray.io", "rayclusters", "watch") in needed  # and the RayCluster watch
     assert needed == EXPECTED_RULES
+    # the node room's two informers (activities/node_room.py): listed, then watched
+    assert everywhere == {
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+    }
+    assert everywhere | NODE_ROOM_UNCALLED == NODE_ROOM_RULES
+    # granted in every namespace where the install has the node room (deploy/overlays/
+    # namespaced has not: there the worker plans without it, test_node_room_is_granted_...)
+    for docs in (render(DEPLOY), render(TRIAL), cluster_wide(tmp_path)):
+        granted = node_room_grant(docs)
+        assert granted is not None and everywhere <= granted
+
+
+def without_node_room(tmp: Path) -> list[dict[str, Any]]:
+    """deploy/ with the node room turned off as components/node-room's comment says."""
+    snippet = commented_yaml(DEPLOY / "components" / "node-room" / "kustomization.yaml", "patches:")
+    return render(overlay_of(tmp, ["base"], [], **snippet))
+
+
+def namespaced_with_node_room(tmp: Path) -> list[dict[str, Any]]:
+    """deploy/overlays/namespaced with the node room added as its comment says."""
+    shutil.copytree(DEPLOY, tmp / "deploy")
+    overlay = tmp / "deploy" / "overlays" / "namespaced" / "kustomization.yaml"
+    kustomization = yaml.safe_load(overlay.read_text())
+    kustomization.update(commented_yaml(overlay, "components:"))
+    overlay.write_text(yaml.safe_dump(kustomization))
+    return render(overlay.parent)
+
+
+@pytest.mark.parametrize(
+    ("install", "has_it"),
+    [
+        ("base", True),
+        ("trial", True),
+        ("cluster-wide", True),
+        ("namespaced", False),
+        ("namespaced, the node room added", True),
+        ("base, the node room turned off", False),
+    ],
+)
+def test_node_room_is_granted_exactly_where_it_should_be(install, has_it, tmp_path):
+    """The node room (deploy/components/node-room) grants exactly its five read
+    permissions in every namespace, to raysize's ServiceAccount only: in the default install
+    and those built on it, not in the namespaced overlay (nothing cluster-wide), and the
+    comments' ways to add it there and to turn it off in an overlay of the base work.
+    raysize's own grant is the same either way."""
+    docs = {
+        "base": lambda: render(DEPLOY),
+        "trial": lambda: render(TRIAL),
+        "cluster-wide": lambda: cluster_wide(tmp_path),
+        "namespaced": lambda: render(NAMESPACED),
+        "namespaced, the node room added": lambda: namespaced_with_node_room(tmp_path),
+        "base, the node room turned off": lambda: without_node_room(tmp_path),
+    }[install]()
+    assert node_room_grant(docs) == (NODE_ROOM_RULES if has_it else None)
+    for rules in grants(docs).values():
+        assert exact_rules(rules) == EXPECTED_RULES
+    # what a node-room object carries: the labels of every raysize object
+    for d in find(docs, "ClusterRole", NODE_ROOM) + find(docs, "ClusterRoleBinding", NODE_ROOM):
+        assert d["metadata"]["labels"] == {
+            "app.kubernetes.io/name": "raysize",
+            "app.kubernetes.io/part-of": "raysize",
+        }
+    # no other grant reads nodes
+    others = [d for d in find(docs, "ClusterRole") + find(docs, "Role")
+              if d["metadata"]["name"] != NODE_ROOM]  # fmt: skip
+    assert not [d for d in others if ("", "nodes", "list") in rule_set(d["rules"])]
 
 
 def test_worker_deployment(base):
@@ -345,6 +428,7 @@ def test_trial_overlay_adds_a_temporal_dev_server_and_points_the_worker_at_it(ba
     assert init["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
     # the overlay grants nothing more
     assert grants(trial) == grants(base)
+    assert node_room_grant(trial) == node_room_grant(base) == NODE_ROOM_RULES
 
 
 def test_example_raycluster_passes_raysize_validation():
@@ -390,7 +474,7 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
         assert bindings[ns]["subjects"] == [
             {"kind": "ServiceAccount", "name": "raysize", "namespace": "raysize"}
         ]
-    # everything else is the base's, in raysize's namespace
+    # everything else is the base's, in raysize's namespace, but the node room
     others = [d for d in namespaced if d["kind"] not in ("Role", "RoleBinding")]
     for d in others:
         if d["kind"] not in CLUSTER_SCOPED:
@@ -399,6 +483,7 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
         (d["kind"], d["metadata"]["name"])
         for d in base
         if d["kind"] not in ("Role", "RoleBinding", "ConfigMap")
+        and d["metadata"]["name"] != NODE_ROOM
     ]
     assert sorted((d["kind"], d["metadata"]["name"]) for d in others) == sorted(
         [*expected, ("ConfigMap", cm["metadata"]["name"])]
@@ -450,3 +535,29 @@ def test_the_network_policy_allows_only_what_raysize_dials(tmp_path: Path):
     # the GCS port is the one KubeRay's head listens on (deploy/examples/raycluster-ippr.yaml)
     example = yaml.safe_load(EXAMPLE.read_text())
     assert "port" not in example["spec"]["headGroupSpec"].get("rayStartParams", {})
+
+
+def documented_node_room(text: str, start: str) -> set[tuple[str, str, str]]:
+    """The permissions of the first table after `start` in a document, whose rows are
+    API group, resource (each in backticks), "verb, verb" (", in every namespace"), why."""
+    after = text[text.index(start) :]
+    table = after[after.index("| --- |") :].split("\n\n")[0]
+    row = r"^ *\| `([^`]*)` \| `([^`]+)` \| ([a-z, ]+?)(?:, in every namespace)? \|"
+    return {
+        (group.strip('"'), resource, verb)
+        for group, resource, verbs in re.findall(row, table, flags=re.MULTILINE)
+        for verb in verbs.split(", ")
+    }
+
+
+def test_the_docs_list_the_node_room_grant_as_it_is():
+    """docs/kubernetes-resize.md ("Node room") and the README's RBAC list the grant the
+    component makes, and name it."""
+    doc = (ROOT / "docs" / "kubernetes-resize.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    section = "## Node room: what raysize reads and why"
+    assert documented_node_room(doc, section) == NODE_ROOM_RULES
+    assert documented_node_room(readme, "And, cluster-wide, the node room") == NODE_ROOM_RULES
+    body = doc[doc.index(section) : doc.index("\n## ", doc.index(section) + 1)]
+    for named in (NODE_ROOM, "deploy/components/node-room", "nodeRoom.enabled"):
+        assert named in body, named
