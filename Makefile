@@ -18,8 +18,10 @@ install: $(STAMP)
 # The real test world, built from published Go modules into ~/.cache/raysize (keyed by
 # version: only the first run on a machine builds, ~10 min on 2 cores): kube-apiserver,
 # kube-scheduler and kube-controller-manager (one module: sandbox/go/kubernetes-<version>),
-# etcd, the KubeRay operator and its CRDs; and for the deploy/ tests helm v3.22.0 and the
-# Prometheus Operator's CRDs (downloaded as a Go module). Needs Go 1.26+ and openssl.
+# etcd, the KubeRay operator and its CRDs, Karpenter v1.15 with its kwok provider and CRDs
+# (sandbox/go/karpenter: its module asks for Go 1.26.9, fetched by `go` for that part if the
+# local one is older); and for the deploy/ tests helm v3.22.0 and the Prometheus Operator's
+# CRDs (downloaded as a Go module). Needs Go 1.26+ and openssl.
 KUBERNETES_VERSION ?= v1.36.3
 control-plane:
 	bash scripts/build_control_plane.sh $(KUBERNETES_VERSION)

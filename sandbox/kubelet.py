@@ -3,7 +3,11 @@ and actuates resizes. Where no scheduler runs (the embedded world: `schedules=Tr
 also binds pods to its nodes itself; in the real world kube-scheduler binds them.
 
 Its nodes are registered at start and their status posted again every
-`node_status_interval_s` (the Ready condition's heartbeat), as a kubelet does.
+`node_status_interval_s` (the Ready condition's heartbeat), as a kubelet does. With
+`adopts`, it also runs the Nodes others make that the predicate accepts, as kwok fakes
+the Nodes Karpenter's kwok provider creates: from the Node's ADDED event on, it posts
+their status (Ready, with the capacity and allocatable the Node was made with) and runs
+the pods bound to them; a deleted one is let go, with what ran on it.
 
 Each resize follows docs/kubernetes-resize.md §2 in order: the API server bumps the generation; the
 kubelet either sets `PodResizePending` (Deferred or Infeasible, with the kubelet's exact
@@ -322,14 +326,25 @@ class Kubelet:
         pod_ip: Callable[[NodeSpec, int], str] | None = None,
         *,
         schedules: bool,
+        adopts: Callable[[Obj], bool] | None = None,
     ) -> None:
         """`schedules`: bind pods that have no node to one of this kubelet's nodes (first
         fit), for a world without a scheduler (the embedded one); False where
         kube-scheduler binds them (the real world): a pod is then this kubelet's once it
-        is bound to one of its nodes."""
+        is bound to one of its nodes. `adopts`: which Nodes made by others (a node
+        autoscaler's) this kubelet runs too, sized by their allocatable."""
         self.store = store
         self.schedules = schedules
+        self.adopts = adopts
         self.nodes = {n.name: n for n in nodes}
+        # each node's index in its pods' IPs (10.244.<index>.x), never reused: adopted
+        # nodes come and go
+        self._node_index = {name: i for i, name in enumerate(self.nodes)}
+        self._adopted: set[str] = set()
+        # pods bound to a node this kubelet does not run (yet): an adopted node's pods may
+        # be bound before its ADDED event reaches the kubelet
+        self._bound_elsewhere: dict[tuple[str, str], str] = {}
+        self._node_watcher: Watcher | None = None
         self.timing = timing or KubeletTiming()
         self.runtime: PodRuntime = runtime or NoRuntime()
         self._pod_ip = pod_ip or self._cluster_ip
@@ -377,7 +392,7 @@ class Kubelet:
             )
 
     def _cluster_ip(self, node: NodeSpec, i: int) -> str:
-        return cluster_ip(list(self.nodes).index(node.name), i)
+        return cluster_ip(self._node_index[node.name], i)
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> Kubelet:
@@ -386,6 +401,8 @@ class Kubelet:
                 self.store.create("nodes", "", _node_object(node))
             else:  # registered before (a kubelet restarted): its status is ours to post
                 self._post_node_status(node)
+        if self.adopts is not None:
+            self._node_watcher = self.store.watch("nodes", None, self.adopts, None)
         self._watcher = self.store.watch("pods", None, lambda o: True, None)
         self._thread = threading.Thread(target=self._run, name="sandbox-kubelet", daemon=True)
         self._thread.start()
@@ -396,6 +413,8 @@ class Kubelet:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._node_watcher is not None:
+            self.store.unwatch(self._node_watcher)
         if self._watcher is not None:
             self.store.unwatch(self._watcher)
         if self._thread is not None:
@@ -433,6 +452,13 @@ class Kubelet:
                     self._safely(self._calls.get_nowait())
                 except queue.Empty:
                     break
+            while self._node_watcher is not None:
+                try:
+                    node_event = self._node_watcher.events.get_nowait()
+                except queue.Empty:
+                    break
+                if node_event is not None:
+                    self._safely(functools.partial(self._on_node_event, *node_event))
             wait = 0.05
             if self._timers:
                 wait = max(0.0, min(wait, self._timers[0].at - time.monotonic()))
@@ -458,6 +484,7 @@ class Kubelet:
         key = (meta.get("namespace", ""), meta["name"])
         if kind == "DELETED":
             self._unscheduled.discard(key)
+            self._bound_elsewhere.pop(key, None)
             if self._forget(key, event_obj):
                 self._schedule_pending()
                 self._retry_deferred("pods_removed")
@@ -603,8 +630,11 @@ class Kubelet:
 
     def _start_pod(self, key: tuple[str, str], pod: Obj) -> None:
         node = self.nodes.get(pod["spec"]["nodeName"])
-        if node is None:
-            return  # bound to a node no kubelet here runs
+        if node is None:  # bound to a node no kubelet here runs (yet: it may be adopted)
+            if self.adopts is not None:
+                self._bound_elsewhere[key] = pod["spec"]["nodeName"]
+            return
+        self._bound_elsewhere.pop(key, None)
         if key not in self._pods:
             self._track(key, _PodState.of(node.name, pod))
         state = self._pods[key]
@@ -1093,6 +1123,48 @@ class Kubelet:
         finally:
             self._after(self.timing.sync_interval_s, self._sync_ticker)
 
+    # --- adopted nodes ------------------------------------------------------------------------
+    def _on_node_event(self, kind: str, node: Obj) -> None:
+        """A Node `adopts` accepts: run it from its first event (posting its status, and
+        starting the pods already bound to it), follow its allocatable, let it go when it
+        is deleted."""
+        name = node["metadata"]["name"]
+        if kind == "DELETED":
+            if name in self._adopted:
+                self._let_go(name)
+            return
+        if name in self.nodes and name not in self._adopted:
+            return  # one of the kubelet's own
+        spec = _adopted_spec(node)
+        if self.nodes.get(name) == spec:
+            return  # its own status post, or a change to its labels or taints
+        known = name in self._adopted
+        self.nodes[name] = spec
+        self._adopted.add(name)
+        self._node_index.setdefault(name, len(self._node_index))
+        if known:
+            return  # its allocatable changed: the new size counts from now on
+        log.info("kubelet simulator: adopted node %s (%s)", name, _rl_json(_node_amounts(spec)))
+        self._post_node_status(spec)
+        for key, bound_to in sorted(self._bound_elsewhere.items()):
+            if bound_to == name and (pod := self.store.find("pods", *key)) is not None:
+                self._start_pod(key, pod)
+
+    def _let_go(self, name: str) -> None:
+        """An adopted Node was deleted (its machine is gone): what ran there stops, and
+        the kubelet forgets the node (its pods' objects stay, as no kubelet reports them)."""
+        for key, state in sorted(self._pods.items()):
+            if state.node == name:
+                if (pod := self.store.find("pods", *key)) is not None:
+                    self._forget(key, pod)
+                else:
+                    self._track(key, None)
+                    self._unqueue(key)
+                    self._to_actuate.discard(key)
+        del self.nodes[name]
+        self._adopted.discard(name)
+        log.info("kubelet simulator: node %s deleted, let go", name)
+
     def _node_status_ticker(self) -> None:
         try:
             for node in self.nodes.values():
@@ -1102,8 +1174,12 @@ class Kubelet:
 
     def _post_node_status(self, node: NodeSpec) -> None:
         """The node's status as this kubelet sees it (capacity, allocatable, Ready), with a
-        new heartbeat; the Ready condition keeps its transition time while it stays True."""
+        new heartbeat; the Ready condition keeps its transition time while it stays True.
+        An adopted node keeps the capacity and allocatable it was made with."""
         posted = _node_object(node)["status"]
+        if node.name in self._adopted:
+            del posted["capacity"], posted["allocatable"]
+            posted["phase"] = "Running"
 
         def report(n: Obj) -> Obj:
             before = {c["type"]: c for c in (n.get("status") or {}).get("conditions") or []}
@@ -1114,7 +1190,11 @@ class Kubelet:
             n["status"] = {**(n.get("status") or {}), **posted}
             return n
 
-        self.store.update("nodes", "", node.name, report)
+        try:
+            self.store.update("nodes", "", node.name, report)
+        except ApiError as err:
+            if err.code != 404 or node.name not in self._adopted:
+                raise  # an adopted node deleted: its DELETED event lets it go
 
     def _sync_pass(self) -> None:
         """The periodic pod sync's part here: actuation retried (a stalled or failed one),
@@ -1594,6 +1674,21 @@ def _set_condition(
         conditions[conditions.index(existing)] = cond
     else:
         conditions.append(cond)
+
+
+def _adopted_spec(node: Obj) -> NodeSpec:
+    """How the kubelet sizes a Node it adopts: by the allocatable it was made with."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return NodeSpec(
+        node["metadata"]["name"],
+        cpu=quantity_to_units(str(allocatable.get("cpu", "0")), CPU),
+        memory=quantity_to_units(str(allocatable.get("memory", "0")), MEMORY),
+        max_pods=int(str(allocatable.get("pods", "110"))),
+    )
+
+
+def _node_amounts(node: NodeSpec) -> Amounts:
+    return {"cpu": node.cpu, "memory": node.memory}
 
 
 def _node_object(node: NodeSpec) -> Obj:

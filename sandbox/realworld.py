@@ -1,5 +1,6 @@
 """The real control plane for the test world: etcd, kube-apiserver, kube-scheduler,
-kube-controller-manager and the KubeRay operator.
+kube-controller-manager and the KubeRay operator; and Karpenter, for the tests that need
+nodes made on demand (`start_karpenter()`, sandbox/karpenter.py).
 
     with RealControlPlane() as cp:            # builds the parts on first use (cached)
         cp.write_kubeconfig(path)             # admin (system:masters) over HTTPS
@@ -38,7 +39,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from raysize.sandbox import reaper
+from raysize.sandbox import karpenter, reaper
 from raysize.sandbox.apistore import ApiStore, KubeHttp
 from raysize.sandbox.cluster import SandboxConfig
 from raysize.sandbox.errors import ApiError
@@ -99,6 +100,9 @@ class Parts:
     kuberay_version: str
     kuberay_crds: Path
     helm: Path  # the helm CLI, for the tests of deploy/helm
+    karpenter: Path  # Karpenter with its kwok cloud provider
+    karpenter_version: str
+    karpenter_crds: Path  # NodePool, NodeClaim, KWOKNodeClass, ...
     prometheus_operator_version: str
     prometheus_operator_crds: Path  # ServiceMonitor, PodMonitor, PrometheusRule
 
@@ -119,6 +123,8 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
         "etcd",
         "helm",
         "prometheus_operator_crds",
+        "karpenter",
+        "karpenter_crds",
     )
     if found is None or not all(k in found and Path(found[k]).exists() for k in needed):
         if not build:
@@ -146,6 +152,9 @@ def parts(version: str = DEFAULT_KUBERNETES_VERSION, *, build: bool = True) -> P
         kuberay_version=found["kuberay_version"],
         kuberay_crds=Path(found["kuberay_crds"]),
         helm=Path(found["helm"]),
+        karpenter=Path(found["karpenter"]),
+        karpenter_version=found["karpenter_version"],
+        karpenter_crds=Path(found["karpenter_crds"]),
         prometheus_operator_version=found["prometheus_operator_version"],
         prometheus_operator_crds=Path(found["prometheus_operator_crds"]),
     )
@@ -213,6 +222,9 @@ class RealControlPlane:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[Any] = []
         self.ca_pem = b""
+        # Karpenter's process once started (`start_karpenter`), and the seconds it took
+        self.karpenter: subprocess.Popen[bytes] | None = None
+        self.karpenter_start_s = 0.0
 
     @property
     def url(self) -> str:
@@ -480,6 +492,55 @@ class RealControlPlane:
             env={"KUBECONFIG": str(path)},
         )
 
+    def start_karpenter(self) -> subprocess.Popen[bytes]:
+        """Karpenter with its kwok provider (sandbox/karpenter.py), once: later calls
+        return the running one. Its CRDs and the KWOKNodeClass `default` go in first;
+        returns once its /readyz says its caches are synced. It runs as the admin (the
+        rights its chart's ClusterRoles give it are not what is tested here) and stops
+        with the rest, by its process group."""
+        if self.karpenter is not None:
+            return self.karpenter
+        t0 = time.monotonic()
+        self.install_crds(sorted(self.parts.karpenter_crds.glob("*.yaml")))
+        try:
+            self.request(
+                "POST",
+                f"/apis/{karpenter.KWOK_API_GROUP}/v1alpha1/kwoknodeclasses",
+                karpenter.node_class(),
+            )
+        except ApiError as err:
+            if err.code != 409:  # there already
+                raise
+        types = self.workdir / "karpenter-instance-types.json"
+        types.write_text(karpenter.instance_types_file())
+        health = free_port()
+        env = karpenter.environment(
+            instance_types=str(types),
+            metrics_port=free_port(),
+            health_port=health,
+            kubeconfig=str(self.write_kubeconfig(self.workdir / "karpenter.kubeconfig")),
+        )
+        proc = self._spawn("karpenter", [str(self.parts.karpenter)], env=env)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        last = ""
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"karpenter exited ({proc.returncode}): {self.log_tail('karpenter')}"
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=5) as resp:
+                    if resp.status == 200:
+                        self.karpenter = proc
+                        self.karpenter_start_s = time.monotonic() - t0
+                        return proc
+            except OSError as err:  # not listening yet, or not ready yet (HTTPError)
+                last = str(err)
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"karpenter not ready in {START_TIMEOUT_S:.0f}s ({last}): {self.log_tail('karpenter')}"
+        )
+
     # --- access --------------------------------------------------------------------------
     def write_kubeconfig(self, path: str | os.PathLike[str], namespace: str = "default") -> Path:
         """An admin kubeconfig (group system:masters: RBAC lets it do anything)."""
@@ -542,11 +603,13 @@ class RealControlPlane:
 
     # --- stopping ------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the operator, the controller manager, the scheduler, the API server, then
-        etcd, each by its own process group before the next (safe to call more than once):
-        an API server whose etcd is gone hangs on SIGTERM until it is killed after the grace
-        period, 10 s every time; before etcd it exits in ~1 s."""
+        """Stop Karpenter (if started), the operator, the controller manager, the
+        scheduler, the API server, then etcd, each by its own process group before the next
+        (safe to call more than once): an API server whose etcd is gone hangs on SIGTERM
+        until it is killed after the grace period, 10 s every time; before etcd it exits in
+        ~1 s."""
         procs, self._procs = list(reversed(self._procs)), []
+        self.karpenter = None
         try:
             failed: list[BaseException] = []
             for proc in procs:  # each is tried, whatever the one before did
@@ -666,11 +729,18 @@ class RealSandbox:
                 self.config.timing,
                 runtime=self.runtime,
                 schedules=False,  # kube-scheduler binds
+                # and runs the Nodes Karpenter's kwok provider makes, as kwok would
+                adopts=karpenter.made_by_karpenter,
             ).start()
         except BaseException:
             self.close()
             raise
         return self
+
+    def start_karpenter(self) -> subprocess.Popen[bytes]:
+        """Karpenter on this world's control plane (once; see
+        `RealControlPlane.start_karpenter`): the kubelet adopts the nodes it makes."""
+        return self.control_plane.start_karpenter()
 
     def close(self) -> None:
         """Stop the kubelet (and its pods' Ray processes), then the control plane."""

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Build the real control plane of the test world from published Go modules (nothing
-# prebuilt is downloaded): kube-apiserver, kube-scheduler and kube-controller-manager (one
-# module, sandbox/go/kubernetes-<version>), etcd and the KubeRay operator with its CRDs;
-# and two tools the deploy/ tests use: helm (deploy/helm) and the Prometheus Operator's
-# CRDs (deploy/components/monitoring is dry-run against them).
+# Build the real control plane of the test world from published Go modules (no prebuilt
+# binary is downloaded, but Go's own toolchain where a module asks for a newer one):
+# kube-apiserver, kube-scheduler and kube-controller-manager (one module,
+# sandbox/go/kubernetes-<version>), etcd, the KubeRay operator with its CRDs and Karpenter
+# (its kwok provider) with its CRDs; and two tools the deploy/ tests use: helm
+# (deploy/helm) and the Prometheus Operator's CRDs (deploy/components/monitoring is
+# dry-run against them).
 # Each part is cached under ${XDG_CACHE_HOME:-~/.cache}/raysize/control-plane/<part>-<key>,
 # keyed by its module's go.mod, go.sum and sources and by the Go version, so only the first
 # run on a machine pays for the build (cold: ~10 minutes on 2 cores).
@@ -104,6 +106,26 @@ if part "KubeRay CRDs $kuberay_required" $cached "$crd_dir"; then
   chmod u+w "$crd_dir"/*.yaml
   part_done "KubeRay CRDs $kuberay_required"
 fi
+# Karpenter with its kwok cloud provider, for the tests that need nodes made on demand
+# (tests/sandbox/test_karpenter.py): its module asks for Go 1.26.9, so this part alone
+# builds with GOTOOLCHAIN=auto (a local Go older than that fetches the toolchain the
+# module names, from the Go proxy, once). Its CRDs come from the same module: NodePool and
+# NodeClaim as its kwok chart installs them (kwok/charts/crds, with the rules of the
+# karpenter.kwok.sh labels), with the NodeOverlay and CapacityBuffer ones it watches, and
+# the KWOKNodeClass one (kwok/apis/crds)
+karpenter_version=$(required "$src/karpenter" sigs.k8s.io/karpenter)
+karpenter=$(build karpenter "$karpenter_version" "$src/karpenter" sigs.k8s.io/karpenter/kwok karpenter-kwok "-X sigs.k8s.io/karpenter/pkg/operator.Version=$karpenter_version" GOTOOLCHAIN=auto)
+karpenter_crds="$(dirname "$karpenter")/crd"
+cached=no
+[ -f "$karpenter_crds/karpenter.kwok.sh_kwoknodeclasses.yaml" ] && cached=yes
+if part "Karpenter CRDs $karpenter_version" $cached "$karpenter_crds"; then
+  mod=$(cd "$src/karpenter" && GOTOOLCHAIN=auto go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
+  rm -rf "$karpenter_crds.tmp" && mkdir -p "$karpenter_crds.tmp"
+  cp "$mod"/kwok/charts/crds/*.yaml "$mod"/kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml "$karpenter_crds.tmp/"
+  chmod u+w "$karpenter_crds.tmp"/*.yaml
+  rm -rf "$karpenter_crds" && mv "$karpenter_crds.tmp" "$karpenter_crds"
+  part_done "Karpenter CRDs $karpenter_version"
+fi
 helm_version=$(required "$src/helm" helm.sh/helm/v3)
 # the ldflags helm's own Makefile sets: its version, and the Kubernetes version `helm
 # template` and `helm lint` assume (client-go's minor, as 1.<minor>) instead of 1.20
@@ -143,6 +165,9 @@ out="$cache/env-$kube"
   echo "ray_operator=$operator"
   echo "kuberay_version=$kuberay_version"
   echo "kuberay_crds=$crd_dir"
+  echo "karpenter=$karpenter"
+  echo "karpenter_version=$karpenter_version"
+  echo "karpenter_crds=$karpenter_crds"
   echo "helm=$helm"
   echo "prometheus_operator_version=$prom_op_version"
   echo "prometheus_operator_crds=$prom_crds"

@@ -22,6 +22,8 @@ PARTS = [
     "etcd v",
     "kuberay v",
     "KubeRay CRDs v",
+    "karpenter v",
+    "Karpenter CRDs v",
     "helm v",
     "Prometheus Operator CRDs v",
 ]
