@@ -264,7 +264,9 @@ def _container_size(
 
 
 # `ray.io/ippr-status` as read, by its text: the same pod's annotation is read each tick
-_ippr_status = functools.lru_cache(maxsize=16384)(IpprStatus.from_annotation)
+# parsed annotations: the pod views keep what a pod with no resize in flight needs, so
+# this serves the few pods with one in flight (each version's annotation is new text)
+_ippr_status = functools.lru_cache(maxsize=1024)(IpprStatus.from_annotation)
 
 
 def _container_sizes(pod: Obj) -> tuple[ContainerSize, ContainerSize | None]:
@@ -299,10 +301,12 @@ def resize_state(pod: Obj) -> KubeletResizeState | None:
     return None
 
 
-# PodViews of pods with no resize in flight, by (uid, resourceVersion), with the instants
-# their ages count from (start, last failure): a version of a pod reads the same every
-# tick but for those ages (with a resize in flight, its age too: not kept)
-_views: OrderedDict[tuple[str, str], tuple[PodView, float | None, float | None]] = OrderedDict()
+# PodViews of pods with no resize in flight, by uid: of its newest version read (its
+# resourceVersion), with the instants its ages count from (start, last failure): a version
+# of a pod reads the same every tick but for those ages (with a resize in flight, its age
+# too: not kept). A pod the pod watch sees deleted is dropped (`forget_pod`), so a deleted
+# cluster leaves none; VIEWS_KEPT bounds the rest
+_views: OrderedDict[str, tuple[str, PodView, float | None, float | None]] = OrderedDict()
 _VIEWS_KEPT = 16384
 _views_lock = threading.Lock()
 
@@ -313,14 +317,16 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
     its ages are brought to `now` (at 5,000 pods the views took 0.3 s of each tick)."""
     meta = pod["metadata"]
     at = time.time() if now is None else now
-    key = (str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""))
-    if key[0] and key[1]:
+    uid, version = str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+    if uid and version:
         with _views_lock:
-            kept = _views.get(key)
-            if kept is not None:
-                _views.move_to_end(key)
+            kept = _views.get(uid)
+            if kept is not None and kept[0] == version:
+                _views.move_to_end(uid)
+            else:
+                kept = None
         if kept is not None:
-            view, started, failed = kept
+            _, view, started, failed = kept
             return view.model_copy(
                 update={
                     "running_s": max(0.0, at - started) if started is not None else 0.0,
@@ -328,16 +334,24 @@ def pod_view(pod: Obj, now: float | None = None) -> PodView:
                 }
             )
     view = _pod_view(pod, at)
-    if key[0] and key[1] and view.resize is None:
+    if uid and version and view.resize is None:
         started = _started_at(pod) if view.phase == PodPhase.RUNNING else None
         failed = _ippr_status(
             (meta.get("annotations") or {}).get(IPPR_STATUS_ANNOTATION)
         ).last_failed_at
         with _views_lock:
-            _views[key] = (view, started, failed)
+            _views[uid] = (version, view, started, failed)
+            _views.move_to_end(uid)
             if len(_views) > _VIEWS_KEPT:
                 _views.popitem(last=False)
     return view
+
+
+def forget_pod(uid: str) -> None:
+    """A pod is gone: its view is dropped (the pod watch, on the pod's deletion)."""
+    if uid:
+        with _views_lock:
+            _views.pop(uid, None)
 
 
 def _pod_view(pod: Obj, now: float) -> PodView:

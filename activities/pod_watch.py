@@ -83,7 +83,7 @@ from typing import Any
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from raysize.activities.k8s_objects import compact_pod
+from raysize.activities.k8s_objects import compact_pod, forget_pod
 from raysize.activities.kube_limits import KubeLimits, retry_after_of
 
 log = logging.getLogger("raysize.activities")
@@ -908,6 +908,8 @@ class PodWatch:
                 self._recent.popitem(last=False)
             written = self._written.get((namespace, name))
             uid = ((obj.get("metadata") or {}).get("uid")) or ""
+            if deleted:
+                forget_pod(str(uid))  # its view, kept while it lived (`pod_view`)
             if written is not None and (
                 deleted or meta.get("resourceVersion") == written.version or uid != written.uid
             ):

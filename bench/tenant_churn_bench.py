@@ -1,25 +1,29 @@
 """Tenant churn: what the worker keeps per Ray cluster is freed when clusters are deleted.
 
-    python -m bench.tenant_churn_bench [--clusters 1000] [--rounds 2]
+    python -m bench.tenant_churn_bench [--clusters 1000] [--rounds 4]
 
-The embedded API server alone (`sandbox/server.py`, in this process: no kubelet, no
-KubeRay stand-in) and a GCS stand-in per cluster (`sandbox/ray_standin.py`,
-`StandInFleet`). Each round creates `--clusters` RayClusters, each with its own token
-Secret (`authOptions.secretName`) and a worker pod, and runs the loop's observe activity
-(`ClusterActivities.observe_cluster`: the RayCluster and its pods from the pod watch, the
-Secret's token, the GCS's state, the plan) once for each, as a reconcile's first tick
-does; then it deletes them all (RayClusters, Secrets, pods), and the observe of each finds
-its RayCluster gone (`Observation(found=False)`), as the loop's next tick would.
+The test world runs in a process of its own (`--serve-world`, started by this one and
+stopped by its process group): the embedded API server alone (`sandbox/server.py`: no
+kubelet, no KubeRay stand-in) and a GCS stand-in per cluster (`sandbox/ray_standin.py`,
+`StandInFleet`). So this process holds the worker's part only, and its Python heap
+(tracemalloc) is the worker's. Each round creates `--clusters` RayClusters through the API
+server, each with its own token Secret (`authOptions.secretName`) and a worker pod, and
+runs the loop's observe activity (`ClusterActivities.observe_cluster`: the RayCluster and
+its pods from the pod watch, the Secret's token, the GCS's state, the plan) once for each,
+as a reconcile's first tick does; then it deletes them all (RayClusters, Secrets, pods),
+and the observe of each finds its RayCluster gone (`Observation(found=False)`), as the
+loop's next tick would.
 
 It prints, before anything, after creating and after deleting (each round): the process's
-RSS, the Python heap (tracemalloc, after a full collection: the whole process, so the
-embedded API server's store and watch history, which keep every object and its events up
-to WATCH_HISTORY, count in it), and the size of every per-cluster map the worker keeps
-(`ClusterActivities.cluster_state`: GCS clients and their bindings, GCS addresses, token
-sources, cached Secrets, the pod watch's RayCluster marks, change counts, pods by
-cluster, subscriptions; and the GCS targets' threads, `Targets.load`). After deletion
-every map must be back where it started (they grew with every cluster ever seen before
-#43 item 6b); the heap's growth between rounds is printed by file.
+RSS, the Python heap (after a full collection), and the size of every per-cluster map the
+worker keeps (`ClusterActivities.cluster_state`: GCS clients and their bindings, GCS
+addresses, token sources, cached Secrets, the pod watch's RayCluster marks, change counts,
+pods by cluster, subscriptions; and the GCS targets' threads, `Targets.load`). After
+deletion every map must be back where it started (they grew with every cluster ever seen
+before #43 item 6b), and from the second round on the heap after a round's deletion may
+grow by at most `FLAT_MIB` a round: caches bounded by count, not by cluster (the records'
+shared parts, the pod views, the deletions a read compares with) fill in the first
+rounds. The growth is printed by the raysize line that holds it.
 """
 
 from __future__ import annotations
@@ -27,18 +31,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import concurrent.futures
+import contextlib
+import functools
 import gc
+import itertools
+import json
 import logging
 import os
-import re
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from kubernetes import config
+from kubernetes import client, config
 from temporalio.testing import ActivityEnvironment
 
 from bench.clusters import small_raycluster
@@ -54,13 +66,14 @@ from raysize.workflows.contracts import ObserveInput
 
 NS = "tenants"
 # events the embedded server keeps: a round makes 6,000 at 1,000 clusters; three rounds
-# fit, so its watches never relist (a 410) while the bench runs
+# fit, so its watches rarely relist (a 410) while the bench runs
 WATCH_HISTORY = 20_000
-# a round of clusters created and deleted may leave this much more heap in the worker
-# (caches bounded by count, not by cluster, fill in the first rounds)
+# from the second round on, a round of clusters created and deleted may leave this much
+# more heap in the worker (caches bounded by count, not by cluster, fill in the first)
 FLAT_MIB = 1.0
-TRACE_DEPTH = 16  # frames kept per allocation (`world_made`)
+TRACE_DEPTH = 8  # frames kept per allocation: enough to find raysize's own line
 BATCH = 50  # observes at once (a worker runs many loops' observes side by side)
+WRITERS = 16  # the bench's own writes to the API server, at once
 Obj = dict[str, Any]
 
 
@@ -86,51 +99,34 @@ def sizes(acts: ClusterActivities) -> dict[str, int]:
     return out
 
 
-def world_made(trace: tracemalloc.Trace) -> bool:
-    """Was this allocation made by the test world (the embedded API server, its store and
-    watch history, the GCS stand-ins) or by this bench, not by the worker's code? Its
-    traceback has a frame in `sandbox/` or `bench/`."""
-    known = _world_of.get(trace.traceback)
-    if known is None:
-        known = _world_of[trace.traceback] = any(_WORLD.search(f.filename) for f in trace.traceback)
-    return known
-
-
-# each traceback's answer (many allocations share one): the snapshots are walked whole
-_world_of: dict[tracemalloc.Traceback, bool] = {}
-
-
-_WORLD = re.compile(r"[/\\](sandbox|bench)[/\\]")
-
-
-def worker_heap_mib(heap: tracemalloc.Snapshot) -> float:
-    """The heap the worker's own code holds: every live allocation not the world's."""
-    return sum(t.size for t in heap.traces if not world_made(t)) / 2**20
-
-
-def worker_sites(heap: tracemalloc.Snapshot) -> Counter[str]:
-    """The worker's part of the heap by the code that holds it: the innermost frame of
-    raysize's own (else the allocation's own frame), as `file:line`."""
+def heap_sites(heap: tracemalloc.Snapshot) -> Counter[str]:
+    """The heap by the code that holds it: the innermost frame of raysize's own (else the
+    allocation's own frame), as `file:line`."""
     sites: Counter[str] = Counter()
     for t in heap.traces:
-        if world_made(t):
-            continue
-        frames = list(t.traceback)  # innermost first
+        frames = list(reversed(t.traceback))  # the most recent first
         ours = next((f for f in frames if "raysize" in f.filename), frames[0])
         sites[f"{Path(ours.filename).name}:{ours.lineno}"] += t.size
     return sites
 
 
-def line(stage: str, acts: ClusterActivities) -> tuple[dict[str, int], tracemalloc.Snapshot]:
+def grown_text(before: Path, after: Path) -> str:
+    """The five lines of code whose heap grew most from one snapshot file to the next."""
+    grown = heap_sites(tracemalloc.Snapshot.load(str(after)))
+    grown.subtract(heap_sites(tracemalloc.Snapshot.load(str(before))))
+    return "; ".join(f"{site} {n / 1024:+.0f} KiB" for site, n in grown.most_common(5))
+
+
+def line(stage: str, acts: ClusterActivities) -> tuple[dict[str, int], float]:
+    """The line of one stage; the maps' sizes and the heap (MiB)."""
     now = sizes(acts)
     maps = ", ".join(f"{k} {v}" for k, v in now.items())
     gc.collect()
-    heap = tracemalloc.take_snapshot()
-    total = tracemalloc.get_traced_memory()[0] / 2**20
+    heap = tracemalloc.get_traced_memory()[0] / 2**20
     print(
-        f"{stage:<18} RSS {rss_mib(os.getpid()):6.1f} MiB, Python heap {total:6.1f} MiB "
-        f"(the worker's part {worker_heap_mib(heap):6.1f} MiB)\n"
-        f"{'':<18} {maps}"
+        f"{stage:<18} RSS {rss_mib(os.getpid()):6.1f} MiB, Python heap {heap:6.1f} MiB\n"
+        f"{'':<18} {maps}",
+        flush=True,
     )
     return now, heap
 
@@ -162,116 +158,185 @@ def until(predicate: Any, what: str, timeout_s: float = 120.0) -> bool:
     return True
 
 
-def run(clusters: int, rounds: int, workdir: Path) -> int:
-    # deep enough that an allocation made for the API server (its handler threads) or a
-    # GCS stand-in shows a frame of theirs, so the worker's part is told apart
-    tracemalloc.start(TRACE_DEPTH)
-    # the API server alone (its store and watch history count in the process's heap,
-    # not in the worker's part of it)
+@contextlib.contextmanager
+def world(clusters: int) -> Iterator[tuple[str, list[str]]]:
+    """The test world in a process of its own (this module's `--serve-world`): the API
+    server's URL and each GCS stand-in's address. Stopped by its process group, always."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.tenant_churn_bench", "--serve-world", str(clusters)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        if not first:
+            raise SystemExit(f"the world's process ended before it served (exit {proc.wait()})")
+        ready = json.loads(first)
+        yield ready["url"], ready["addresses"]
+    finally:
+        with contextlib.suppress(OSError):
+            if proc.stdin is not None:
+                proc.stdin.close()  # it stops at the end of its input
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def serve_world(clusters: int) -> None:
+    """`--serve-world`: the API server and the GCS stand-ins until stdin ends."""
     sb = Sandbox(SandboxConfig(watch_history=WATCH_HISTORY))
     sb.server.start()
-    fleet = StandInFleet(clusters)
-    api = None
-    acts: ClusterActivities | None = None
     try:
-        fleet.__enter__()
-        addresses = [ray.address for ray in fleet.stand_ins]
-        sb.store.create("namespaces", "", {"metadata": {"name": NS}})
-        api = config.new_client_from_config(
-            config_file=str(write_kubeconfig(workdir / "kubeconfig", sb.url))
-        )
-        # GCS threads retire after 1 s idle (10 s in the worker): the bench need not wait
-        acts = ClusterActivities(kube=Kube(api, timeout_s=30.0), targets=Targets(idle_s=1.0))
-        print(
-            f"{clusters} clusters a round, {rounds} round(s): each its own token Secret, a "
-            "worker pod and a GCS stand-in"
-        )
-        start, _ = line("before", acts)
-        ok = True
-        last: tracemalloc.Snapshot | None = None
-        growth: list[float] = []  # the worker's heap, round over round (MiB)
-        for r in range(1, rounds + 1):
-            names = [f"t{r}-{i:04d}" for i in range(clusters)]
-            for name in names:
-                rc, secret = tenant(name)
-                sb.store.create("secrets", NS, secret)
-                sb.store.create("rayclusters", NS, rc)
-                sb.store.create("pods", NS, kuberay_pod(name, "small", 0))
-            began = time.monotonic()
-            found = asyncio.run(observe_all(acts, names, addresses))
-            took = time.monotonic() - began
-            if found != clusters:
-                raise SystemExit(f"round {r}: {found} of {clusters} observes found their cluster")
-            line(f"round {r}: created", acts)
-            print(f"{'':<18} ({clusters} observes in {took:.1f} s)")
-            for name in names:
-                sb.store.remove("pods", NS, kuberay_pod(name, "small", 0)["metadata"]["name"])
-                sb.store.remove("rayclusters", NS, name)
-                sb.store.remove("secrets", NS, f"{name}-token")
-            # the pod watch delivers the deletions; each loop's next observe finds it gone
-            assert acts.pods is not None
-            if not until(
-                lambda: acts.pods.cluster_state()["pod_watch.by_cluster"] == 0,
-                "the pod watch delivered every pod's deletion",
-            ):
-                print(
-                    f"{'':<18} pod watch synced: {acts.pods.synced(NS)}; pods in the server: "
-                    f"{len(sb.store.list('pods', NS)[0])}"
-                )
-            if asyncio.run(observe_all(acts, names, addresses)):
-                raise SystemExit(f"round {r}: an observe found a deleted cluster")
-            until(lambda: sizes(acts)["gcs targets"] == 0, "GCS threads retired", 30)
-            after, snap = line(f"round {r}: deleted", acts)
-            left = {k: v for k, v in after.items() if v != start[k]}
-            if left:
-                ok = False
-                print(f"{'':<18} NOT freed: {left}")
-            if last is not None:
-                grew = snap.compare_to(last, "filename")[:3]
-                worker = worker_heap_mib(snap) - worker_heap_mib(last)
-                print(
-                    f"{'':<18} the heap since round {r - 1} deleted: the worker's part "
-                    f"{worker * 1024:+.0f} KiB; all of it, by file: "
-                    + "; ".join(
-                        f"{Path(d.traceback[0].filename).name} {d.size_diff / 1024:+.0f} KiB"
-                        for d in grew
-                    )
-                )
-                growth.append(worker)
-                grown = worker_sites(snap)
-                grown.subtract(worker_sites(last))
-                print(
-                    f"{'':<18} the worker's part, by the code that holds it: "
-                    + "; ".join(f"{site} {n / 1024:+.0f} KiB" for site, n in grown.most_common(5))
-                )
-            last = snap
-        print("every per-cluster map back to its start after deletion:", "yes" if ok else "NO")
-        if growth:
-            flat = max(growth) <= FLAT_MIB
-            print(
-                f"the worker's heap after each round's deletion, round over round: "
-                f"{', '.join(f'{g * 1024:+.0f} KiB' for g in growth)} (target ≤ "
-                f"{FLAT_MIB * 1024:.0f} KiB a round of {clusters} clusters): "
-                + ("flat" if flat else "GROWS")
+        with StandInFleet(clusters) as fleet:
+            sb.store.create("namespaces", "", {"metadata": {"name": NS}})
+            addresses = [ray.address for ray in fleet.stand_ins]
+            print(json.dumps({"url": sb.url, "addresses": addresses}), flush=True)
+            sys.stdin.read()
+    finally:
+        sb.server.stop()
+
+
+def write_all(jobs: list[Callable[[], Any]]) -> float:
+    """Each job (one call of the API) WRITERS at once, the first error raised; seconds."""
+    began = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
+        for f in [pool.submit(job) for job in jobs]:
+            f.result()
+    return time.monotonic() - began
+
+
+def creations(core: Any, custom: Any, names: list[str]) -> list[Callable[[], Any]]:
+    jobs: list[Callable[[], Any]] = []
+    for name in names:
+        rc, secret = tenant(name)
+        pod = kuberay_pod(name, "small", 0)
+        pod["metadata"]["namespace"] = NS
+        jobs.append(functools.partial(core.create_namespaced_secret, NS, secret))
+        jobs.append(
+            functools.partial(
+                custom.create_namespaced_custom_object, "ray.io", "v1", NS, "rayclusters", rc
             )
-            ok &= flat
-        return 0 if ok else 1
+        )
+        jobs.append(functools.partial(core.create_namespaced_pod, NS, pod))
+    return jobs
+
+
+def deletions(core: Any, custom: Any, names: list[str]) -> list[Callable[[], Any]]:
+    jobs: list[Callable[[], Any]] = []
+    for name in names:
+        pod = kuberay_pod(name, "small", 0)["metadata"]["name"]
+        jobs.append(functools.partial(core.delete_namespaced_pod, pod, NS, grace_period_seconds=0))
+        jobs.append(
+            functools.partial(
+                custom.delete_namespaced_custom_object, "ray.io", "v1", NS, "rayclusters", name
+            )
+        )
+        jobs.append(functools.partial(core.delete_namespaced_secret, f"{name}-token", NS))
+    return jobs
+
+
+def run(clusters: int, rounds: int, workdir: Path) -> int:
+    acts: ClusterActivities | None = None
+    apis: list[client.ApiClient] = []
+    try:
+        with world(clusters) as (url, addresses):
+            kubeconfig = str(write_kubeconfig(workdir / "kubeconfig", url))
+            api = config.new_client_from_config(config_file=kubeconfig)
+            # the bench's own writes: a client of their own, a connection per writer
+            writer = config.new_client_from_config(config_file=kubeconfig)
+            apis += [api, writer]
+            writer.rest_client.pool_manager.connection_pool_kw["maxsize"] = WRITERS
+            core, custom = client.CoreV1Api(writer), client.CustomObjectsApi(writer)
+            # GCS threads retire after 1 s idle (10 s in the worker): the bench need not wait
+            acts = ClusterActivities(kube=Kube(api, timeout_s=30.0), targets=Targets(idle_s=1.0))
+            # traced from here: the client's API modules are imported (traced, importing
+            # CoreV1Api's annotations took minutes), and the worker is made
+            tracemalloc.start(TRACE_DEPTH)
+            print(
+                f"{clusters} clusters a round, {rounds} round(s): each its own token Secret, "
+                "a worker pod and a GCS stand-in (the world in a process of its own)",
+                flush=True,
+            )
+            start, _ = line("before", acts)
+            ok = True
+            heaps: list[float] = []  # the heap after each round's deletion (MiB)
+            for r in range(1, rounds + 1):
+                names = [f"t{r}-{i:04d}" for i in range(clusters)]
+                made = write_all(creations(core, custom, names))
+                began = time.monotonic()
+                found = asyncio.run(observe_all(acts, names, addresses))
+                took = time.monotonic() - began
+                if found != clusters:
+                    raise SystemExit(f"round {r}: {found} of {clusters} observes found theirs")
+                line(f"round {r}: created", acts)
+                print(
+                    f"{'':<18} ({3 * clusters} objects made in {made:.1f} s; {clusters} "
+                    f"observes in {took:.1f} s)",
+                    flush=True,
+                )
+                write_all(deletions(core, custom, names))
+                # the pod watch delivers the deletions; each loop's next observe finds it gone
+                until(
+                    lambda: sizes(acts)["pod_watch.by_cluster"] == 0,
+                    "the pod watch delivered every pod's deletion",
+                )
+                if asyncio.run(observe_all(acts, names, addresses)):
+                    raise SystemExit(f"round {r}: an observe found a deleted cluster")
+                until(lambda: sizes(acts)["gcs targets"] == 0, "GCS threads retired", 30)
+                after, heap = line(f"round {r}: deleted", acts)
+                left = {k: v for k, v in after.items() if v != start[k]}
+                if left:
+                    ok = False
+                    print(f"{'':<18} NOT freed: {left}")
+                # the snapshot goes to a file, and is compared with the last one from files:
+                # nothing of it is held when the next round's heap is measured
+                snap = workdir / f"heap-{r}.snapshot"
+                tracemalloc.take_snapshot().dump(str(snap))
+                if heaps:
+                    print(
+                        f"{'':<18} the heap since round {r - 1} deleted: "
+                        f"{(heap - heaps[-1]) * 1024:+.0f} KiB; by the code that holds it: "
+                        + grown_text(workdir / f"heap-{r - 1}.snapshot", snap),
+                        flush=True,
+                    )
+                heaps.append(heap)
+            print("every per-cluster map back to its start after deletion:", "yes" if ok else "NO")
+            growth = [b - a for a, b in itertools.pairwise(heaps[1:])]
+            if growth:
+                flat = max(growth) <= FLAT_MIB
+                print(
+                    "the heap after each round's deletion: "
+                    + ", ".join(f"{h:.1f}" for h in heaps)
+                    + " MiB; from round 2 on, round over round: "
+                    + ", ".join(f"{g * 1024:+.0f} KiB" for g in growth)
+                    + f" (target ≤ {FLAT_MIB * 1024:.0f} KiB a round of {clusters} clusters): "
+                    + ("flat" if flat else "GROWS")
+                )
+                ok &= flat
+            return 0 if ok else 1
     finally:
         if acts is not None:
             acts.close()
             acts.targets.close()
-        if api is not None:
-            api.close()
-        fleet.__exit__()
-        sb.server.stop()
+        for c in apis:
+            c.close()
         tracemalloc.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clusters", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--serve-world", type=int, metavar="CLUSTERS", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_world:
+        serve_world(args.serve_world)
+        return
     # the queues' "all threads busy" lines: a batch of observes is meant to queue
     logging.getLogger("raysize").setLevel(logging.ERROR)
     if os.environ.get("CHURN_DEBUG"):

@@ -97,6 +97,12 @@ WORKER_PERMISSIONS: tuple[Permission, ...] = (
     Permission("", "secrets", "get"),  # each Ray cluster's token (activities/ray_tokens.py)
     *(Permission("ray.io", "rayclusters", v) for v in ("get", "list", "watch", "patch")),
 )
+# the nodes' room (activities/node_room.py), in every namespace: without them grows are
+# planned without it (a warning: raysize works, and the kubelet defers what does not fit)
+NODE_ROOM_PERMISSIONS: tuple[Permission, ...] = (
+    *(Permission("", "nodes", v) for v in ("list", "watch")),
+    *(Permission("", "pods", v) for v in ("list", "watch")),
+)
 
 
 def _version(text: str) -> tuple[int, int] | None:
@@ -278,32 +284,32 @@ class Doctor:
 
     async def rbac(self, kube: Kube, namespaces: list[str]) -> None:
         authz = k8s.AuthorizationV1Api(kube.api)
-        for ns in namespaces or [""]:
-            where = f"namespace {ns}" if ns else "every namespace (cluster-wide)"
 
-            def review(p: Permission, ns: str = ns) -> bool:
-                resource, _, sub = p.resource.partition("/")
-                body = k8s.V1SelfSubjectAccessReview(
-                    spec=k8s.V1SelfSubjectAccessReviewSpec(
-                        resource_attributes=k8s.V1ResourceAttributes(
-                            group=p.group,
-                            resource=resource,
-                            subresource=sub or None,
-                            verb=p.verb,
-                            namespace=ns or None,
-                        )
+        def review(p: Permission, ns: str) -> bool:
+            resource, _, sub = p.resource.partition("/")
+            body = k8s.V1SelfSubjectAccessReview(
+                spec=k8s.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=k8s.V1ResourceAttributes(
+                        group=p.group,
+                        resource=resource,
+                        subresource=sub or None,
+                        verb=p.verb,
+                        namespace=ns or None,
                     )
                 )
-                reply = kube.call(
-                    "SelfSubjectAccessReview", authz.create_self_subject_access_review, body
-                )
-                return reply.status is not None and bool(reply.status.allowed)
+            )
+            reply = kube.call(
+                "SelfSubjectAccessReview", authz.create_self_subject_access_review, body
+            )
+            return reply.status is not None and bool(reply.status.allowed)
 
+        for ns in namespaces or [""]:
+            where = f"namespace {ns}" if ns else "every namespace (cluster-wide)"
             try:
                 allowed = await asyncio.gather(
                     *(
                         self.blocking(
-                            functools.partial(review, p), f"the Kubernetes API at {kube.host}"
+                            functools.partial(review, p, ns), f"the Kubernetes API at {kube.host}"
                         )
                         for p in WORKER_PERMISSIONS
                     )
@@ -326,6 +332,29 @@ class Doctor:
                     "rbac",
                     f"{where}: all {len(WORKER_PERMISSIONS)} permissions the worker needs",
                 )
+        try:
+            allowed = await asyncio.gather(
+                *(
+                    self.blocking(
+                        functools.partial(review, p, ""), f"the Kubernetes API at {kube.host}"
+                    )
+                    for p in NODE_ROOM_PERMISSIONS
+                )
+            )
+        except KubeError as exc:
+            self.add(Status.WARN, "node room", str(exc))
+            return
+        missing = [str(p) for p, ok in zip(NODE_ROOM_PERMISSIONS, allowed, strict=True) if not ok]
+        if missing:
+            self.add(
+                Status.WARN,
+                "node room",
+                f"may not {', '.join(missing)} in every namespace: grows are planned "
+                "without the nodes' room (a grow its node cannot take is deferred by the "
+                "kubelet); apply deploy/components/node-room (Helm: nodeRoom.enabled=true)",
+            )
+        else:
+            self.add(Status.OK, "node room", "may read nodes and pods in every namespace")
 
     # --- Temporal ----------------------------------------------------------------------
     async def temporal(self) -> None:

@@ -192,3 +192,20 @@ def test_a_pod_with_a_resize_in_flight_is_read_each_time() -> None:
     first, later = pod_view(pod, now=NOW), pod_view(pod, now=NOW + 3)
     assert first.resize is not None and later.resize is not None
     assert (first.resize.asked_s, later.resize.asked_s) == (5, 8)
+
+
+def test_a_pod_keeps_one_view_and_none_once_the_watch_sees_it_deleted() -> None:
+    """Issue #43 item 6b: views were kept by (uid, version) up to 16,384 of them, so every
+    cluster created and deleted left its pods' views behind until the bound. Now one view
+    a pod (its newest version), dropped when the pod watch delivers the pod's deletion."""
+    from raysize.activities.pod_watch import PodWatch
+
+    pod = _versioned("10")
+    pod["metadata"]["uid"] = "u-deleted"
+    pod_view(pod, now=NOW)
+    pod_view(_versioned("11") | {"metadata": {**pod["metadata"], "resourceVersion": "11"}}, now=NOW)
+    assert [k for k in k8s_objects._views if k == "u-deleted"] == ["u-deleted"]
+    assert k8s_objects._views["u-deleted"][0] == "11"  # the newest version only
+    watch = PodWatch(None)
+    watch._deliver("ns", "w1", pod, pod["metadata"], True)  # the watch's DELETED event
+    assert "u-deleted" not in k8s_objects._views

@@ -34,6 +34,7 @@ from raysize.sandbox.rbac import Authorizer, service_account_user
 from raysize.sandbox.realworld import RealControlPlane
 from raysize.worker.cli import app
 from raysize.worker.cli_doctor import (
+    NODE_ROOM_PERMISSIONS,
     WORKER_PERMISSIONS,
     Doctor,
     Permission,
@@ -52,6 +53,7 @@ WORLDS = tuple(os.environ.get("RAYSIZE_TEST_WORLDS", "sandbox,real").split(","))
 FULL, NO_RESIZE, SILENT = "team-a", "team-b", "team-s"  # namespaces, with their Role
 ROLE = DEPLOY / "watched-namespace" / "role.yaml"
 CLUSTER_ROLE = DEPLOY / "components" / "cluster-wide" / "clusterrole.yaml"
+NODE_ROOM_ROLE = DEPLOY / "components" / "node-room" / "clusterrole.yaml"
 
 
 def rules_of(path: Path, kind: str) -> list[dict[str, Any]]:
@@ -75,6 +77,8 @@ def test_the_permissions_checked_are_what_deploy_grants() -> None:
     assert granted(rules_of(ROLE, "Role")) == set(WORKER_PERMISSIONS)
     assert granted(rules_of(CLUSTER_ROLE, "ClusterRole")) == set(WORKER_PERMISSIONS)
     assert len(set(WORKER_PERMISSIONS)) == len(WORKER_PERMISSIONS)
+    # the nodes' room (activities/node_room.py): what its informers call, all granted
+    assert set(NODE_ROOM_PERMISSIONS) <= granted(rules_of(NODE_ROOM_ROLE, "ClusterRole"))
 
 
 def test_a_container_that_restarts_on_resize_is_a_warning() -> None:
@@ -326,6 +330,10 @@ def test_all_green_exits_0(world: World) -> None:
     assert "v1.36" in got["kubernetes"][1]
     assert got["kuberay"] == ("ok", "rayclusters.ray.io/v1 served, operator v1.6.1")
     assert got["rbac"] == ("ok", f"namespace {FULL}: all 11 permissions the worker needs")
+    # this world grants no node room (deploy/components/node-room): a warning, exit 0
+    status, detail = got["node room"]
+    assert status == "warn" and detail.startswith("may not list nodes, watch nodes, list pods")
+    assert "apply deploy/components/node-room" in detail
     assert got["temporal"][0] == "ok" and world.temporal in got["temporal"][1]
     assert got["search attributes"][0] == "ok"
     assert got["ray client"] == ("ok", "each GCS: no token, TLS off")
