@@ -147,17 +147,28 @@ def _s(value: Any) -> Any:
 # Parts of records that are the same in many pods (a group's labels, its container's
 # spec and status resources) are kept once and shared: records are never changed, so a
 # shared part is never changed either. Bounded: past SHARED_MAX parts it starts over.
+# Every SHARED_SWEEP new parts, the parts no record holds any more (a deleted cluster's
+# labels, a size no pod has now) are dropped.
 SHARED_MAX = 10_000
+SHARED_SWEEP = 1_000
 _shared: dict[str, Any] = {}
 _shared_lock = threading.Lock()
+_shared_added = 0
+# references to a part held by no record: `_shared`'s, and getrefcount's argument
+_UNHELD = 2
 
 
 def _share(part: Any) -> Any:
     """`part` (plain JSON: dicts, lists, strings), or an equal one already kept."""
+    global _shared_added
     key = json.dumps(part, sort_keys=True, separators=(",", ":"))
     with _shared_lock:
         found = _shared.get(key)
         if found is None:
+            _shared_added += 1
+            if _shared_added % SHARED_SWEEP == 0:
+                for k in [k for k in _shared if sys.getrefcount(_shared[k]) <= _UNHELD]:
+                    del _shared[k]
             if len(_shared) >= SHARED_MAX:
                 _shared.clear()
             _shared[key] = found = part

@@ -105,6 +105,9 @@ WRITE_WAIT_S = 2.0
 RECENT_VERSIONS = 1024
 # deletions the watch delivered last, to tell a read's LIST made before one of them
 GONE_KEPT = 16384
+# ... and for at most this long: a read's LIST that began before a deletion ends long
+# before (its request times out), so a deleted cluster's pods leave no mark behind
+GONE_KEPT_S = 300.0
 # RayClusters deleted whose GONE mark is kept for a wait that begins after the deletion
 # (the worker that ran the cluster's loop drops it at once: `forget_cluster`)
 GONE_CLUSTERS_KEPT = 1024
@@ -269,7 +272,8 @@ class PodWatch:
         # last: a read's LIST leaves a pod the watch delivered meanwhile as the watch has it
         self._seq = 0
         self._touched: dict[Key, int] = {}
-        self._gone_at: OrderedDict[Key, int] = OrderedDict()  # the same, of deletions
+        # the same, of deletions, with when they were delivered (`clock`)
+        self._gone_at: OrderedDict[Key, tuple[int, float]] = OrderedDict()
         self._relisted: dict[str, int] = {}  # `_seq` at each namespace's last watch list
         # pods whose record came from a read's LIST ahead of the watch: (uid, version, or
         # GONE); the watch's older versions of them are not taken until it gets there
@@ -672,9 +676,13 @@ class PodWatch:
         self._seq += 1
         if kind == "DELETED":
             self._touched.pop(key, None)
-            self._gone_at[key] = self._seq
+            now = self.clock()
+            self._gone_at[key] = (self._seq, now)
             self._gone_at.move_to_end(key)
-            if len(self._gone_at) > GONE_KEPT:
+            while self._gone_at and (
+                len(self._gone_at) > GONE_KEPT
+                or next(iter(self._gone_at.values()))[1] < now - GONE_KEPT_S
+            ):
                 self._gone_at.popitem(last=False)
         else:
             self._touched[key] = self._seq
@@ -712,7 +720,7 @@ class PodWatch:
             taken = 0
             for name in sorted(set(fresh) | set(cached)):
                 key = (namespace, name)
-                if max(self._touched.get(key, 0), self._gone_at.get(key, 0)) > since:
+                if max(self._touched.get(key, 0), self._gone_at.get(key, (0, 0.0))[0]) > since:
                     continue  # the watch delivered it during the LIST: as new as the LIST
                 new, old = fresh.get(name), known.get(name)
                 if new is None:

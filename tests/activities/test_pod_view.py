@@ -209,3 +209,19 @@ def test_a_pod_keeps_one_view_and_none_once_the_watch_sees_it_deleted() -> None:
     watch = PodWatch(None)
     watch._deliver("ns", "w1", pod, pod["metadata"], True)  # the watch's DELETED event
     assert "u-deleted" not in k8s_objects._views
+
+
+def test_shared_parts_no_record_holds_are_dropped(monkeypatch) -> None:
+    """Issue #43 item 6b: a deleted cluster's labels stayed among the shared parts until
+    10,000 had piled up. Every SHARED_SWEEP new parts, those no record holds go."""
+    monkeypatch.setattr(k8s_objects, "_shared", {})
+    monkeypatch.setattr(k8s_objects, "SHARED_SWEEP", 10)
+    monkeypatch.setattr(k8s_objects, "_shared_added", 0)
+    held = k8s_objects._share({"ray.io/cluster": "lives"})
+    for i in range(8):  # parts whose records are gone at once
+        k8s_objects._share({"ray.io/cluster": f"deleted-{i}"})
+    assert len(k8s_objects._shared) == 9
+    k8s_objects._share({"ray.io/cluster": "new"})  # the tenth: the sweep comes first
+    kept = list(k8s_objects._shared.values())
+    assert held in kept and {"ray.io/cluster": "new"} in kept
+    assert not [p for p in kept if p["ray.io/cluster"].startswith("deleted-")]

@@ -115,3 +115,17 @@ def test_a_reads_list_leaves_what_the_watch_delivered_meanwhile() -> None:
         watch._relisted[NS] = watch._seq
     watch.listed(NS, CLUSTER, [record("w", "0"), record("v", "0")], since)
     assert versions(watch) == {"w": "5", "v": "2"}
+
+
+def test_the_marks_of_deletions_go_once_no_read_can_need_them() -> None:
+    """Issue #43 item 6b: each deleted pod left a mark (for a read's LIST that began before
+    the deletion) until 16,384 had piled up. A LIST ends long before GONE_KEPT_S."""
+    from raysize.activities.pod_watch import GONE_KEPT_S
+
+    clock = Clock()
+    watch, known = listed_and_connected(clock, record("a", "1"), record("b", "1"))
+    event(watch, known, "DELETED", record("a", "2"))
+    assert list(watch._gone_at) == [(NS, "a")]
+    clock.now += GONE_KEPT_S + 1
+    event(watch, known, "DELETED", record("b", "2"))
+    assert list(watch._gone_at) == [(NS, "b")]

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from temporalio.service import RPCError
 
 from raysize.sandbox.kubelet import NodeSpec
 from raysize.workflows.contracts import ResizeOutcome, ResizeSagaState
@@ -136,6 +137,39 @@ async def test_case_4_ippr_timeout_rolls_back_and_scales_out(any_stack: Stack) -
     (other,) = [n for n in pods if n != stuck]
     assert cpu_of(pods[other]) == "2"  # scaled out, and the new pod grew (whole cores)
     assert (await resize_of(stack, other)).outcome == ResizeOutcome.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    "nodes", [[NodeSpec("tight", 1500, 8 * GIB), NodeSpec("roomy", 8000, 32 * GIB)]]
+)
+async def test_a_grow_its_node_has_no_room_for_is_not_started_a_pod_is_launched(
+    any_stack: Stack,
+) -> None:
+    """Issue #44 item 3: the first worker (1 CPU) runs on a node with 500m left, and a
+    {CPU: 2} task waits. Before, raysize grew it anyway: the kubelet deferred the grow
+    (no room), the saga asked again at the 1.5 CPU the node allowed, the task still did not
+    fit, and a pod was launched after all. Now the grow is not started (the node's room is
+    read), a pod is launched at once on the roomy node and grown there."""
+    stack = any_stack
+    name = stack.unique("tight")
+    cluster = ippr_cluster(name)
+    cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["affinity"] = prefers("tight")
+    stack.create(cluster)
+    gcs = await stack.gcs_address(name)
+    (first,) = await stack.running_workers(name)
+    assert first.spec.node_name == "tight"
+    out = await run_driver(stack, name, gcs, "2")
+    assert out[0].startswith("ran with 2 CPU")
+    pods = {p.metadata.name: p for p in stack.workers(name)}
+    assert cpu_of(pods[first.metadata.name]) == "1"  # never grown
+    (other,) = [n for n in pods if n != first.metadata.name]
+    assert pods[other].spec.node_name == "roomy" and cpu_of(pods[other]) == "2"
+    grown = await resize_of(stack, other)
+    assert grown.outcome == ResizeOutcome.SUCCEEDED
+    # no saga was ever started for the pod on the full node
+    handle = stack.temporal.get_workflow_handle(f"resize/default/{first.metadata.name}")
+    with pytest.raises(RPCError, match="not found"):
+        await handle.describe()
 
 
 async def test_a_group_that_arrives_as_a_grow_finishes_takes_the_room_that_pod_can_reach(
