@@ -25,15 +25,19 @@ world in the head pod's network namespace, as `kubectl exec` would run it):
   bundle;
 - `three`: three workers, 12 × `{CPU: 2}` tasks of 2 s;
 - `churn`: one worker, four waves of six `{CPU: 1}` tasks of 1 s, 5, 15 and 5 s apart
-  (around the idle timeout: a grown pod is shrunk or kept, a launched one drained or not).
+  (around the idle timeout: a grown pod is shrunk or kept, a launched one drained or not);
+- `tight`: other workloads' pods (bound before the cluster comes) fill node-a but for 2
+  of its 8 CPU once the three workers run there (the group prefers it), and leave 6 free
+  on node-b; then 6 × `{CPU: 2}` tasks of 2 s, more than the room beside the pods.
 
 Per run it prints: first task start and all done (seconds from the driver's first
 submission; churn's sleeps between waves not counted), group ready (from the group's
 submission), resizes (changes of a worker's CPU in the pod spec), pods launched, CPU added
 (what the resizes grew plus the launched pods' size; shrinks not subtracted), peak CPU
-(the most the workers had at once) and tasks failed. Then, per workload, the medians and
-raysize's all-done time against Ray's, and a verdict: the workloads where Ray's
-autoscaler finished first, if any. Every process is stopped by its process group.
+(the most the workers had at once), tasks failed, and grows deferred (a worker's resize
+the kubelet marked Deferred or Infeasible: its node had no room). Then, per workload, the
+medians and raysize's all-done time against Ray's, and a verdict: the workloads where
+Ray's autoscaler finished first, if any. Every process is stopped by its process group.
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ SETTLE_S = 10.0
 class Workload:
     workers: int
     what: str
+    # other workloads' pods, bound to a node before the cluster comes: (node, millicores)
+    fillers: tuple[tuple[str, int], ...] = ()
+    prefer: str = ""  # the node the worker group prefers (where there is room)
 
 
 WORKLOADS = {
@@ -92,6 +99,13 @@ WORKLOADS = {
     "pg": Workload(1, "the same, then a PACK group of 2 x {CPU: 2}"),
     "three": Workload(3, "three workers, 12 x {CPU: 2}"),
     "churn": Workload(1, "4 waves of 6 x {CPU: 1}, 5/15/5 s apart"),
+    "tight": Workload(
+        3,
+        "three workers on a node other pods fill but 2 of 8 CPU (6 free on the other), "
+        "6 x {CPU: 2}",
+        fillers=(("node-a", 3000), ("node-b", 2000)),
+        prefer="node-a",
+    ),
 }
 
 # The workload's driver. argv: GCS address, workload, workers to wait for, churn gaps, the
@@ -145,6 +159,8 @@ DRIVER = textwrap.dedent(
         remove_placement_group(pg)
     if workload == "three":
         wait([work.options(num_cpus=2).remote(2) for _ in range(12)])
+    if workload == "tight":
+        wait([work.options(num_cpus=2).remote(2) for _ in range(6)])
     if workload == "churn":
         for wave in range(len(gaps) + 1):
             wait([work.options(num_cpus=1).remote(1) for _ in range(6)])
@@ -171,6 +187,7 @@ class Result:
     cpu_added: float = 0.0
     peak_cpu: float = 0.0
     failed: int = 0
+    deferred: int = 0  # grows the kubelet deferred (or found infeasible): no room on the node
     error: str = ""
 
 
@@ -181,6 +198,9 @@ class PodEvents:
     worker pod event, in the order the watch delivered them."""
 
     events: list[tuple[float, str, str, float]] = field(default_factory=list)
+    # (host time, pod) of each time a worker's resize became Deferred or Infeasible
+    deferred: list[tuple[float, str]] = field(default_factory=list)
+    _pending: set[str] = field(default_factory=set)
 
     def record(self, kind: str, pod: Any) -> None:
         labels = pod.metadata.labels or {}
@@ -188,7 +208,15 @@ class PodEvents:
             return
         res = pod.spec.containers[0].resources
         cpu = (res.requests or {}).get("cpu") or (res.limits or {}).get("cpu") or "0"
-        self.events.append((time.time(), kind, pod.metadata.name, float(parse_quantity(cpu))))
+        name = pod.metadata.name
+        self.events.append((time.time(), kind, name, float(parse_quantity(cpu))))
+        pending = any(
+            c.type == "PodResizePending" and c.reason in ("Deferred", "Infeasible")
+            for c in (pod.status.conditions if pod.status else None) or []
+        )
+        if pending and name not in self._pending:
+            self.deferred.append((time.time(), name))
+        self._pending = (self._pending | {name}) if pending else (self._pending - {name})
 
 
 def account(
@@ -365,10 +393,41 @@ def compare_cluster(name: str, workload: str, controller: str) -> dict[str, Any]
         name, replicas=workers, max_replicas=4, idle_timeout_s=IDLE_TIMEOUT_S, timeout_s=30
     )
     rc["spec"]["workerGroupSpecs"][0]["minReplicas"] = workers
+    prefer = WORKLOADS[workload].prefer
+    if prefer:  # where it fits, as a node pool's pods often share nodes with others
+        term = {"key": "kubernetes.io/hostname", "operator": "In", "values": [prefer]}
+        rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["affinity"] = {
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "preference": {"matchExpressions": [term]}}
+                ]
+            }
+        }
     if controller == "ray":
         rc["spec"]["enableInTreeAutoscaling"] = True
         rc["spec"]["autoscalerOptions"]["version"] = "v2"
     return rc
+
+
+def filler(name: str, node: str, millicores: int) -> dict[str, Any]:
+    """Another workload's pod, bound to `node`, asking for `millicores`."""
+    resources = {"cpu": f"{millicores}m", "memory": "64Mi"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "other-workload"}},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": resources, "limits": resources},
+                }
+            ],
+        },
+    }
 
 
 async def until(check: Any, timeout: float, what: str) -> Any:
@@ -443,6 +502,17 @@ async def one_run(
                         discovery_interval_s="1",
                     )
                 )
+            core: Any = world.core  # the pods as the API's JSON
+            for i, (node, cpu) in enumerate(WORKLOADS[workload].fillers):
+                core.create_namespaced_pod(NS, filler(f"{name}-other-{i}", node, cpu))
+            for i in range(len(WORKLOADS[workload].fillers)):
+                await until(
+                    lambda i=i: (
+                        core.read_namespaced_pod(f"{name}-other-{i}", NS).status.phase == "Running"
+                    ),
+                    60,
+                    "another workload's pod Running",
+                )
             world.custom.create_namespaced_custom_object(
                 "ray.io", "v1", NS, "rayclusters", compare_cluster(name, workload, controller)
             )
@@ -494,6 +564,7 @@ async def one_run(
             await asyncio.sleep(1.0)  # the watch's last events
             accounted = account(events.events, t0)
             result.resizes, result.launched, result.cpu_added, result.peak_cpu = accounted
+            result.deferred = sum(1 for at, _ in events.deferred if at >= t0)
             return result
         finally:
             watching.set()
@@ -510,7 +581,7 @@ def fmt(value: float | None, unit: str = "s") -> str:
 HEADER = (
     f"{'world':9} {'workload':8} {'controller':10} {'round':>5} {'first start':>11} "
     f"{'group ready':>11} {'all done':>9} {'resizes':>7} {'launched':>8} {'CPU added':>9} "
-    f"{'peak CPU':>8} {'failed':>6}"
+    f"{'peak CPU':>8} {'failed':>6} {'deferred':>8}"
 )
 
 
@@ -520,7 +591,8 @@ def row(r: Result) -> str:
     return (
         f"{r.world:9} {r.workload:8} {r.controller:10} {r.round:>5} {fmt(r.first_start_s):>11} "
         f"{fmt(r.group_ready_s):>11} {fmt(r.done_s):>9} {r.resizes:>7} {r.launched:>8} "
-        f"{r.cpu_added:>9g} {r.peak_cpu:>8g} {r.failed:>6}" + (f"  ({r.error})" if r.error else "")
+        f"{r.cpu_added:>9g} {r.peak_cpu:>8g} {r.failed:>6} {r.deferred:>8}"
+        + (f"  ({r.error})" if r.error else "")
     )
 
 
@@ -556,7 +628,8 @@ def summary(results: list[Result]) -> tuple[list[str], list[str]]:
                 f"launched {median([float(r.launched) for r in rs]):g}, "
                 f"CPU added {median([r.cpu_added for r in rs]):g}, "
                 f"peak CPU {median([r.peak_cpu for r in rs]):g}, "
-                f"failed {sum(r.failed for r in rs)}"
+                f"failed {sum(r.failed for r in rs)}, "
+                f"grows deferred {sum(r.deferred for r in rs)}"
             )
         verdict = ""
         ours, theirs = done.get("raysize"), done.get("ray")

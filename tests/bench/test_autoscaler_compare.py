@@ -68,3 +68,29 @@ def test_bad_arguments_are_named(capsys: pytest.CaptureFixture[str]) -> None:
         parse_args(["--worlds", "embedded,moon"])
     assert "--worlds: moon; choose from embedded, real" in capsys.readouterr().err
     assert parse_args(["--workloads", "pg, one"]).workloads == ["pg", "one"]
+
+
+def test_tight_nodes_prefer_the_filled_node_and_deferred_grows_are_counted_once() -> None:
+    from types import SimpleNamespace as O
+
+    from bench.autoscaler_compare import WORKLOADS, PodEvents
+
+    rc = compare_cluster("a", "tight", "raysize")
+    affinity = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["affinity"]
+    preferred = affinity["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert preferred[0]["preference"]["matchExpressions"][0]["values"] == ["node-a"]
+    assert WORKLOADS["tight"].fillers == (("node-a", 3000), ("node-b", 2000))
+
+    def pod(reason: str | None) -> O:
+        conditions = [O(type="PodResizePending", reason=reason)] if reason else []
+        res = O(requests={"cpu": "1"}, limits=None)
+        return O(
+            metadata=O(name="w1", labels={"ray.io/node-type": "worker"}),
+            spec=O(containers=[O(resources=res)]),
+            status=O(conditions=conditions),
+        )
+
+    events = PodEvents()
+    for reason in (None, "Deferred", "Deferred", None, "Infeasible"):
+        events.record("MODIFIED", pod(reason))
+    assert [name for _, name in events.deferred] == ["w1", "w1"]  # two times it began
