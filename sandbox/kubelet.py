@@ -438,6 +438,19 @@ class Kubelet:
         """What the retry ticker does, on demand."""
         self.call(lambda: self._retry_deferred("ticker"))
 
+    def actuate_held_now(self) -> None:
+        """Every resize held by `timing.actuation_delay_s` is actuated now, not when its
+        delay ends: a test holds a resize for as long as it needs, then lets it go."""
+
+        def release() -> None:
+            for key in list(self._to_actuate):
+                state = self._pods.get(key)
+                if state is not None:
+                    state.actuate_at = None
+                self._maybe_actuate(key)
+
+        self.call(release)
+
     def _after(self, delay: float, action: Callable[[], None]) -> None:
         heapq.heappush(self._timers, _Timer(time.monotonic() + delay, next(self._seq), action))
 

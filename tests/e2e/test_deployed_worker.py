@@ -342,8 +342,10 @@ async def test_a_rolling_update_strands_nothing(
     await eventually(lambda: w.ready("raysize", WORKER), 60)
     ray = w.rays["deployed"]
     await eventually(lambda: w.worker_cpu("deployed") == "4", 90)  # the first test's pod
-    # a demand for 2 CPU more: a new pod, grown from 1 to 2 CPU, held at the kubelet
-    w.kubelet.timing.actuation_delay_s = 60.0
+    # a demand for 2 CPU more: a new pod, grown from 1 to 2 CPU, held at the kubelet until
+    # the roll is over (a fixed 60 s hold ran out before a slow roll ended, and the resize
+    # ended on the old build: seen in CI)
+    w.kubelet.timing.actuation_delay_s = 900.0
     try:
         ray.add_demands({"CPU": 2.0}, 1)
         held = await eventually_async(lambda: running_resize(temporal, w.queue), None, 90)
@@ -367,6 +369,8 @@ async def test_a_rolling_update_strands_nothing(
         await eventually(lambda: not any(p.metadata.name == old for p in worker_pods(w)), 90)
 
         # the held resize ends, moved to the new build
+        w.kubelet.timing.actuation_delay_s = 0.0
+        w.kubelet.actuate_held_now()
         handle = temporal.get_workflow_handle(held[0], run_id=held[1])
         await asyncio.wait_for(handle.result(), 120)
         assert await build_of(temporal, *held) == ROLLED_BUILD
