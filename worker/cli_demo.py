@@ -15,8 +15,8 @@ STORIES = {
     "placement group of two 2-CPU bundles: no pod is launched",
     "timeout": "the first worker's node never actuates a resize: timeout, rollback; a "
     "second pod grows instead",
-    "deferred": "the node is too full for the right size: the kubelet defers, raysize asks "
-    "again at the size it suggests",
+    "deferred": "the node is too full for the right size: raysize reads the node's room and "
+    "grows the pod to what fits (2.5 CPU, not the 3 right-sizing asks), never deferred",
     "idle": "a worker grows for a task, then shrinks back to its template size when idle",
 }
 _SCENARIO_HELP = "; ".join(f"{name}: {title}" for name, title in STORIES.items())

@@ -272,7 +272,7 @@ def test_each_scenario_says_what_it_still_lacks() -> None:
     ]
     assert timeout.missing(Progress(resizes, {"a"}, {"a", "b"}, 0)) == []
     assert SCENARIOS["deferred"].missing(Progress(resizes, {"a"}, {"a"}, 0)) == [
-        "no deferred resize has succeeded at the kubelet's suggestion yet"
+        "no resize has grown a pod to the 2.5 CPU its node has room for yet"
     ]
     assert SCENARIOS["idle"].missing(Progress(resizes, {"a"}, {"a"}, 0)) == [
         "the idle pod has not shrunk back to its template size yet"
