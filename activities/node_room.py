@@ -32,7 +32,6 @@ deferred grow. Nothing is ever written from this cache.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -45,11 +44,11 @@ from raysize.activities.kube_limits import KubeLimits, retry_after_of
 from raysize.activities.pod_watch import (
     CONNECT_TIMEOUT_S,
     GONE_STATUS,
-    LIST_PAGE,
     STALE_SLACK_S,
     THROTTLED_STATUS,
     WATCH_TIMEOUT_S,
     _RawWatch,
+    list_pages,
 )
 from raysize.workflows.model import NodeRoom
 from raysize.workflows.resources import CPU, MEMORY, QuantityError, quantity_to_units
@@ -308,27 +307,11 @@ class NodeRooms:
     def _list(self, name: str, list_fn: Callable[..., Any], kwargs: Obj) -> str:
         """LIST in pages; the store of this informer becomes the list's."""
         items: list[Obj] = []
-        version, token = "", ""
-        while True:
-            if token:
-                self._take()
-            resp = list_fn(
-                **kwargs,
-                limit=LIST_PAGE,
-                _continue=token or None,
-                _preload_content=False,
-                _request_timeout=self.timeout_s + 30,
-            )
-            try:
-                doc = json.loads(resp.data)
-            finally:
-                resp.release_conn()
+        version = ""
+        for doc in list_pages(list_fn, take=self._take, timeout_s=self.timeout_s, **kwargs):
             meta = doc.get("metadata") or {}
             version = version or str(meta.get("resourceVersion") or "")
             items.extend(doc.get("items") or [])
-            token = str(meta.get("continue") or "")
-            if not token:
-                break
         if not version:
             raise ValueError(f"{name}: a list without a resourceVersion")
         with self._lock:

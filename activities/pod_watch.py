@@ -163,6 +163,38 @@ def pods_mark(metas: Iterable[Obj]) -> str:
     return hashlib.blake2b(json.dumps(pairs).encode(), digest_size=8).hexdigest()
 
 
+def list_pages(
+    list_fn: Callable[..., Any],
+    *args: Any,
+    take: Callable[[], None],
+    timeout_s: float,
+    **kwargs: Any,
+) -> Iterator[Obj]:
+    """LIST in pages of `LIST_PAGE`, as client-go's pager reads: each page's parsed
+    document, one at a time (`take`: a token of the server's budget before every page but
+    the first, which the caller took)."""
+    token = ""
+    while True:
+        if token:
+            take()  # every page is a request to the server
+        resp = list_fn(
+            *args,
+            **kwargs,
+            limit=LIST_PAGE,
+            _continue=token or None,
+            _preload_content=False,
+            _request_timeout=timeout_s + 30,
+        )
+        try:
+            doc = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        token = str((doc.get("metadata") or {}).get("continue") or "")
+        yield doc
+        if not token:
+            return
+
+
 class _RawWatch(watch.Watch):
     """Events as the server sent them (`object` a dict; the client's model classes would
     cost more CPU than the rest of the watch), while an ERROR event still raises
@@ -803,21 +835,8 @@ class PodWatch:
         seen: set[str] = set()
         kept: dict[str, Obj] = {}
         whole: dict[str, Obj] = {}  # delivered whole: RayClusters, pods subscribed to
-        version, token = "", ""
-        while True:
-            if token:
-                self._take()  # every page is a request to the server
-            resp = list_fn(
-                *args,
-                limit=LIST_PAGE,
-                _continue=token or None,
-                _preload_content=False,
-                _request_timeout=self.timeout_s + 30,
-            )
-            try:
-                doc = json.loads(resp.data)
-            finally:
-                resp.release_conn()
+        version = ""
+        for doc in list_pages(list_fn, *args, take=self._take, timeout_s=self.timeout_s):
             meta = doc.get("metadata") or {}
             version = version or str(meta.get("resourceVersion") or "")
             with self._lock:
@@ -831,10 +850,7 @@ class PodWatch:
                     kept[name] = keep(item)
                     if not pods or name in heard:
                         whole[name] = item
-            token = str(meta.get("continue") or "")
-            del doc, resp
-            if not token:
-                break
+            del doc
         if not version:
             raise ValueError(f"a list of {namespace} without a resourceVersion")
         with self._lock:
