@@ -41,6 +41,7 @@ from raysize.sandbox.ports import free_port
 from raysize.sandbox.ray_standin import RayStandIn
 from raysize.sandbox.realworld import RealControlPlane
 from raysize.worker.health import DEFAULT_INTERVAL_S
+from raysize.workflows.contracts import ResizeOutcome, ResizeSagaState
 from raysize.workflows.naming import reconcile_workflow_id
 from tests.deploy.conftest import DEPLOY, run_kubectl
 from tests.e2e.conftest import eventually, ippr_cluster
@@ -266,7 +267,10 @@ async def test_the_deployed_worker_grows_a_raycluster_and_outlives_its_token(
 
     w.custom.create_namespaced_custom_object(
         "ray.io", "v1", "default", "rayclusters",
-        ippr_cluster("deployed", replicas=1, cpu="1", memory="1Gi", max_cpu="4"),
+        # a resize-timeout longer than the rolling-update test's hold at the kubelet: with
+        # the tests' 30 s, a roll slower than that (CI's load) timed the held resize out and
+        # rolled it back on the old build before the roll was over
+        ippr_cluster("deployed", replicas=1, cpu="1", memory="1Gi", max_cpu="4", timeout_s=600),
     )  # fmt: skip
     await registered(w, "deployed")
     w.rays["deployed"].add_demands({"CPU": 2.0}, 1)
@@ -371,8 +375,10 @@ async def test_a_rolling_update_strands_nothing(
         # the held resize ends, moved to the new build
         w.kubelet.timing.actuation_delay_s = 0.0
         w.kubelet.actuate_held_now()
-        handle = temporal.get_workflow_handle(held[0], run_id=held[1])
-        await asyncio.wait_for(handle.result(), 120)
+        handle = temporal.get_workflow_handle(held[0], run_id=held[1], result_type=ResizeSagaState)
+        ended = await asyncio.wait_for(handle.result(), 120)
+        # it finished, not timed out and rolled back on whichever build ran its timer
+        assert ended.outcome == ResizeOutcome.SUCCEEDED, ended
         assert await build_of(temporal, *held) == ROLLED_BUILD
     finally:
         w.kubelet.timing.actuation_delay_s = 0.0
@@ -382,9 +388,17 @@ async def test_a_rolling_update_strands_nothing(
     await eventually_async(lambda: build_of(temporal, reconcile), ROLLED_BUILD, 60)
     ray.add_demands({"CPU": 2.0}, 1)
     await eventually(lambda: w.worker_cpu("deployed") == "4,4", 90)
-    said = "\n".join(messages(w.log("raysize", new)))
-    assert f"current in place of raysize-{w.queue}.0.2.0" in said, said[-3000:]
-    assert "after replaying their histories" in said, said[-3000:]
+
+    # the worker says what it did; its summary of the moves comes once every move is done,
+    # which may be after the moved loop has served the new work (seen: 0.2 s after)
+    def said() -> str:
+        return "\n".join(messages(w.log("raysize", new)))
+
+    try:
+        await eventually(lambda: "after replaying their histories" in said(), 30)
+    except AssertionError:
+        raise AssertionError(said()[-3000:]) from None
+    assert f"current in place of raysize-{w.queue}.0.2.0" in said(), said()[-3000:]
 
 
 def roll_to(build: str | None, container: dict[str, Any]) -> dict[str, Any]:
