@@ -3,7 +3,7 @@
 # binary is downloaded, but Go's own toolchain where a module asks for a newer one):
 # kube-apiserver, kube-scheduler and kube-controller-manager (one module,
 # sandbox/go/kubernetes-<version>), etcd, the KubeRay operator with its CRDs and Karpenter
-# (its kwok provider) with its CRDs; and two tools the deploy/ tests use: helm
+# (its kwok provider) with its CRDs; and what the deploy/ tests use: helm and helm-docs
 # (deploy/helm) and the Prometheus Operator's CRDs (deploy/components/monitoring is
 # dry-run against them).
 # Each part is cached under ${XDG_CACHE_HOME:-~/.cache}/raysize/control-plane/<part>-<key>,
@@ -84,7 +84,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   vflags+=" -X $pkg.gitVersion=$kube -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
   vflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
-# GOEXPERIMENT=nojsonv2: with Go >= 1.27's json v2, /openapi/v2 breaks (docs/kubernetes-resize.md §5b).
+# GOEXPERIMENT=nojsonv2: with Go >= 1.27's json v2, /openapi/v2 breaks (docs/design/kubernetes-resize.md §5b).
 # The scheduler and controller manager are built the same way, so they reuse the packages
 # Go's build cache holds from the apiserver's build (client-go, apimachinery, pkg/apis, ...)
 kube_cmd() {
@@ -153,6 +153,20 @@ if part "Prometheus Operator CRDs $prom_op_version" $cached "$prom_crds"; then
   rm -rf "$prom_crds" && mv "$prom_crds.tmp" "$prom_crds"
   part_done "Prometheus Operator CRDs $prom_op_version"
 fi
+# helm-docs, which writes deploy/helm/raysize/README.md from its values.yaml comments
+# (tests/deploy/test_helm_docs.py regenerates it and fails on a diff): `go install` of its
+# tagged module (its own go.sum, checked against the Go checksum database), keyed by version
+helm_docs_version=v1.14.2
+helm_docs_dest="$cache/helm-docs-$helm_docs_version-$(echo "$gover" | sha256sum | cut -c1-8)"
+cached=no
+[ -x "$helm_docs_dest/helm-docs" ] && cached=yes
+if part "helm-docs $helm_docs_version" $cached "$helm_docs_dest"; then
+  rm -rf "$helm_docs_dest.tmp" && mkdir -p "$helm_docs_dest.tmp"
+  (cd "$top" && GOBIN="$helm_docs_dest.tmp" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" \
+    "github.com/norwoodj/helm-docs/cmd/helm-docs@$helm_docs_version")
+  rm -rf "$helm_docs_dest" && mv "$helm_docs_dest.tmp" "$helm_docs_dest"
+  part_done "helm-docs $helm_docs_version"
+fi
 kuberay_version=$kuberay_required
 out="$cache/env-$kube"
 [ -z "$dry_run" ] || out=/dev/null
@@ -169,6 +183,7 @@ out="$cache/env-$kube"
   echo "karpenter_version=$karpenter_version"
   echo "karpenter_crds=$karpenter_crds"
   echo "helm=$helm"
+  echo "helm_docs=$helm_docs_dest/helm-docs"
   echo "prometheus_operator_version=$prom_op_version"
   echo "prometheus_operator_crds=$prom_crds"
 } | tee "$out"
