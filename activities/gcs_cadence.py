@@ -3,7 +3,7 @@
 A Raylet's queued tasks reach the GCS's cluster state only when the GCS pulls every
 Raylet's resource load, on a timer: every `gcs_pull_resource_loads_period_milliseconds`
 (1,000 by default), re-armed after each pull, so the period is a little over a second and
-steady (docs/ray-protocol.md §5.8a; on Ray 2.60: 1.0004 s, every publication within
+steady (docs/design/ray-protocol.md §5.8a; on Ray 2.60: 1.0004 s, every publication within
 ±2.3 ms of the fitted line over 148 s). A read just after a publication sees a new demand
 at once; a read at a random moment sees it half a period late on average.
 

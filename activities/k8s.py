@@ -499,7 +499,7 @@ class Kube:
     # --- writes ---------------------------------------------------------------------
     # A pod write given the pod's `uid` (the one the decision was made on) changes only
     # that pod: another pod created under its name raises PodGone, as a deleted one does.
-    # The server checks it (docs/kubernetes-resize.md §1 *UID preconditions*): a JSON patch
+    # The server checks it (docs/design/kubernetes-resize.md §1 *UID preconditions*): a JSON patch
     # starts with a `test` of /metadata/uid, a merge patch carries metadata.uid (a change
     # of an immutable field for any other pod). Both are refused with a 422 that does not
     # say which pod is there, so a refusal is read back: the pod gone or replaced is PodGone.

@@ -12,7 +12,7 @@ so a grow in flight or deferred already holds its room, as KEP-1287 has the sche
 count it — plus restartable init containers (sidecars), or a larger one-off init
 container, plus the pod's overhead. Every pod counts, other workloads' too: the watch of
 pods is cluster-wide (RBAC: `nodes` get/list/watch and `pods` list/watch in every
-namespace; `docs/kubernetes-resize.md` says why).
+namespace; `docs/design/kubernetes-resize.md` says why).
 
 Two informers (LIST, then WATCH from its resourceVersion with bookmarks; a 410 lists
 again), started at the first `rooms` call: one of Nodes (their allocatable), one of the
@@ -298,7 +298,7 @@ class NodeRooms:
                 "%s: the API server refused it (403 %s): grows are planned without the "
                 "nodes' room (a grow its node cannot take waits, deferred, until it times out). "
                 "Grant raysize's role get/list/watch on nodes and list/watch on pods in every "
-                "namespace (docs/kubernetes-resize.md); asking again every %.0f s",
+                "namespace (docs/design/kubernetes-resize.md); asking again every %.0f s",
                 name,
                 exc.reason,
                 FORBIDDEN_RETRY_S,

@@ -128,7 +128,7 @@ class TlsConfig:
 
     `server_name` overrides the name checked against the server certificate, for when
     the address dialled is not in its SANs (dialling an IP the certificate does not
-    name, or a port-forward): docs/ray-protocol.md §3(d).
+    name, or a port-forward): docs/design/ray-protocol.md §3(d).
     """
 
     ca_cert: Path
@@ -682,7 +682,7 @@ class RayGcsClient:
 
         A Raylet that runs work refuses (`accepted=False`, its reason in `rejection`); once
         accepted it takes no new work, so the pod must then go. A node the GCS knows as
-        dead is accepted at once (docs/ray-protocol.md §7).
+        dead is accepted at once (docs/design/ray-protocol.md §7).
         """
         raw = node_id_bytes(node_id)
         request = autoscaler_pb2.DrainNodeRequest(

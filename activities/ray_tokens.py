@@ -1,7 +1,7 @@
 """Each Ray cluster's own auth token, read from its Kubernetes Secret.
 
 KubeRay 1.5+ gives a RayCluster with `spec.authOptions.mode: token` a token of its own
-(docs/ray-protocol.md §3(e)): a Secret named after the cluster (`authOptions.secretName`
+(docs/design/ray-protocol.md §3(e)): a Secret named after the cluster (`authOptions.secretName`
 when set), key `auth_token`, which it puts in every Ray container as `RAY_AUTH_TOKEN`
 through a `secretKeyRef`. A head container that sets `RAY_AUTH_TOKEN` itself wins (KubeRay
 leaves it alone), so that is looked at first. A cluster with neither gets the worker's

@@ -61,7 +61,7 @@ def start_raysize_worker(
         )
 
 
-# one task-queue partition: a queue's first tasks are not spread thin (docs/temporal-notes)
+# one task-queue partition: a queue's first tasks are not spread thin (docs/design/temporal-notes)
 ONE_PARTITION = (
     "--dynamic-config-value", "matching.numTaskqueueReadPartitions=1",
     "--dynamic-config-value", "matching.numTaskqueueWritePartitions=1",

@@ -9,7 +9,7 @@ the difference is what the client adds. The large reply comes from a fake GCS in
 child process, so its serving does not share this process's GIL.
 
 Targets, printed next to the figures, with a verdict line at the end: a resize through
-the GCS takes ~1 ms at p50 (docs/ray-protocol.md §4 measured 0.93–0.97 ms; up to 1.5 ms
+the GCS takes ~1 ms at p50 (docs/design/ray-protocol.md §4 measured 0.93–0.97 ms; up to 1.5 ms
 passes), and the client adds < 0.5 ms at p50 to a resize and to a small state read.
 With --gcs the resized node is put back to its totals however the run ends.
 """

@@ -6,7 +6,7 @@ this small gRPC server instead: it speaks the RPCs raysize uses, from the same
 correctness test uses a real Ray.
 
 With a `token`, it checks every call's token as Ray 2.60 in `RAY_AUTH_MODE=token` does
-(docs/ray-protocol.md §3(d)): metadata `authorization: Bearer <token>`, anything else
+(docs/design/ray-protocol.md §3(d)): metadata `authorization: Bearer <token>`, anything else
 refused with UNAUTHENTICATED and Ray's words. `token` may be changed while it runs (a Ray
 restarted with a rotated token); `refused` counts the calls it turned away.
 """
@@ -24,7 +24,7 @@ from raysize.activities.ray_proto import ray_autoscaler_pb2 as autoscaler_pb2
 from raysize.activities.ray_proto import ray_rpc_pb2 as rpc_pb2
 from raysize.sandbox.grpc_services import add_service
 
-# what Ray 2.60 answers a call without the right token (docs/ray-protocol.md §3(d))
+# what Ray 2.60 answers a call without the right token (docs/design/ray-protocol.md §3(d))
 INVALID_TOKEN = "InvalidAuthToken: Authentication token is missing or incorrect"
 
 

@@ -9,10 +9,10 @@ the Nodes Karpenter's kwok provider creates: from the Node's ADDED event on, it 
 their status (Ready, with the capacity and allocatable the Node was made with) and runs
 the pods bound to them; a deleted one is let go, with what ran on it.
 
-Each resize follows docs/kubernetes-resize.md §2 in order: the API server bumps the generation; the
-kubelet either sets `PodResizePending` (Deferred or Infeasible, with the kubelet's exact
-messages) or accepts (`allocatedResources` + `PodResizeInProgress`); after the actuation
-delay, `containerStatuses[].resources` take the new values and the condition goes away.
+Each resize follows docs/design/kubernetes-resize.md §2 in order: the API server bumps the
+generation; the kubelet either sets `PodResizePending` (Deferred or Infeasible, with the
+kubelet's exact messages) or accepts (`allocatedResources` + `PodResizeInProgress`); after the
+actuation delay, `containerStatuses[].resources` take the new values and the condition goes away.
 A memory limit below current usage leaves `PodResizeInProgress` with reason `Error`.
 Every pod update queues the resize it asks for and retries the whole queue once, in the
 kubelet's order (non-increasing first, priority, Guaranteed, longest pending); so do pods
@@ -732,7 +732,7 @@ class Kubelet:
 
     def _deadline_exceeded(self, key: tuple[str, str], uid: str) -> None:
         """`activeDeadlineSeconds` ran out: the pod is killed and Failed. Its resources are
-        free at once, but in 1.35 a pod's end is no retry trigger (docs/kubernetes-resize.md
+        free at once, but in 1.35 a pod's end is no retry trigger (docs/design/kubernetes-resize.md
         §2: only newer kubelets retry on `pod_terminated`): deferred resizes wait for the
         ticker."""
         state = self._pods.get(key)
@@ -1074,7 +1074,7 @@ class Kubelet:
 
         if self.timing.actuation_delay_s <= 0:
             # Nothing to wait for: like the kubelet's status manager, report acceptance
-            # and actuation in one status write (docs/kubernetes-resize.md §2, step 3).
+            # and actuation in one status write (docs/design/kubernetes-resize.md §2, step 3).
             with self._one_status_write(key):
                 start()
                 self._maybe_actuate(key)

@@ -18,7 +18,7 @@ autoscaler's `workersToDelete`). The status carries `state`, `head.podIP`,
 `utils.CheckName` clips it) with a random token under `auth_token`, owned by the
 RayCluster and labelled `ray.io/cluster`, unless `authOptions.secretName` names the
 user's own; every Ray container gets `RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN` from that
-Secret (`secretKeyRef`), where it does not set them itself. docs/ray-protocol.md §3(e).
+Secret (`secretKeyRef`), where it does not set them itself. docs/design/ray-protocol.md §3(e).
 """
 
 from __future__ import annotations

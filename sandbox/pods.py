@@ -1,6 +1,6 @@
 """The pod registry strategy: defaults, QoS, and the validation of create, update and resize.
 
-Behaviour and messages follow kube-apiserver v1.36 (docs/kubernetes-resize.md §1 and §5b,
+Behaviour and messages follow kube-apiserver v1.36 (docs/design/kubernetes-resize.md §1 and §5b,
 `pkg/registry/core/pod/strategy.go`, `ValidatePodResize` and the `PodResizeValidator`
 admission), checked against the real v1.36 server by the conformance suite.
 """

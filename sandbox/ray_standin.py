@@ -137,7 +137,7 @@ class _Autoscaler:
         return autoscaler_pb2.ResizeRayletResourceInstancesReply(total_resources=reply)
 
     def DrainNode(self, request: Any, context: Any) -> Any:
-        """As Ray 2.60 answers an idle-termination drain (docs/ray-protocol.md §7): a busy
+        """As Ray 2.60 answers an idle-termination drain (docs/design/ray-protocol.md §7): a busy
         node refuses in Ray's words; an idle one is accepted and its Raylet ends (Ray
         reports it dead); an unknown one is accepted."""
         m = self.model

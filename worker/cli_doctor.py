@@ -47,7 +47,7 @@ from raysize.workflows.pod_template import template_container
 T = TypeVar("T")
 
 MIN_KUBERNETES = (1, 33)  # the pods/resize subresource (InPlacePodVerticalScaling beta)
-MIN_RAY = (2, 60)  # the GCS calls raysize makes (docs/ray-protocol.md)
+MIN_RAY = (2, 60)  # the GCS calls raysize makes (docs/design/ray-protocol.md)
 # KubeRay writes it on a head pod it made with an upgrade strategy, and on the RayClusters
 # of a RayService
 KUBERAY_VERSION_ANNOTATION = "ray.io/kuberay-version"

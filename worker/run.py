@@ -104,7 +104,7 @@ def workflow_runner() -> WorkflowRunner:
 
     Our `raysize.workflows` package is deterministic by construction (pure code, no I/O,
     no module state that changes; the import contracts keep I/O out of it, and recorded
-    histories replay on it in CI: see docs/architecture.md). The sandbox therefore had it
+    histories replay on it in CI: see docs/design/architecture.md). The sandbox therefore had it
     passed through, since re-importing it for each run cost a fifth of the worker's CPU at
     1,000 resizes, so it checked none of raysize's code but for calls of the builtins
     `open` and `input` (a test looks for those now). What it still cost: every
@@ -225,7 +225,7 @@ def worker_slots(settings: Settings) -> WorkerSlots:
         # workflow task, which is held until they end (seconds, in a burst). In a
         # 1,000-cluster burst, Temporal's default of 100 held every slot in observes and
         # new resizes' first tasks waited 100 s in the queue; 1,000 ran so many observes
-        # at once that thousands outlived the task's 10 s timeout (docs/temporal-notes.md)
+        # at once that thousands outlived the task's 10 s timeout (docs/design/temporal-notes.md)
         "max_concurrent_workflow_tasks": settings.max_concurrent_workflow_tasks,
         # each cluster's wait holds a slot for minutes: with Temporal's default (100), a
         # hundred clusters left no slot for anything else (a resize waited for a wait to
@@ -285,7 +285,7 @@ def build_worker(
         # and every task of a loop whose worker died or whose sticky task waited 10 s: in
         # a 1,000-cluster burst a resize's first task waited 71 s there at 2 polls, 34 s
         # at 10, and the burst ended after 250–298 s instead of 320–322
-        # (docs/temporal-notes.md, *What bounds the burst*)
+        # (docs/design/temporal-notes.md, *What bounds the burst*)
         nonsticky_to_sticky_poll_ratio=1.0,
         max_concurrent_activity_task_polls=10,
         **worker_slots(settings),

@@ -1,4 +1,4 @@
-"""Worker Versioning, as the workflows see it (docs/temporal-notes.md, *Upgrades and
+"""Worker Versioning, as the workflows see it (docs/design/temporal-notes.md, *Upgrades and
 Worker Versioning*).
 
 A versioned worker (`RAYSIZE_DEPLOYMENT_NAME` set) runs every workflow type PINNED: a run
@@ -27,7 +27,7 @@ from temporalio.common import VersioningBehavior
 with workflow.unsafe.imports_passed_through():
     from raysize.workflows.naming import DISCOVERY_WORKFLOW, RECONCILE_WORKFLOW, RESIZE_WORKFLOW
 
-# Each type's behaviour, and why (docs/temporal-notes.md):
+# Each type's behaviour, and why (docs/design/temporal-notes.md):
 # - the resize saga: a saga finishes on the code it started on (its rollback included);
 # - reconcile and discovery: pinned for the length of a run (no patch needed for what a new
 #   build changes), and moved to the current version at each continue-as-new.

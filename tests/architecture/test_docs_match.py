@@ -1,4 +1,4 @@
-"""docs/architecture.md's *Workflow types and activities* is the checked list of what the
+"""docs/design/architecture.md's *Workflow types and activities* is the checked list of what the
 worker registers: its two tables must say exactly what the code does.
 
 - Workflow types: what `build_worker` (worker/run.py) registers, with each type's
@@ -34,9 +34,9 @@ from raysize.workflows.contracts import Act
 from raysize.workflows.versioning import BEHAVIOR
 
 REPO = Path(__file__).resolve().parents[2]
-DOC = REPO / "docs" / "architecture.md"
+DOC = REPO / "docs" / "design" / "architecture.md"
 SECTION = "## Workflow types and activities"
-WHERE = f"docs/architecture.md, section {SECTION[3:]!r}"
+WHERE = f"docs/design/architecture.md, section {SECTION[3:]!r}"
 NONE = "—"  # an empty cell (no signals, no queries)
 
 
@@ -45,7 +45,7 @@ def section_tables(text: str) -> list[list[list[str]]]:
     """The Markdown tables of the section, each as its body rows' cells (header and
     separator dropped)."""
     start = text.find(f"\n{SECTION}\n")
-    assert start >= 0, f"docs/architecture.md has no {SECTION!r} section"
+    assert start >= 0, f"docs/design/architecture.md has no {SECTION!r} section"
     end = text.find("\n## ", start + len(SECTION) + 2)
     body = text[start : end if end >= 0 else len(text)]
     tables: list[list[list[str]]] = []

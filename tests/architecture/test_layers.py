@@ -1,4 +1,4 @@
-"""The layers of docs/architecture.md hold, and the check that enforces them (import-linter
+"""The layers of docs/design/architecture.md hold, and the check that enforces them (import-linter
 contracts in pyproject.toml, run by `make lint`) really fails on a forbidden import."""
 
 from __future__ import annotations

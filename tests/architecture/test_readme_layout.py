@@ -38,4 +38,4 @@ def test_the_files_it_points_to_exist() -> None:
     for target in re.findall(r"\]\(([^)#:]+)\)", README):
         assert (ROOT / target).exists(), target
     assert "CONTRIBUTING.md" in re.findall(r"\]\(([^)#:]+)\)", README)
-    assert "docs/test-worlds.md" in re.findall(r"\]\(([^)#:]+)\)", README)
+    assert "docs/design/test-worlds.md" in re.findall(r"\]\(([^)#:]+)\)", README)

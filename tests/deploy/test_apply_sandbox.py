@@ -276,7 +276,7 @@ def test_without_the_node_room_the_worker_plans_without_it_and_says_so_once(
         assert len(said) == 1 and said[0].levelno == logging.WARNING
         message = said[0].getMessage()
         assert "grows are planned without the nodes' room" in message
-        assert "docs/kubernetes-resize.md" in message
+        assert "docs/design/kubernetes-resize.md" in message
         assert not rooms.synced() and rooms.rooms(["any"]) == {}
         assert rooms.state()["node_room.nodes"] == 0
     finally:

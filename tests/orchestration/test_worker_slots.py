@@ -3,7 +3,7 @@ holds its loop's task. The worker's slots (`worker_slots`, RAYSIZE_MAX_CONCURREN
 TASKS) must let more loops than Temporal's default of 100 hold theirs at once: with that
 default, a 1,000-cluster burst kept every slot in observes that waited seconds on the API
 server, and new resizes' first workflow tasks waited 100 s in the queue behind them
-(`bench.fleet_bench`, 2026-12-06; docs/temporal-notes.md)."""
+(`bench.fleet_bench`, 2026-12-06; docs/design/temporal-notes.md)."""
 
 from __future__ import annotations
 

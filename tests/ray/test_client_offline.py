@@ -273,7 +273,7 @@ def test_bad_input_is_refused_before_anything_is_sent() -> None:
     ids=["zero", "negative", "nan", "gpu"],
 )
 def test_a_refused_resize_never_reaches_the_gcs(target, message) -> None:
-    """Ray would delete a resource set to 0 or less and accept NaN (docs/ray-protocol.md
+    """Ray would delete a resource set to 0 or less and accept NaN (docs/design/ray-protocol.md
     §3(c)), so these must not go out at all: the stand-in counts the resizes it gets."""
     from raysize.sandbox.gcs_standin import GcsStandIn
 

@@ -1,4 +1,4 @@
-"""`drain_node()` against a real Ray 2.60 (docs/ray-protocol.md §7): an idle Raylet
+"""`drain_node()` against a real Ray 2.60 (docs/design/ray-protocol.md §7): an idle Raylet
 accepts and ends, a busy one refuses in Ray's words, a dead or unknown node is accepted.
 
 Its own small cluster: a drained Raylet is gone for good, so the package's shared

@@ -1,6 +1,6 @@
-"""docs/ray-protocol.md §5.5, pinned: what makes Ray retry a placement group after a resize.
+"""docs/design/ray-protocol.md §5.5, pinned: what makes Ray retry a placement group after a resize.
 
-Findings (docs/ray-infeasible-pg.md): a placement group that no node could hold even
+Findings (docs/design/ray-infeasible-pg.md): a placement group that no node could hold even
 when empty is parked as INFEASIBLE and only a node *registering* with the GCS puts it
 back in the queue; a resize does not. A placement group that merely waits for free
 resources (NO_RESOURCES) is retried about once a second, so a resize is enough.

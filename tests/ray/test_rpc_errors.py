@@ -1,7 +1,7 @@
 """Every way a GCS call can fail, as the client reports it, and how the workflows see it;
 the deadline of a call to a GCS that never answers; one channel for all calls.
 
-No Ray: a stand-in gRPC server in this process answers the way docs/ray-protocol.md §3(c)
+No Ray: a stand-in gRPC server in this process answers the way docs/design/ray-protocol.md §3(c)
 says Ray 2.60 does (ABORTED with Ray's status name as the details and the message in
 the `grpc-status-details-bin` trailer, UNAUTHENTICATED for a token), or with any other
 gRPC code. The client is the real `RayGcsClient`; the errors are real `grpc.RpcError`s.
@@ -107,7 +107,7 @@ class Case:
 
 
 CASES = {
-    # docs/ray-protocol.md §3(c): what Ray 2.60 answers
+    # docs/design/ray-protocol.md §3(c): what Ray 2.60 answers
     "not-found": Case(
         aborts(grpc.StatusCode.ABORTED, "NotFound", f"Raylet {NODE.hex()} is not alive."),
         RayletNotFound,

@@ -3,7 +3,7 @@
 Certificates are made with the `openssl` command. The server certificate names only
 `gcs.internal`, so dialling 127.0.0.1 needs `server_name` (the client),
 `--tls-server-name` or `RAY_TLS_SERVER_NAME` (the CLI and the worker), as the TLS
-section of docs/ray-protocol.md warns.
+section of docs/design/ray-protocol.md warns.
 """
 
 from __future__ import annotations

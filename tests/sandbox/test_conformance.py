@@ -1,4 +1,4 @@
-"""Black-box conformance: docs/kubernetes-resize.md §1 and §2 through the real `kubernetes` client.
+"""Black-box conformance: docs/design/kubernetes-resize.md §1 and §2 through the real `kubernetes` client.
 
 Only the `kube`/`core`/`ns` fixtures are used, so with RAYSIZE_TEST_KUBECONFIG pointing
 at a real v1.35 cluster these tests run unchanged against it.
@@ -516,7 +516,7 @@ def test_sidecar_resources_resize_like_a_containers(core, ns, server_minor):
 
 
 def test_non_sidecar_init_container_resize_needs_the_nodes_feature(core, ns, server_minor):
-    """Before 1.36 a non-sidecar init container's resources are immutable (docs/kubernetes-resize.md §1
+    """Before 1.36 a non-sidecar init container's resources are immutable (docs/design/kubernetes-resize.md §1
     step 9). 1.36 validates the change and its admission asks the pod's Node: one that does
     not declare InPlacePodVerticalScalingInitContainers refuses it with 403."""
     pod = parked_pod(core, ns, with_init_container("p"))
@@ -570,7 +570,7 @@ def test_a_resize_of_a_pod_whose_node_is_gone_is_refused_from_1_36(core, ns, ser
 
 def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns, server_minor):
     """Adding ephemeral-storage to a container that had no resources is refused since
-    PR #135084 (docs/kubernetes-resize.md §1 step 9); a 1.35 without that fix would accept
+    PR #135084 (docs/design/kubernetes-resize.md §1 step 9); a 1.35 without that fix would accept
     it, and 1.33.13 does."""
     body = pod_body("p", containers=2, **BURSTABLE)
     body["spec"]["containers"][1]["resources"] = {}
@@ -603,7 +603,7 @@ def test_a_container_without_resources_may_gain_cpu_and_memory_only(core, ns, se
 
 
 def test_a_terminating_pod_may_be_resized(core, ns):
-    """docs/kubernetes-resize.md §1: ValidatePodResize has no check for terminating pods. A finalizer
+    """docs/design/kubernetes-resize.md §1: ValidatePodResize has no check for terminating pods. A finalizer
     keeps the pod terminating (deletionTimestamp set) for as long as the test needs."""
     body = pod_body("p", **BURSTABLE)
     body["metadata"]["finalizers"] = ["raysize.test/hold"]
@@ -628,7 +628,7 @@ def test_a_terminating_pod_may_be_resized(core, ns):
 
 
 def test_server_side_apply_on_the_pod_and_its_resize_subresource(core, ns):
-    """docs/kubernetes-resize.md §1: /resize takes application/apply-patch+yaml. force=True: the pod's
+    """docs/design/kubernetes-resize.md §1: /resize takes application/apply-patch+yaml. force=True: the pod's
     creator owns these fields, and a real server answers 409 to a non-forced apply that
     changes them (the sandbox does not track field managers; see sandbox/patch.py)."""
     pod = parked_pod(core, ns, pod_body("p", **BURSTABLE))
@@ -1039,7 +1039,7 @@ def test_resources_cannot_change_through_a_plain_pod_update(core, ns):
         )
     body = status_of(exc)
     assert (exc.value.status, body["reason"]) == (422, "Invalid")
-    # docs/kubernetes-resize.md §1: what follows "other than " (the list of updatable fields and a
+    # docs/design/kubernetes-resize.md §1: what follows "other than " (the list of updatable fields and a
     # diff) varies by version, so only this prefix and the single cause are pinned.
     assert body["message"].startswith(
         'Pod "p" is invalid: spec: Forbidden: pod updates may not change fields other than '

@@ -1,4 +1,4 @@
-"""Black-box conformance: docs/kubernetes-resize.md §2 (what the kubelet reports), one test per rule.
+"""Black-box conformance: docs/design/kubernetes-resize.md §2 (what the kubelet reports), one test per rule.
 
 Everything goes through the real `kubernetes` client. The first part uses only the
 `kube`/`core`/`ns` fixtures, so with RAYSIZE_TEST_KUBECONFIG pointing at a real v1.35

@@ -9,7 +9,7 @@ and initializes it (its `unregistered` taint lifted); kube-scheduler binds the p
 and the kubelet simulator runs it.
 
 That test runs in the real world only: the embedded world has no node autoscaler, and
-nothing there ever makes a node for a pod (docs/test-worlds.md). The kubelet simulator's
+nothing there ever makes a node for a pod (docs/design/test-worlds.md). The kubelet simulator's
 side (adopting such a Node, running it at Karpenter's size, letting it go) is also
 checked on its own, on the embedded store."""
 
@@ -38,7 +38,7 @@ def started(world: str, world_sandbox: Any) -> RealSandbox:
     """Karpenter on the real world (started by the first test that asks; it runs until
     the world closes, stopped by its process group)."""
     if world != "real":
-        pytest.skip("only the real world runs a node autoscaler (docs/test-worlds.md)")
+        pytest.skip("only the real world runs a node autoscaler (docs/design/test-worlds.md)")
     assert isinstance(world_sandbox, RealSandbox)
     world_sandbox.start_karpenter()
     return world_sandbox

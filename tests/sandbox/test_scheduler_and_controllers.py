@@ -9,7 +9,7 @@ its owner is gone; a PodDisruptionBudget gets its status, which the eviction API
 The embedded world keeps its own binding, the kubelet simulator's scheduler stand-in (the
 zero-dependency demo installs nothing), with the same charge for a pod being resized; it
 runs no controllers: its Deployments and budgets are stored, never acted on, and it has
-no eviction API (docs/test-worlds.md). So binding and the charge are tested in both
+no eviction API (docs/design/test-worlds.md). So binding and the charge are tested in both
 worlds, the controllers where they run."""
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_a_deferred_grow_holds_its_room_until_it_is_reverted(
 @pytest.fixture
 def controllers(world: str) -> None:
     if world == "sandbox":
-        pytest.skip("the embedded world runs no controller manager (docs/test-worlds.md)")
+        pytest.skip("the embedded world runs no controller manager (docs/design/test-worlds.md)")
 
 
 def deployment(name: str, replicas: int) -> dict[str, Any]:

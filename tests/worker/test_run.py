@@ -21,7 +21,7 @@ from raysize.worker.settings import Settings
 def test_workflows_run_outside_the_sandbox() -> None:
     """The sandbox checked none of raysize's workflow code (it was passed through) and
     ran code through `exec` for every activation and payload on the worker's event loop
-    (docs/temporal-notes.md); the replay test runs the same runner."""
+    (docs/design/temporal-notes.md); the replay test runs the same runner."""
     assert isinstance(workflow_runner(), UnsandboxedWorkflowRunner)
 
 

@@ -3,7 +3,7 @@ Ray publishes its demand again (`landing.taken_by_grows`, `deadlines.GrowWatch`)
 
 The workload: one 1-CPU worker (its group may grow to 8), a `{CPU: 2}` task (w1 grows
 1 → 2 CPU and runs it), then a PACK placement group of 2 × `{CPU: 2}`. Until Ray's next
-demand publication (every 1.0004 s, docs/ray-protocol.md §5.8a) it still lists the task.
+demand publication (every 1.0004 s, docs/design/ray-protocol.md §5.8a) it still lists the task.
 """
 
 from __future__ import annotations

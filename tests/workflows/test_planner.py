@@ -396,7 +396,7 @@ def test_room_left_by_rounding_a_gangs_growth_up_takes_waiting_tasks() -> None:
 
 def test_gang_that_fits_no_registered_node_gets_a_new_pod_not_a_resize() -> None:
     # Ray only retries such a placement group when a node registers: growing w1 to 3
-    # CPUs would leave it pending forever (docs/ray-infeasible-pg.md)
+    # CPUs would leave it pending forever (docs/design/ray-infeasible-pg.md)
     g = gang(GangStrategy.STRICT_PACK, res(1.5), res(1.5))
     p = plan(snapshot([group()], [pod("w1")], gangs=(g,)))
     assert p.resize == ()

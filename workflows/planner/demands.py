@@ -37,7 +37,7 @@ def carry_over_to_free_room(ctx: PlanContext, ledger: Ledger) -> None:
     ledger.free_bins = free_bins
 
     # Ray retries a placement group that fits no node's *total* only when a node
-    # registers (docs/ray-infeasible-pg.md): growing pods in place would not get it
+    # registers (docs/design/ray-infeasible-pg.md): growing pods in place would not get it
     # placed, so such a gang is planned on free room and new pods only.
     registered = [
         ctx.index.vec(p.total)

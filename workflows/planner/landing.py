@@ -1,6 +1,6 @@
 """Grows landing and just landed. While one lands, no pod is launched for demand. After
 one landed, Ray may still report the task demand it took as pending, until the GCS next
-publishes the Raylets' loads (about once a second, docs/ray-protocol.md §5.8a): that
+publishes the Raylets' loads (about once a second, docs/design/ray-protocol.md §5.8a): that
 much task demand, no more than the room the grow opened (`taken_by_grows`), is not
 planned for until then. Everything else (more task demand, placement groups,
 `request_resources`) is planned at once (issue #13: a task, then a placement group;
