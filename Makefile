@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit suite suite-serial bench bench-ray clean install demo control-plane conformance-1.33 browser
+.PHONY: test lint typecheck unit suite suite-serial bench bench-ray clean install demo control-plane conformance-1.33 browser docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,12 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports --no-logo
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The user guide (mkdocs.yml, docs/) on http://127.0.0.1:8000, rebuilt as you edit;
+# `make lint` builds it with --strict into build/site (git-ignored)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 typecheck: $(STAMP)
 	$(BIN)/mypy raysize bench
