@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit suite suite-serial bench bench-ray clean install demo control-plane conformance-1.33 browser docs
+.PHONY: test lint typecheck unit suite suite-serial bench bench-ray clean install demo control-plane conformance-1.33 browser chart-docs docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,12 @@ install: $(STAMP)
 KUBERNETES_VERSION ?= v1.36.3
 control-plane:
 	bash scripts/build_control_plane.sh $(KUBERNETES_VERSION)
+
+# deploy/helm/raysize/README.md from its README.md.gotmpl and values.yaml's `# --` comments,
+# with the helm-docs control-plane builds (tests/deploy/test_helm_docs.py fails when stale)
+chart-docs: control-plane
+	cd deploy/helm/raysize && "$$(sed -n 's/^helm_docs=//p' "$${XDG_CACHE_HOME:-$$HOME/.cache}/raysize/control-plane/env-$(KUBERNETES_VERSION)")" \
+	  --chart-search-root . --skip-version-footer --log-level warning
 
 # Debian's Chromium, for the test that looks at the Temporal UI in a headless browser
 # (tests/orchestration/test_temporal_ui.py); installed once per machine, as root or with sudo

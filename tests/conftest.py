@@ -49,6 +49,8 @@ BY_FILE = {
     "deploy/test_lifecycle_real.py": "real",
     "deploy/test_admission_policy.py": "real",
     "deploy/test_helm.py": "real",
+    "deploy/test_helm_docs.py": "real",  # helm-docs from the control plane's build
+    "deploy/test_helm_values.py": "real",
     "deploy/test_monitoring.py": "real",
     "deploy/test_readme_deploy.py": "real",
     "sandbox/test_podnet.py": "real",
