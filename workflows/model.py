@@ -264,6 +264,13 @@ class LaunchAction(Value):
     group: str
     count: int
     reason: str
+    cpu: int = Field(
+        default=0,
+        description="millicores the new pods start at (0: their template's size): the work "
+        "they are launched for, so the scheduler places them where that fits and a node "
+        "autoscaler sees their real size (docs/design/architecture.md, launching at size)",
+    )
+    memory: int = Field(default=0, description="bytes the new pods start at (0: the template's)")
 
 
 class Infeasible(Value):

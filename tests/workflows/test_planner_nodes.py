@@ -100,3 +100,35 @@ def test_a_placement_group_that_does_not_fit_gives_its_nodes_room_back() -> None
     p = plan(snap)
     assert [(r.pod, r.cpu) for r in p.resize] == [("w1", cores(7))], [r.reason for r in p.resize]
     assert "1 × {CPU: 3} pending" in p.resize[0].reason
+
+
+def launched(p) -> dict[str, tuple[float, float, int]]:
+    return {a.group: (a.cpu / 1000, a.memory / GIB, a.count) for a in p.launch}
+
+
+def test_a_pod_is_launched_at_the_size_of_the_work_it_is_for() -> None:
+    # {CPU: 3} waits and w1's node has no room: the new pod starts at 3 CPU (the task's
+    # memory rounded up to the 1Gi step), so the scheduler places it where 3 CPU fit and a
+    # node autoscaler sees 3 CPU, not the template's 1 CPU that would fit anywhere
+    snap = snapshot(
+        [group()], [pod("w1", idle_s=5, node="n1")], [(res(3), 1)], nodes={"n1": room(0.5)}
+    )
+    p = plan(snap)
+    assert launched(p) == {"g1": (3, 2, 1)}
+    assert p.launch[0].reason.endswith(", at 3 CPU/2Gi"), p.launch[0].reason
+
+
+def test_pods_launched_together_start_at_the_largest_work_of_their_group() -> None:
+    # two {CPU: 3} and one {CPU: 1}: at most 4 CPU a pod (its IPPR maximum); the group's
+    # new pods start at the size the largest of them needs
+    p = plan(snapshot([group()], [], [(res(3), 2), (res(1), 1)]))
+    (a,) = p.launch
+    assert a.count == 2 and a.cpu == cores(4), a
+    assert a.cpu <= cores(4)
+
+
+def test_a_launch_the_template_covers_says_no_size() -> None:
+    # the template's 1 CPU/1Gi holds the work: the pod starts as its template says
+    p = plan(snapshot([group()], [], [(res(1, 1), 1)]))
+    assert launched(p) == {"g1": (0, 0, 1)}
+    assert ", at " not in p.launch[0].reason

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from raysize.workflows.model import LaunchAction, Plan, ResizeAction
+from raysize.workflows.planner.bins import Bin
 from raysize.workflows.planner.context import PlanContext
 from raysize.workflows.planner.selectors import is_placement_group_resource
 from raysize.workflows.planner.work import Ledger
+from raysize.workflows.resources import size_text
 
 
 def leave_grouped_tasks_to_their_groups(ctx: PlanContext) -> None:
@@ -55,20 +57,46 @@ def note_what_waits(ctx: PlanContext, ledger: Ledger) -> None:
         ctx.notes.append(f"{what}: {shapes}")
 
 
+def launch_sizes(ctx: PlanContext, bins: list[Bin]) -> dict[str, tuple[int, int]]:
+    """The size (millicores, bytes) each group's new pods start at, where larger than its
+    template: the most the work any of them is launched for takes, rounded up to the step
+    as a grow is, and never past the group's IPPR maximum. A new pod then asks the
+    scheduler for its real size from its first scheduling attempt (it lands where that
+    fits, and a node autoscaler adds a node of that size) instead of landing at its
+    template's size wherever that fits and growing there a tick later."""
+    ix, settings = ctx.index, ctx.settings
+    cpu_i, mem_i = ix.cpu_i, ix.mem_i
+    out: dict[str, tuple[int, int]] = {}
+    for b in bins:
+        if b.pod is not None or b.launch_reason is None or b.group.ippr is None:
+            continue
+        template = ix.vec(b.group.resources)
+        size = list(out.get(b.group.name, (template[cpu_i], template[mem_i])))
+        for k, (i, step) in enumerate(((cpu_i, settings.cpu_step), (mem_i, settings.memory_step))):
+            used = b.ceiling[i] - b.free[i]
+            want = min(b.ceiling[i], -(-used // step) * step)
+            size[k] = max(size[k], want)
+        out[b.group.name] = (size[0], size[1])
+    for g, (cpu, mem) in list(out.items()):
+        template = ix.vec(ctx.snap.groups[g].resources)
+        if cpu <= template[cpu_i] and mem <= template[mem_i]:
+            del out[g]
+    return out
+
+
 def to_plan(ctx: PlanContext, ledger: Ledger, resizes: dict[str, ResizeAction]) -> Plan:
     launches = ctx.launches
+    sizes = launch_sizes(ctx, ledger.free_bins)
+
+    def launch(g: str, n: int) -> LaunchAction:
+        reason = "; ".join(f"{c} for {r}" for r, c in sorted(launches.reasons.get(g, {}).items()))
+        cpu, mem = sizes.get(g, (0, 0))
+        if cpu or mem:
+            reason += f", at {size_text(cpu, mem)}"
+        return LaunchAction(group=g, count=n, reason=reason, cpu=cpu, memory=mem)
+
     return Plan(
-        launch=tuple(
-            LaunchAction(
-                group=g,
-                count=n,
-                reason="; ".join(
-                    f"{c} for {r}" for r, c in sorted(launches.reasons.get(g, {}).items())
-                ),
-            )
-            for g, n in sorted(launches.count.items())
-            if n > 0
-        ),
+        launch=tuple(launch(g, n) for g, n in sorted(launches.count.items()) if n > 0),
         resize=tuple(sorted(resizes.values(), key=lambda r: r.pod)),
         terminate=tuple(sorted(ctx.terminate.values(), key=lambda t: t.pod)),
         infeasible=ledger.left(),
