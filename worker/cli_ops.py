@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
     ) -> None:
-        """Run the raysize worker (settings: RAYSIZE_* environment variables, see README)."""
+        """Run the raysize worker (settings: RAYSIZE_* variables, docs/configuration.md)."""
         from raysize.worker.run import run_worker, tune_gc
         from raysize.worker.telemetry import configure_logging
 

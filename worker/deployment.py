@@ -203,7 +203,7 @@ async def settle_current_version(client: Client, settings: Settings) -> str:
                 f"made {name} current: the deployment had no current version (a first "
                 "install; RAYSIZE_MAKE_CURRENT=if-none); a later version takes over when "
                 "this one's workers are gone (a rolling update), or is promoted by "
-                "hand (README: Upgrading raysize)",
+                "hand (docs/upgrading.md)",
             )
         return _say(
             logging.WARNING,

@@ -94,7 +94,11 @@ class Settings(BaseSettings):
 
     # --- Temporal ---
     temporal_address: str = Field("localhost:7233", description="Temporal frontend host:port")
-    temporal_namespace: str = Field("default", description="Temporal namespace")
+    temporal_namespace: str = Field(
+        "default",
+        description="Temporal namespace; one that does not exist stops every command, with "
+        "the command that creates it",
+    )
     cluster_name: str = Field(
         "",
         description="this Kubernetes cluster's name, when several share one Temporal "
@@ -135,7 +139,9 @@ class Settings(BaseSettings):
         "its credential files (RAYSIZE_TEMPORAL_TLS_*, RAYSIZE_TEMPORAL_API_KEY_FILE)",
     )
     register_search_attributes: bool = Field(
-        True, description="register raysize's search attributes at start when allowed"
+        True,
+        description="register raysize's search attributes at start when allowed; with false, "
+        "a worker that finds them missing stops and prints the command to run",
     )
     deployment_name: str | None = Field(
         None,
@@ -176,8 +182,17 @@ class Settings(BaseSettings):
     kubeconfig: Path | None = Field(
         None, description="kubeconfig file; default: $KUBECONFIG, then in-cluster config"
     )
-    namespaces: str = Field("", description="comma-separated namespaces to watch; empty: all")
-    discover: bool = Field(True, description="manage every RayCluster with ray.io/ippr")
+    namespaces: str = Field(
+        "",
+        description="comma-separated namespaces to watch; empty: all (needs a ClusterRole: "
+        "deploy/components/cluster-wide). A listed namespace raysize cannot act in (missing, "
+        "or no raysize Role) gets one WARNING at start; the worker keeps running",
+    )
+    discover: bool = Field(
+        True,
+        description="manage every RayCluster with ray.io/ippr (or raysize.io/enabled: "
+        '"true", to scale out and in only); false: only clusters started with raysize start',
+    )
     discovery_interval_s: float = Field(
         15.0, gt=0, allow_inf_nan=False, description="seconds between discovery rounds"
     )
@@ -234,7 +249,11 @@ class Settings(BaseSettings):
         "a safety net (a change of its pods, its RayCluster or Ray's demands, and the plan's "
         "own deadlines such as an idle pod's expiry, wake it at once)",
     )
-    max_concurrent_resizes: int = Field(100, ge=1, description="resize sagas per cluster at once")
+    max_concurrent_resizes: int = Field(
+        100,
+        ge=1,
+        description="resize sagas per cluster at once; the rest are held and retried next tick",
+    )
     max_concurrent_activities: int = Field(
         2000,
         ge=10,
@@ -266,18 +285,31 @@ class Settings(BaseSettings):
         "loop) and one per pod resizing, so a fleet in a burst needs many more than "
         "Temporal's default of 1,000",
     )
-    resize_policy: ResizePolicy = Field(ResizePolicy.RIGHT_SIZE, description="right-size or max")
-    cpu_step: str = Field("1", description="CPU rounding step of a resize target (quantity)")
-    memory_step: str = Field("1Gi", description="memory rounding step (quantity)")
+    resize_policy: ResizePolicy = Field(
+        ResizePolicy.RIGHT_SIZE,
+        description="right-size: the smallest step-rounded size that fits what waits; max: "
+        "one step to the group's maximum, as Ray's autoscaler does",
+    )
+    cpu_step: str = Field(
+        "1", description="CPU rounding step of a resize target (a positive quantity: 1, 500m)"
+    )
+    memory_step: str = Field(
+        "1Gi", description="memory rounding step of a resize target (a positive quantity)"
+    )
     idle_timeout_s: float = Field(
-        60.0, ge=0, allow_inf_nan=False, description="idle pods older than this shrink/go"
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="idle pods older than this shrink back to their template size, then go; "
+        "the RayCluster's idleTimeoutSeconds wins",
     )
     raylet_start_timeout_s: float = Field(
         600.0,
         gt=0,
         allow_inf_nan=False,
-        description="a running worker pod whose Raylet has not registered after this long is "
-        "replaced",
+        description="a worker pod Kubernetes has run this long (since its status.startTime) "
+        "whose Raylet has not registered is removed, and replaced if the minimum or the work "
+        "asks; until then it counts as room that is coming",
     )
     observe_only: bool = Field(
         False,

@@ -551,10 +551,10 @@ def documented_node_room(text: str, start: str) -> set[tuple[str, str, str]]:
 
 
 def test_the_docs_list_the_node_room_grant_as_it_is():
-    """docs/design/kubernetes-resize.md ("Node room") and the README's RBAC list the grant the
+    """docs/design/kubernetes-resize.md ("Node room") and the guide's RBAC list the grant the
     component makes, and name it."""
     doc = (ROOT / "docs" / "design" / "kubernetes-resize.md").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "security.md").read_text()
     section = "## Node room: what raysize reads and why"
     assert documented_node_room(doc, section) == NODE_ROOM_RULES
     assert documented_node_room(readme, "And, cluster-wide, the node room") == NODE_ROOM_RULES

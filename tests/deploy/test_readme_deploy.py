@@ -1,5 +1,5 @@
-"""README, "Deploy": every command in its shell blocks is run here, as a
-user would on a checkout next to their own overlay (the README's `my-raysize/`), against
+"""docs/install.md (was the README's "Deploy"): every command in its shell blocks is run here,
+as a user would on a checkout next to their own overlay (the page's `my-raysize/`), against
 the real API server: `kubectl kustomize` renders, `kubectl apply` is a server-side dry
 run, `helm install` is `helm template | kubectl apply --dry-run=server -f -`. Only the
 docker commands are not run (no Docker here): their Dockerfile and tag are checked."""
@@ -19,13 +19,11 @@ import yaml
 from raysize.sandbox.realworld import DEFAULT_KUBERNETES_VERSION, parts
 from tests.deploy.conftest import DEPLOY, KUBECTL, ROOT
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "install.md"
 
 
 def deploy_section() -> str:
-    text = README.read_text()
-    start = text.index("## Deploy\n")
-    return text[start : text.index("\n## ", start + 1)]
+    return README.read_text()
 
 
 def blocks(lang: str) -> list[str]:

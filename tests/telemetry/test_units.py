@@ -21,11 +21,11 @@ from raysize.workflows.telemetry import logfmt
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_failure_reasons_are_a_small_fixed_set_of_types_the_readme_lists() -> None:
+def test_failure_reasons_are_a_small_fixed_set_of_types_the_guide_lists() -> None:
     """The `reason` label of the resize counters is a `FailureCause`, set where the saga
     fails: not read back from its message, so rewording one changes no metric."""
-    readme = (ROOT / "README.md").read_text()
-    listed = re.search(r"`reason` is one of ((?:`[a-z_]+`,?\s*)+)", readme)
+    guide = (ROOT / "docs" / "metrics.md").read_text()
+    listed = re.search(r"`reason` is one of ((?:`[a-z_]+`,?\s*)+)", guide)
     assert listed is not None
     assert set(re.findall(r"`([a-z_]+)`", listed.group(1))) == {c.value for c in FailureCause}
     assert "failure_reason" not in vars(telemetry)

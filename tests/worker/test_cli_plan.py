@@ -142,7 +142,8 @@ def test_explain_with_an_unknown_mode_names_the_choices(tmp_path: Path) -> None:
     assert "--explain=short: expected --explain (a summary) or --explain=full" in out.stderr
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "docs" / "demo.md"
 
 
 def test_the_readme_plan_example_runs_on_the_shipped_scenario(
@@ -153,8 +154,8 @@ def test_the_readme_plan_example_runs_on_the_shipped_scenario(
         for ln in README.read_text().splitlines()
         if ln.strip().strip("`").startswith("raysize plan ")
     ]
-    assert commands, "README has no `raysize plan` example"
-    monkeypatch.chdir(README.parent)
+    assert commands, "docs/demo.md has no `raysize plan` example"
+    monkeypatch.chdir(ROOT)
     for command in commands:
         args = command.split()[1:]
         assert "bench/examples/small.json" in args

@@ -45,8 +45,8 @@ def _phases_entered(path: Path) -> set[str]:
 
 
 def _readme_phases() -> set[str]:
-    """The phases of the README's PodResizeWorkflow table (its first column)."""
-    text = (REPO / "README.md").read_text()
+    """The phases of the guide's PodResizeWorkflow table (its first column)."""
+    text = (REPO / "docs" / "how-it-works.md").read_text()
     start = text.index("**PodResizeWorkflow**")
     table = text[start : text.index("\nOutcomes (", start)]
     return set(re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE))
