@@ -241,3 +241,37 @@ def test_kustomize_install_upgrade_with_prune_and_delete(api, tmp_path: Path):
 
     kubectl(api, "delete", "-k", str(second), "--wait=false")
     assert labelled(api, KUSTOMIZED) == set()
+
+
+def test_kustomize_installs_into_another_namespace_from_one_line(api, tmp_path: Path):
+    """The install's namespace is written once, deploy/worker/kustomization.yaml's
+    `namespace:`: changed to "ops", everything follows it (the worker's objects, the
+    bindings' subjects, the admission policies' ServiceAccount), and the real server grants
+    that ServiceAccount what raysize does in the watched namespace, and nothing to
+    raysize:raysize."""
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    worker_kustomization = tmp_path / "deploy" / "worker" / "kustomization.yaml"
+    text = worker_kustomization.read_text()
+    assert text.count("\nnamespace: raysize\n") == 1
+    worker_kustomization.write_text(text.replace("\nnamespace: raysize\n", "\nnamespace: ops\n"))
+    docs = render(tmp_path / "deploy")
+    assert "raysize:raysize" not in yaml.safe_dump_all(docs)
+    assert {d["metadata"].get("namespace") for d in docs} == {None, "ops", "default"}
+    kubectl(api, "apply", "-k", str(tmp_path / "deploy"))
+    assert image_and_build(worker(api, "ops"))[0] == "raysize:0.2.0"
+    account = "system:serviceaccount:ops:raysize"
+    for verb, resource in (("patch", "pods"), ("patch", "pods/resize"), ("list", "rayclusters")):
+        allowed = run_kubectl("auth", "can-i", verb, resource, "-n", "default", "--as", account,
+                              kubeconfig=api)  # fmt: skip
+        assert allowed.stdout.strip() == "yes", (verb, resource, allowed.stderr)
+        stale = run_kubectl("auth", "can-i", verb, resource, "-n", "default", "--as",
+                            "system:serviceaccount:raysize:raysize", kubeconfig=api)  # fmt: skip
+        assert stale.stdout.strip() == "no"
+    nodes = run_kubectl("auth", "can-i", "list", "nodes", "--as", account, kubeconfig=api)
+    assert nodes.stdout.strip() == "yes"  # the node room's binding follows too
+    policies = json.loads(kubectl(api, "get", "validatingadmissionpolicies", "-o", "json"))
+    expressions = [
+        c["expression"] for p in policies["items"] for c in p["spec"].get("matchConditions", [])
+    ]
+    assert expressions == [f"request.userInfo.username == '{account}'"] * 2
+    kubectl(api, "delete", "-k", str(tmp_path / "deploy"), "--wait=false")
