@@ -204,6 +204,8 @@ class ClusterActivities:
     tokens: RayTokens | None = None  # set in __post_init__: each cluster's own Ray token
     # RAYSIZE_OBSERVE_ONLY: plan and say, never write (activities/observe_only.py)
     observe_only: ObserveOnly = field(default_factory=ObserveOnly)
+    # RAYSIZE_LAUNCH_AT_SIZE: the size new pods start at is written (Kube.write_launch_sizes)
+    launch_at_size: bool = True
     # the threads of the blocking calls, per API server and GCS (activities/targets.py);
     # the worker passes its own and closes it
     targets: Targets = field(default_factory=Targets)
@@ -246,7 +248,12 @@ class ClusterActivities:
             self.finish_resize,
             self.drain_raylets,
             *K8sActivities(
-                self.kube, self.pods, self.observe_only, self.targets, self._finish_resize
+                self.kube,
+                self.pods,
+                self.observe_only,
+                self.targets,
+                self._finish_resize,
+                launch_at_size=self.launch_at_size,
             ).activities(),
         ]
 

@@ -22,8 +22,10 @@ from urllib3.util.retry import Retry
 
 from raysize.activities.k8s_errors import (
     Conflict,
+    Forbidden,
     Invalid,
     KubeError,
+    NotFound,
     PodGone,
     Superseded,
     Throttled,
@@ -33,6 +35,7 @@ from raysize.activities.k8s_errors import (
 )
 from raysize.activities.k8s_objects import (
     GROUP_LABEL,
+    LAUNCH_SIZES_CONFIGMAP,
     RAY_API,
     RAY_GROUP,
     RAY_PLURAL,
@@ -42,6 +45,7 @@ from raysize.activities.k8s_objects import (
     compact_pod,
     gcs_address,
     is_same_pod,
+    launch_size_entries,
     pod_view,
     progress_of,
     ray_autoscaler_running,
@@ -74,6 +78,9 @@ log = logging.getLogger("raysize.activities")
 # `Kube.scale` reads the pods it names one by one up to this many, checking the pod
 # watch's cache with them; more, and it lists the cluster's pods
 SCALE_GETS = 50
+LAUNCH_SIZES_LABELS = {"app.kubernetes.io/managed-by": "raysize"}
+# namespaces where writing the launch-sizes ConfigMap was refused (said once each)
+_LAUNCH_SIZES_REFUSED: set[str] = set()
 T = TypeVar("T")
 
 
@@ -375,6 +382,93 @@ class Kube:
         metas = [item.get("metadata") or {} for item in _items(doc, namespace, cluster)]
         return metas, pods_mark(metas)
 
+    def write_launch_sizes(
+        self, namespace: str, cluster: str, groups: dict[str, tuple[Obj, tuple[int, int] | None]]
+    ) -> None:
+        """Set (or clear) the size the new pods of each group start at, in the namespace's
+        `raysize-launch-sizes` ConfigMap, which the `raysize-launch-size` admission policy
+        applies as KubeRay creates them. A write nothing would change is not made. Not
+        allowed (RBAC, deploy/): said once per namespace, and pods start at their
+        template's size, grown once they run, as before."""
+        entries: dict[str, str | None] = {}
+        for group, (template, size) in groups.items():
+            if size is not None and not any(size):
+                size = None
+            entries.update(launch_size_entries(cluster, group, template, size))
+        for attempt in range(3):
+            try:
+                self._write_launch_sizes(namespace, entries)
+            except Conflict:
+                if attempt == 2:
+                    raise
+                continue  # another worker wrote it meanwhile: read it again
+            except Forbidden as exc:
+                if namespace not in _LAUNCH_SIZES_REFUSED:
+                    _LAUNCH_SIZES_REFUSED.add(namespace)
+                    log.warning(
+                        "%s/%s: new pods start at their template's size and grow once they "
+                        "run: raysize may not write ConfigMap %s/%s (%s). To launch pods at "
+                        "the size their work needs, grant it (deploy/ does) and install the "
+                        "raysize-launch-size admission policy; or set "
+                        "RAYSIZE_LAUNCH_AT_SIZE=false",
+                        namespace,
+                        cluster,
+                        namespace,
+                        LAUNCH_SIZES_CONFIGMAP,
+                        exc,
+                    )
+                return
+            break
+        _LAUNCH_SIZES_REFUSED.discard(namespace)
+        log.info(
+            "%s/%s: new pods of %s start at %s",
+            namespace,
+            cluster,
+            ", ".join(sorted(groups)),
+            ", ".join(
+                f"{g}: {'its template' if s is None or not any(s) else size_text(*s)}"
+                for g, (_, s) in sorted(groups.items())
+            ),
+        )
+
+    def _write_launch_sizes(self, namespace: str, entries: dict[str, str | None]) -> None:
+        """One read and one write of the ConfigMap (created if missing); `Conflict` when
+        another writer moved it in between."""
+        try:
+            cm = self._raw(
+                "ConfigMap",
+                self.core.read_namespaced_config_map,
+                LAUNCH_SIZES_CONFIGMAP,
+                namespace,
+            )
+        except NotFound:
+            cm = None
+        data = (cm or {}).get("data") or {}
+        change = {k: v for k, v in entries.items() if data.get(k) != v}
+        if not change:
+            return
+        if cm is None:
+            if not any(v is not None for v in change.values()):
+                return
+            body = {
+                "metadata": {"name": LAUNCH_SIZES_CONFIGMAP, "labels": LAUNCH_SIZES_LABELS},
+                "data": {k: v for k, v in change.items() if v is not None},
+            }
+            self._call("ConfigMap", self.core.create_namespaced_config_map, namespace, body)
+        else:
+            # guarded by the version read: another worker's write in between is retried
+            patch = {
+                "metadata": {"resourceVersion": cm["metadata"]["resourceVersion"]},
+                "data": change,
+            }
+            self._call(
+                "ConfigMap",
+                self.core.patch_namespaced_config_map,
+                LAUNCH_SIZES_CONFIGMAP,
+                namespace,
+                patch,
+            )
+
     def scale_pods(self, namespace: str, cluster: str, named: set[str]) -> list[Obj]:
         """The metadata of the cluster's pods that `scale` decides on: from the pod watch's
         cache, checked by a fresh read of each pod `named` (those the write would name
@@ -625,9 +719,13 @@ class Kube:
         workers_to_delete: dict[str, tuple[str, ...]],
         generation: int = 0,
         pod_uids: dict[str, str] | None = None,
+        launch_sizes: dict[str, tuple[int, int]] | None = None,
     ) -> bool:
         """Set groups' replicas and name pods in workersToDelete, in one write; False if
-        the RayCluster already says so.
+        the RayCluster already says so. Before a group's replicas go up, the size its new
+        pods start at (`launch_sizes`, millicores and bytes; a group not named starts at
+        its template's) goes into the namespace's launch-sizes ConfigMap
+        (`write_launch_sizes`); `launch_sizes` None: the ConfigMap is left alone.
 
         Exact, so KubeRay never picks a pod of its own (it deletes any pods it likes when
         there are more than `replicas` and too few are named):
@@ -707,6 +805,22 @@ class Kube:
                 )
         if not ops:
             return False
+        grown = [
+            name
+            for name, i in index.items()
+            if name in replicas
+            and any(
+                op["path"] == f"/spec/workerGroupSpecs/{i}/replicas"
+                and int(op["value"]) > int(groups[i].get("replicas") or 0)
+                for op in ops
+            )
+        ]
+        if grown and launch_sizes is not None:
+            self.write_launch_sizes(
+                namespace,
+                cluster,
+                {g: (groups[index[g]].get("template") or {}, launch_sizes.get(g)) for g in grown},
+            )
         # the spec as decided from: a change by anyone in between fails the whole write
         ops.insert(0, {"op": "test", "path": "/metadata/generation", "value": current})
         try:

@@ -68,6 +68,7 @@ class K8sActivities:
         observe_only: ObserveOnly | None = None,
         targets: Targets | None = None,
         finisher: Finisher | None = None,
+        launch_at_size: bool = True,
     ) -> None:
         """`pods`: the worker's shared pod watch; without it, waits poll the pod.
         `observe_only`: the worker's switch; on, every write here is refused (Events
@@ -79,6 +80,8 @@ class K8sActivities:
         self.observe_only = observe_only or ObserveOnly()
         self.targets = targets or Targets()
         self.finisher = finisher
+        # RAYSIZE_LAUNCH_AT_SIZE: write the size new pods start at (Kube.write_launch_sizes)
+        self.launch_at_size = launch_at_size
 
     def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> Awaitable[T]:
         """`fn(*args)` on the threads of the API server (activities/targets.py); `write`:
@@ -297,6 +300,7 @@ class K8sActivities:
             inp.workers_to_delete,
             inp.generation,
             inp.pod_uids,
+            dict(inp.launch_sizes) if self.launch_at_size else None,
             write=True,
         )
 

@@ -398,6 +398,7 @@ def _pod_view(pod: Obj, now: float) -> PodView:
         else 0.0,
         running_s=_running_s(pod, now) if running else 0.0,
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
+        resized=IPPR_STATUS_ANNOTATION in (meta.get("annotations") or {}),
     )
 
 
@@ -550,3 +551,37 @@ def resize_patch(pod: Obj, cpu: int, memory: int) -> list[Obj]:
             }
         )
     return ops
+
+
+# --- launching at size -------------------------------------------------------------------
+# The ConfigMap (one per namespace) the `raysize-launch-size` MutatingAdmissionPolicy
+# (deploy/worker/launch-size-policy.yaml) reads when KubeRay creates a worker pod: keys
+# `<cluster>.<group>.<requests|limits>.<cpu|memory>`, each the quantity the pod's Ray
+# container starts with. No key for a group: its pods start as its template says.
+LAUNCH_SIZES_CONFIGMAP = "raysize-launch-sizes"
+_LAUNCH_FIELDS = tuple(
+    f"{kind}.{key}" for kind in ("requests", "limits") for key in ("cpu", "memory")
+)
+
+
+def launch_size_entries(
+    cluster: str, group: str, template: Obj, size: tuple[int, int] | None
+) -> dict[str, str | None]:
+    """The ConfigMap keys that make a new pod of `group` start at `size` (millicores,
+    bytes), computed from the group's pod `template` as a resize of it would be
+    (`resize_patch`: the size is the limit where there is one, limit − request kept);
+    None values remove a key (`size` None: the template's size again)."""
+    prefix = f"{cluster}.{group}."
+    out: dict[str, str | None] = {prefix + f: None for f in _LAUNCH_FIELDS}
+    if size is None:
+        return out
+    pod = {
+        "metadata": {"name": f"{cluster}-{group} (template)"},
+        "spec": template.get("spec") or {},
+    }
+    for op in resize_patch(pod, *size):
+        path = str(op["path"])
+        if isinstance(op.get("value"), str) and path.startswith("/spec/containers/0/resources/"):
+            kind, key = path.rsplit("/", 2)[-2:]
+            out[f"{prefix}{kind}.{key}"] = op["value"]
+    return out

@@ -97,11 +97,16 @@ def join(kube: KubeCluster, ray: ClusterState, settings: PlannerSettings) -> Clu
             and _resizable(kube, view)
             and (node.total.get_units(CPU), node.total.get_units(MEMORY)) != (cpu, memory)
         ):
-            # the pod has its new size and the Raylet not (yet): a resize is finishing, or
-            # a restarted Raylet came back at its start-up size (KubeRay's `ray start`
-            # line keeps the template's CPUs)
+            # the pod has its new size and the Raylet not (yet): a resize is finishing, a
+            # restarted Raylet came back at its start-up size (KubeRay's `ray start`
+            # line keeps the template's CPUs), or the pod was launched at size (never
+            # resized: its Raylet started at that line's size)
             update["resize"] = PodResize(
-                cpu=cpu, memory=memory, state=KubeletResizeState.IN_PROGRESS, raylet_only=True
+                cpu=cpu,
+                memory=memory,
+                state=KubeletResizeState.IN_PROGRESS,
+                raylet_only=True,
+                launched=not view.resized,
             )
         pods.append(view.model_copy(update=update))
     have: dict[str, int] = {}

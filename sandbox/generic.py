@@ -88,6 +88,23 @@ VALIDATING_ADMISSION_POLICY_BINDINGS = ResourceType(
     "validatingadmissionpolicybinding",
 )
 
+MUTATING_ADMISSION_POLICIES = ResourceType(
+    "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicy",
+    ADMISSION,
+    "v1",
+    False,
+    "mutatingadmissionpolicy",
+)
+MUTATING_ADMISSION_POLICY_BINDINGS = ResourceType(
+    "mutatingadmissionpolicybindings",
+    "MutatingAdmissionPolicyBinding",
+    ADMISSION,
+    "v1",
+    False,
+    "mutatingadmissionpolicybinding",
+)
+
 KINDS = (
     SERVICEACCOUNTS,
     CONFIGMAPS,
@@ -101,6 +118,8 @@ KINDS = (
     CLUSTERROLEBINDINGS,
     VALIDATING_ADMISSION_POLICIES,
     VALIDATING_ADMISSION_POLICY_BINDINGS,
+    MUTATING_ADMISSION_POLICIES,
+    MUTATING_ADMISSION_POLICY_BINDINGS,
 )
 # Plural → API group, for error messages (`deployments.apps "x" not found`).
 GROUP_OF = {r.name: r.group for r in KINDS if r.group}

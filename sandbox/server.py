@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from raysize.sandbox import errors, events, openapi, pods, tables
+from raysize.sandbox import errors, events, launch_size, openapi, pods, tables
 from raysize.sandbox.errors import ApiError
 from raysize.sandbox.faults import Faults
 from raysize.sandbox.patch import APPLY_PATCH, apply_config, apply_patch, decode_apply_config
@@ -544,6 +544,8 @@ class Api:
             ns = ""
         for key in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
             meta.pop(key, None)
+        if r is PODS:  # mutating admission: deploy/'s launch-size policy (sandbox/launch_size.py)
+            launch_size.admit(obj, self.store.find("configmaps", ns, launch_size.CONFIGMAP))
         prepare_create(r, obj, self.minor)
         if dry_run:
             if self.store.find(r.name, ns, meta.get("name", "")) is not None:

@@ -421,6 +421,8 @@ _GROUPS = {
     "clusterrolebindings": "rbac.authorization.k8s.io",
     "validatingadmissionpolicies": "admissionregistration.k8s.io",
     "validatingadmissionpolicybindings": "admissionregistration.k8s.io",
+    "mutatingadmissionpolicies": "admissionregistration.k8s.io",
+    "mutatingadmissionpolicybindings": "admissionregistration.k8s.io",
     "poddisruptionbudgets": "policy",
 }
 

@@ -254,6 +254,7 @@ def build_worker(
         ray=ray,
         settings=settings.planner(),
         observe_only=ObserveOnly(on=settings.observe_only),
+        launch_at_size=settings.launch_at_size,
         targets=targets,
         loop=loop_settings(settings),
     )

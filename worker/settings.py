@@ -317,6 +317,14 @@ class Settings(BaseSettings):
         "the RayCluster), but write to no pod, Raylet or RayCluster: to run raysize beside "
         "another autoscaler and compare",
     )
+    launch_at_size: bool = Field(
+        True,
+        description="a pod launched for work starts at the size that work needs (written to "
+        "the namespace's raysize-launch-sizes ConfigMap, which the raysize-launch-size "
+        "admission policy applies as KubeRay creates the pod), so the scheduler places it "
+        "where it fits and a node autoscaler sees its real size; false: pods start at their "
+        "template's size and grow once they run",
+    )
     resize_poll_interval_s: float = Field(
         POLL_INTERVAL_S,
         gt=0,

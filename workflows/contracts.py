@@ -587,6 +587,11 @@ class ScaleInput(Value):
     pod_uids: dict[str, str] = Field(
         default_factory=dict, description="pod name → the UID decided on ('' : any)"
     )
+    launch_sizes: dict[str, tuple[int, int]] = Field(
+        default_factory=dict,
+        description="group → (millicores, bytes) its new pods start at; a group whose "
+        "replicas go up and is not named here starts at its template's size",
+    )
 
 
 class DrainTarget(Value):

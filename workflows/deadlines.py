@@ -102,8 +102,21 @@ def stuck_resizes(
             continue
         if r.raylet_only:
             age = drift_s.get(p.name, 0.0)
-            if p.raylet_id is None or age < RAYLET_DRIFT_S:
+            # a pod launched at size has had no resize whose own Raylet step could still be
+            # on its way: its Raylet is brought to it at once
+            if p.raylet_id is None or (age < RAYLET_DRIFT_S and not r.launched):
                 continue
+            pod_size, raylet = size_text(r.cpu, r.memory), size_text(p.total.cpu, p.total.memory)
+            if r.launched:
+                why = (
+                    f"launched at size: the pod started at {pod_size}, its Raylet at "
+                    f"{raylet} (KubeRay's ray start line) → Raylet to {pod_size}"
+                )
+            else:
+                why = (
+                    f"Raylet out of step: the pod has {pod_size}, its Raylet reports {raylet} "
+                    f"for {age:.0f}s and no resize is working on it → Raylet to {pod_size}"
+                )
             out.append(
                 ResizeAction(
                     pod=p.name,
@@ -112,9 +125,7 @@ def stuck_resizes(
                     memory=r.memory,
                     from_cpu=r.cpu,
                     from_memory=r.memory,
-                    reason=f"Raylet out of step: the pod has {size_text(r.cpu, r.memory)}, its "
-                    f"Raylet reports {size_text(p.total.cpu, p.total.memory)} for {age:.0f}s and "
-                    f"no resize is working on it → Raylet to {size_text(r.cpu, r.memory)}",
+                    reason=why,
                 )
             )
             continue
@@ -157,7 +168,10 @@ def next_decision_in(
         if p.resize is not None and not resizable(snapshot, p):
             pass  # not raysize's to settle, nor a grow of raysize's that lands
         elif p.resize is not None and p.resize.raylet_only:
-            due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
+            if p.resize.launched:
+                due.append(MARGIN_S)  # settled by this very tick; again soon if it is not
+            else:
+                due.append(RAYLET_DRIFT_S - (drift_s or {}).get(p.name, 0.0))
         elif p.resize is not None and p.resize.state.in_flight and p.resize.asked_s is not None:
             due.append(stuck_after_s(_timeout(snapshot, p)) - p.resize.asked_s)
             if waiting:  # launches wait while a grow lands (planner.landing_grows)

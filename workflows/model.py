@@ -74,6 +74,12 @@ class PodResize(StrictValue):
         default=False,
         description="Kubernetes has the pod at `cpu`/`memory`; only its Raylet differs",
     )
+    launched: bool = Field(
+        default=False,
+        description="with `raylet_only`: no resize of raysize's was ever on the pod (no "
+        "ray.io/ippr-status): it was created at this size (launched at size), and its "
+        "Raylet started at the size of KubeRay's `ray start` line",
+    )
 
 
 class PodView(StrictValue):
@@ -99,6 +105,9 @@ class PodView(StrictValue):
         default=0.0, description="seconds since the pod started running (0: not known)"
     )
     node: str = Field(default="", description="the node it is bound to ('': not bound)")
+    resized: bool = Field(
+        default=False, description="raysize has resized it before (ray.io/ippr-status is on it)"
+    )
 
 
 class Demand(StrictValue):

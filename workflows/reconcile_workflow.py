@@ -933,6 +933,9 @@ class ReconcileWorkflow:
                     workers_to_delete=to_delete,
                     generation=tick.generation,
                     pod_uids={n: uids.get(n, "") for names in to_delete.values() for n in names},
+                    launch_sizes={
+                        a.group: (a.cpu, a.memory) for a in p.launch if a.cpu or a.memory
+                    },
                 ),
                 summary=_scale_summary(replicas, to_delete),
                 start_to_close_timeout=timedelta(seconds=30),

@@ -47,7 +47,7 @@ class OrderedKube:
         self._note("status", pod)
         return {"metadata": {"name": pod}}
 
-    def scale(self, namespace, cluster, replicas, workers_to_delete, generation, pod_uids):
+    def scale(self, namespace, cluster, replicas, workers_to_delete, generation, pod_uids, sizes):
         self._note("scale", cluster)
         return True
 

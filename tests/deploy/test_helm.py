@@ -368,8 +368,11 @@ def test_two_releases_share_no_cluster_scoped_name(values):
         "team-b-raysize-ray-pods",
         "team-b-raysize-rayclusters",
         "team-b-raysize-node-room",
+        "team-b-raysize-launch-size",
     }
-    for binding in find(second, "ValidatingAdmissionPolicyBinding"):
+    for binding in find(second, "ValidatingAdmissionPolicyBinding") + find(
+        second, "MutatingAdmissionPolicyBinding"
+    ):
         assert binding["spec"]["policyName"] == binding["metadata"]["name"]
     for binding in find(second, "RoleBinding") + find(second, "ClusterRoleBinding"):
         assert binding["roleRef"]["name"] == binding["metadata"]["name"]

@@ -305,3 +305,36 @@ def test_the_real_api_server_accepts_the_new_values(dry_run_api, values):
     assert len(applied.stdout.splitlines()) == len(
         [d for d in yaml.safe_load_all(rendered.stdout) if d]
     )
+
+
+def test_launch_at_size_is_on_by_default_and_can_be_turned_off():
+    """launchAtSize.enabled (default true): the launch-size policy (named after the
+    release) and the ConfigMap grant; false: neither, and the worker is told
+    (RAYSIZE_LAUNCH_AT_SIZE=false) not to write the ConfigMap."""
+    on, off = (
+        release("team-b", "ops"),
+        release("team-b", "ops", "--set", "launchAtSize.enabled=false"),
+    )
+    assert {("MutatingAdmissionPolicy", "team-b-raysize-launch-size"),
+            ("MutatingAdmissionPolicyBinding", "team-b-raysize-launch-size")} <= names(on)  # fmt: skip
+    (binding,) = find(on, "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == "team-b-raysize-launch-size"
+    assert binding["spec"]["paramRef"]["name"] == "raysize-launch-sizes"  # what the worker writes
+    assert not find(off, "MutatingAdmissionPolicy") and not find(
+        off, "MutatingAdmissionPolicyBinding"
+    )
+
+    def configmap_rules(docs):
+        return [
+            r
+            for role in find(docs, "Role")
+            for r in role["rules"]
+            if "configmaps" in r["resources"]
+        ]
+
+    assert configmap_rules(on) and not configmap_rules(off)
+    (cm_on,) = [c for c in find(on, "ConfigMap")]
+    (cm_off,) = [c for c in find(off, "ConfigMap")]
+    assert "RAYSIZE_LAUNCH_AT_SIZE" not in cm_on["data"]
+    assert cm_off["data"]["RAYSIZE_LAUNCH_AT_SIZE"] == "false"
+    assert "launchAtSize" in refused("--set", "launchAtSize.enabled=maybe")

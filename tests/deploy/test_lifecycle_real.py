@@ -130,6 +130,8 @@ def test_helm_releases_side_by_side_upgrade_and_uninstall(api):
             ("ClusterRoleBinding", ["", "-node-room"]),
             ("ValidatingAdmissionPolicy", ["-ray-pods", "-rayclusters"]),
             ("ValidatingAdmissionPolicyBinding", ["-ray-pods", "-rayclusters"]),
+            ("MutatingAdmissionPolicy", ["-launch-size"]),
+            ("MutatingAdmissionPolicyBinding", ["-launch-size"]),
         )
         for suffix in suffixes
     }

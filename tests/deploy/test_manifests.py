@@ -45,6 +45,10 @@ EXPECTED_RULES = {
     ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "patch"),
     ("", "secrets", "get"),  # a Ray cluster's own token, by name (activities/ray_tokens.py)
+    # the size new pods start at (Kube.write_launch_sizes; get and patch by name only)
+    ("", "configmaps", "create"),
+    ("", "configmaps", "get"),
+    ("", "configmaps", "patch"),
 }
 
 # Every kubernetes-client call raysize's code makes → what RBAC must allow for it, in each
@@ -60,6 +64,9 @@ CLIENT_CALLS = {
     "list_cluster_custom_object": {("ray.io", "rayclusters", "list")},
     "patch_namespaced_custom_object": {("ray.io", "rayclusters", "patch")},
     "read_namespaced_secret": {("", "secrets", "get")},
+    "read_namespaced_config_map": {("", "configmaps", "get")},
+    "create_namespaced_config_map": {("", "configmaps", "create")},
+    "patch_namespaced_config_map": {("", "configmaps", "patch")},
     # API discovery (`raysize doctor`): every authenticated user may (system:discovery)
     "get_api_resources": set(),
 }
@@ -93,7 +100,15 @@ def worker_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return container
 
 
-CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", *ADMISSION_KINDS)
+LAUNCH_SIZE = "raysize-launch-size"  # deploy/components/launch-size
+CLUSTER_SCOPED = (
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    *ADMISSION_KINDS,
+)
 
 
 def test_base_renders_the_expected_objects(base):
@@ -104,6 +119,8 @@ def test_base_renders_the_expected_objects(base):
         ("ClusterRole", NODE_ROOM),
         ("ClusterRoleBinding", NODE_ROOM),
         ("Deployment", "raysize-worker"),
+        ("MutatingAdmissionPolicy", "raysize-launch-size"),
+        ("MutatingAdmissionPolicyBinding", "raysize-launch-size"),
         ("Namespace", "raysize"),
         ("PodDisruptionBudget", "raysize-worker"),
         ("Role", "raysize"),
@@ -474,7 +491,9 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
         assert bindings[ns]["subjects"] == [
             {"kind": "ServiceAccount", "name": "raysize", "namespace": "raysize"}
         ]
-    # everything else is the base's, in raysize's namespace, but the node room
+    # everything else is the base's, in raysize's namespace, but the node room and the
+    # launch-size policy (both cluster-wide components; without the policy, new pods start
+    # at their template's size and the ConfigMap raysize writes changes nothing)
     others = [d for d in namespaced if d["kind"] not in ("Role", "RoleBinding")]
     for d in others:
         if d["kind"] not in CLUSTER_SCOPED:
@@ -483,7 +502,7 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
         (d["kind"], d["metadata"]["name"])
         for d in base
         if d["kind"] not in ("Role", "RoleBinding", "ConfigMap")
-        and d["metadata"]["name"] != NODE_ROOM
+        and d["metadata"]["name"] not in (NODE_ROOM, LAUNCH_SIZE)
     ]
     assert sorted((d["kind"], d["metadata"]["name"]) for d in others) == sorted(
         [*expected, ("ConfigMap", cm["metadata"]["name"])]

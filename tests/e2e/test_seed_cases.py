@@ -149,7 +149,10 @@ async def test_a_grow_its_node_has_no_room_for_is_not_started_a_pod_is_launched(
     {CPU: 2} task waits. Before, raysize grew it anyway: the kubelet deferred the grow
     (no room), the saga asked again at the 1.5 CPU the node allowed, the task still did not
     fit, and a pod was launched after all. Now the grow is not started (the node's room is
-    read), a pod is launched at once on the roomy node and grown there."""
+    read), and a pod is launched at once, at the 2 CPU its task needs (the launch-size
+    admission policy, deploy/components/launch-size): from its first scheduling attempt it
+    asks for 2 CPU, so it lands on the roomy node, and only its Raylet (started at the
+    template's 1 CPU by KubeRay's `ray start` line) is brought to it."""
     stack = any_stack
     # not "tight": test_resilience's cluster of that name leaves its reconcile workflow
     # running on the shared Temporal server, and discovery then takes it as managed
@@ -166,8 +169,10 @@ async def test_a_grow_its_node_has_no_room_for_is_not_started_a_pod_is_launched(
     assert cpu_of(pods[first.metadata.name]) == "1"  # never grown
     (other,) = [n for n in pods if n != first.metadata.name]
     assert pods[other].spec.node_name == "roomy" and cpu_of(pods[other]) == "2"
-    grown = await resize_of(stack, other)
-    assert grown.outcome == ResizeOutcome.SUCCEEDED
+    # launched at 2 CPU: the one saga on it brought its Raylet from 1 CPU, not the pod
+    settled = await resize_of(stack, other)
+    assert settled.outcome == ResizeOutcome.SUCCEEDED, settled
+    assert (settled.from_cpu, settled.cpu, settled.raylet_cpu) == (2000, 2000, 2000), settled
     # no saga was ever started for the pod on the full node
     handle = stack.temporal.get_workflow_handle(f"resize/default/{first.metadata.name}")
     with pytest.raises(RPCError, match="not found"):

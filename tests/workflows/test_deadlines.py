@@ -128,6 +128,32 @@ def test_a_raylet_out_of_step_with_its_pod_is_brought_to_the_pods_size():
     )
 
 
+def test_the_raylet_of_a_pod_launched_at_size_is_brought_to_it_at_once():
+    """A pod raysize launched at size (issue #44: the admission policy made it 3 CPU, its
+    template says 1) was never resized, so no saga's own Raylet step can be on its way: its
+    Raylet, started at KubeRay's `ray start` size, is brought to the pod's size in the
+    first tick that sees it, not RAYLET_DRIFT_S later (its first task waits until then)."""
+    born = PodResize(
+        cpu=3000,
+        memory=2 * GIB,
+        state=KubeletResizeState.IN_PROGRESS,
+        raylet_only=True,
+        launched=True,
+    )
+    snap = snapshot([group()], [pod("w1", resize=born)], settings=SETTINGS)
+    (action,) = stuck_resizes(snap, {"w1": 0.0})
+    assert (action.pod, action.from_cpu, action.cpu) == ("w1", 3000, 3000)
+    assert action.reason == (
+        "launched at size: the pod started at 3 CPU/2Gi, its Raylet at 1 CPU/2Gi (KubeRay's "
+        "ray start line) → Raylet to 3 CPU/2Gi"
+    )
+    assert next_decision_in(snap, {"w1": 0.0}) == 2 * MARGIN_S
+    # a pod raysize resized before waits, as a Raylet restarted at its start-up size does
+    grown = born.model_copy(update={"launched": False})
+    regrown = snapshot([group()], [pod("w1", resize=grown)], settings=SETTINGS)
+    assert stuck_resizes(regrown, {"w1": 0.0}) == ()
+
+
 def test_a_group_outside_ray_io_ippr_is_never_resized_nor_settled():
     """ray.io/ippr lists the groups raysize may resize; the head is one of them only when
     named there. Seen on the real control plane: the head (1 CPU pod, `num-cpus: "0"`,

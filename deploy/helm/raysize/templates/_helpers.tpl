@@ -86,6 +86,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+{{- if .Values.launchAtSize.enabled }}
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  resourceNames: ["raysize-launch-sizes"]
+  verbs: ["get", "patch"]
+{{- end }}
 {{- end }}
 
 {{- define "raysize.image" -}}
