@@ -29,13 +29,18 @@ world in the head pod's network namespace, as `kubectl exec` would run it):
 - `tight`: other workloads' pods (bound before the cluster comes) fill node-a but for 2
   of its 8 CPU once the three workers run there (the group prefers it), and leave 6 free
   on node-b; then 6 × `{CPU: 2}` tasks of 2 s, more than the room beside the pods.
+- `newnode` (real world only: the embedded world has no node autoscaler): other workloads'
+  pods fill both nodes but for 1–2 CPU each; one worker; then 2 × `{CPU: 4}` tasks of 2 s
+  (the group's maximum): no node has room for either, and Karpenter (its kwok provider, a
+  NodePool of 4-, 8- and 16-CPU instance types) can add nodes for pods that wait.
 
 Per run it prints: first task start and all done (seconds from the driver's first
 submission; churn's sleeps between waves not counted), group ready (from the group's
 submission), resizes (changes of a worker's CPU in the pod spec), pods launched, CPU added
 (what the resizes grew plus the launched pods' size; shrinks not subtracted), peak CPU
 (the most the workers had at once), tasks failed, and grows deferred (a worker's resize
-the kubelet marked Deferred or Infeasible: its node had no room). Then, per workload, the
+the kubelet marked Deferred or Infeasible: its node had no room), and the nodes Karpenter
+made (`newnode`). Then, per workload, the
 medians and raysize's all-done time against Ray's, and a verdict: the workloads where
 Ray's autoscaler finished first, if any. Every process is stopped by its process group.
 """
@@ -64,7 +69,7 @@ from kubernetes import client, config, watch
 from bench.clusters import KubeApis, ippr_cluster
 from bench.procs import start_dev_server, start_raysize_worker, stop_on_sigterm
 from raysize.activities.k8s_objects import gcs_address
-from raysize.sandbox import reaper
+from raysize.sandbox import karpenter, reaper
 from raysize.sandbox.cluster import Sandbox, SandboxConfig
 from raysize.sandbox.faultproxy import FaultProxy
 from raysize.sandbox.faults import Faults
@@ -92,6 +97,8 @@ class Workload:
     # other workloads' pods, bound to a node before the cluster comes: (node, millicores)
     fillers: tuple[tuple[str, int], ...] = ()
     prefer: str = ""  # the node the worker group prefers (where there is room)
+    karpenter: bool = False  # a node autoscaler runs (Karpenter: the real world only)
+    worlds: tuple[str, ...] = ("embedded", "real")  # where it can run
 
 
 WORKLOADS = {
@@ -105,6 +112,13 @@ WORKLOADS = {
         "6 x {CPU: 2}",
         fillers=(("node-a", 3000), ("node-b", 2000)),
         prefer="node-a",
+    ),
+    "newnode": Workload(
+        1,
+        "other pods fill both nodes but 1-2 CPU, 2 x {CPU: 4}: new nodes needed (Karpenter)",
+        fillers=(("node-a", 6000), ("node-b", 6000)),
+        karpenter=True,
+        worlds=("real",),
     ),
 }
 
@@ -161,6 +175,8 @@ DRIVER = textwrap.dedent(
         wait([work.options(num_cpus=2).remote(2) for _ in range(12)])
     if workload == "tight":
         wait([work.options(num_cpus=2).remote(2) for _ in range(6)])
+    if workload == "newnode":
+        wait([work.options(num_cpus=4).remote(2) for _ in range(2)])
     if workload == "churn":
         for wave in range(len(gaps) + 1):
             wait([work.options(num_cpus=1).remote(1) for _ in range(6)])
@@ -188,6 +204,7 @@ class Result:
     peak_cpu: float = 0.0
     failed: int = 0
     deferred: int = 0  # grows the kubelet deferred (or found infeasible): no room on the node
+    new_nodes: int = 0  # nodes Karpenter made during the run
     error: str = ""
 
 
@@ -311,6 +328,34 @@ class World(KubeApis):
             self.front.close()
         self.api.close()
         self.sandbox.close()
+
+    def node_pool(self) -> None:
+        """Karpenter (kwok provider) on this world, and a NodePool of its instance types,
+        Ready (a pod pending before Karpenter judged its pool is passed over for 10 s)."""
+        assert isinstance(self.sandbox, RealSandbox), "Karpenter runs in the real world only"
+        self.sandbox.start_karpenter()
+        self.custom.create_cluster_custom_object(
+            "karpenter.sh", "v1", "nodepools", karpenter.node_pool("compare")
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pool: dict[str, Any] = self.custom.get_cluster_custom_object(  # type: ignore[assignment]
+                "karpenter.sh", "v1", "nodepools", "compare"
+            )
+            conditions = (pool.get("status") or {}).get("conditions") or []
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                return
+            time.sleep(0.2)
+        raise TimeoutError("Karpenter's NodePool not Ready in 60 s")
+
+    def karpenters_nodes(self) -> int:
+        if (
+            not isinstance(self.sandbox, RealSandbox)
+            or self.sandbox.control_plane.karpenter is None
+        ):
+            return 0
+        nodes = self.core.list_node().items
+        return sum(1 for n in nodes if karpenter.made_by_karpenter(n.to_dict()))
 
     def head(self, cluster: str) -> str:
         pods: list[Any] = self.core.list_namespaced_pod(
@@ -513,6 +558,8 @@ async def one_run(
                     60,
                     "another workload's pod Running",
                 )
+            if WORKLOADS[workload].karpenter:
+                await asyncio.to_thread(world.node_pool)
             world.custom.create_namespaced_custom_object(
                 "ray.io", "v1", NS, "rayclusters", compare_cluster(name, workload, controller)
             )
@@ -565,6 +612,7 @@ async def one_run(
             accounted = account(events.events, t0)
             result.resizes, result.launched, result.cpu_added, result.peak_cpu = accounted
             result.deferred = sum(1 for at, _ in events.deferred if at >= t0)
+            result.new_nodes = world.karpenters_nodes()
             return result
         finally:
             watching.set()
@@ -581,7 +629,7 @@ def fmt(value: float | None, unit: str = "s") -> str:
 HEADER = (
     f"{'world':9} {'workload':8} {'controller':10} {'round':>5} {'first start':>11} "
     f"{'group ready':>11} {'all done':>9} {'resizes':>7} {'launched':>8} {'CPU added':>9} "
-    f"{'peak CPU':>8} {'failed':>6} {'deferred':>8}"
+    f"{'peak CPU':>8} {'failed':>6} {'deferred':>8} {'new nodes':>9}"
 )
 
 
@@ -591,7 +639,7 @@ def row(r: Result) -> str:
     return (
         f"{r.world:9} {r.workload:8} {r.controller:10} {r.round:>5} {fmt(r.first_start_s):>11} "
         f"{fmt(r.group_ready_s):>11} {fmt(r.done_s):>9} {r.resizes:>7} {r.launched:>8} "
-        f"{r.cpu_added:>9g} {r.peak_cpu:>8g} {r.failed:>6} {r.deferred:>8}"
+        f"{r.cpu_added:>9g} {r.peak_cpu:>8g} {r.failed:>6} {r.deferred:>8} {r.new_nodes:>9}"
         + (f"  ({r.error})" if r.error else "")
     )
 
@@ -630,6 +678,11 @@ def summary(results: list[Result]) -> tuple[list[str], list[str]]:
                 f"peak CPU {median([r.peak_cpu for r in rs]):g}, "
                 f"failed {sum(r.failed for r in rs)}, "
                 f"grows deferred {sum(r.deferred for r in rs)}"
+                + (
+                    f", new nodes {median([float(r.new_nodes) for r in rs]):g}"
+                    if WORKLOADS[workload].karpenter
+                    else ""
+                )
             )
         verdict = ""
         ours, theirs = done.get("raysize"), done.get("ray")
@@ -664,6 +717,8 @@ async def run_all(args: argparse.Namespace) -> list[Result]:
             for world in worlds:
                 for number in range(1, args.rounds + 1):
                     for workload in workloads:
+                        if world not in WORKLOADS[workload].worlds:
+                            continue  # (`newnode` needs Karpenter: the real world's)
                         for controller in controllers:
                             r = await one_run(
                                 world, workload, controller, number, temporal, Path(tmp_dir)

@@ -94,3 +94,17 @@ def test_tight_nodes_prefer_the_filled_node_and_deferred_grows_are_counted_once(
     for reason in (None, "Deferred", "Deferred", None, "Infeasible"):
         events.record("MODIFIED", pod(reason))
     assert [name for _, name in events.deferred] == ["w1", "w1"]  # two times it began
+
+
+def test_the_new_node_workload_reports_karpenters_nodes_and_runs_in_the_real_world_only() -> None:
+    from bench.autoscaler_compare import WORKLOADS
+
+    assert WORKLOADS["newnode"].worlds == ("real",) and WORKLOADS["newnode"].karpenter
+    r = Result("real", "newnode", "raysize", 1, first_start_s=20.0, done_s=22.0, new_nodes=1)
+    assert row(r).split()[-1] == "1"
+    r2 = Result("real", "newnode", "ray", 1, first_start_s=40.0, done_s=45.0, new_nodes=2)
+    (line,), behind = summary([r, r2])
+    assert "new nodes 1" in line and "new nodes 2" in line and behind == []
+    # the other workloads say nothing of nodes
+    (plain,), _ = summary([Result("real", "one", "raysize", 1, done_s=3.0)])
+    assert "new nodes" not in plain
