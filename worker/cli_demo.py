@@ -14,7 +14,7 @@ STORIES = {
     "grow": "a 1-CPU worker grows in place to 2 CPU for a 2-CPU task, then to 4 CPU for a "
     "placement group of two 2-CPU bundles: no pod is launched",
     "timeout": "the first worker's node never actuates a resize: timeout, rollback; a "
-    "second pod grows instead",
+    "second pod is launched instead, at the task's size",
     "deferred": "the node is too full for the right size: raysize reads the node's room and "
     "grows the pod to what fits (2.5 CPU, not the 3 right-sizing asks), never deferred",
     "idle": "a worker grows for a task, then shrinks back to its template size when idle",

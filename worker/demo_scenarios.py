@@ -157,7 +157,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="timeout",
             title="the first worker's node never actuates a resize: timeout, rollback; a "
-            "second pod grows instead",
+            "second pod is launched instead, at the task's size",
             expect="a resize RolledBack after its timeout, a pod launched, the workload finished",
             nodes=(
                 NodeSpec("stuck-node", 1500, 8 * GIB, stalls_actuation=True),

@@ -228,7 +228,7 @@ def test_the_live_view_uses_a_wide_terminal() -> None:
     assert "· resize of demo-small-worker-a 1 → 1.5 CPU: RolledBack" in lines
     assert (
         "story: the first worker's node never actuates a resize: timeout, rollback; a second pod "
-        "grows instead" in lines
+        "is launched instead, at the task's size" in lines
     )
     assert rows(lines, "Resizes")[0][4].startswith(f"2: {INFEASIBLE}; 1.5")
 
