@@ -13,22 +13,26 @@ address) would see whatever token raysize sends it.
 `token_source` is pure (the RayCluster → where its token is); `RayTokens` reads the
 Secrets with `get` only (RBAC cannot narrow `list`/`watch` to a name), caches each with
 its resourceVersion, and `refresh` re-reads one when Ray refuses the token it holds. A
-token is never logged nor put in an error message.
+token is never logged nor put in an error message. Reading Secrets is an opt-in grant
+(deploy/components/ray-token-secrets): refused (403), the cluster's loop is told
+(non-retryable) every time, and the worker's log once per Secret, with the fix.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from raysize.activities.k8s_errors import Forbidden, KubeError, NotFound
 from raysize.activities.ray_errors import RayAuthUnavailable
 
 Obj = dict[str, Any]
+log = logging.getLogger("raysize.activities")
 
 TOKEN_ENV: Final = "RAY_AUTH_TOKEN"
 SECRET_KEY: Final = "auth_token"  # KubeRay's RAY_AUTH_TOKEN_SECRET_KEY
@@ -57,6 +61,8 @@ class TokenSource:
     value: str | None = None  # the head container's literal RAY_AUTH_TOKEN
     why: str = ""
     fallback: bool = False  # the worker's own token, which RAYSIZE_RAY_TOKEN_FOR sends here
+    # the RayCluster that names it, for messages (two clusters may name one Secret)
+    cluster: str = field(default="", compare=False)
 
     def describe(self) -> str:
         if self.fallback:
@@ -85,18 +91,19 @@ def token_source(raycluster: Obj) -> TokenSource | None:
         ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
         if ref.get("name"):
             why = f"the head container's {TOKEN_ENV} secretKeyRef"
-            return TokenSource(ns, str(ref["name"]), str(ref.get("key") or SECRET_KEY), why=why)
+            key = str(ref.get("key") or SECRET_KEY)
+            return TokenSource(ns, str(ref["name"]), key, why=why, cluster=name)
         if env.get("value"):
-            return TokenSource(ns, value=str(env["value"]), why="spec.headGroupSpec")
+            return TokenSource(ns, value=str(env["value"]), why="spec.headGroupSpec", cluster=name)
         break  # set some other way (a fieldRef, say): not one raysize can follow
     auth = (raycluster.get("spec") or {}).get("authOptions") or {}
     if auth.get("mode") != "token" or auth.get("enableK8sTokenAuth") is True:
         return None
     if auth.get("secretName"):
-        return TokenSource(ns, str(auth["secretName"]), why="authOptions.secretName")
-    return TokenSource(
-        ns, kuberay_secret_name(name), why="authOptions.mode token: the Secret KubeRay made"
-    )
+        why = "authOptions.secretName"
+        return TokenSource(ns, str(auth["secretName"]), why=why, cluster=name)
+    why = "authOptions.mode token: the Secret KubeRay made"
+    return TokenSource(ns, kuberay_secret_name(name), why=why, cluster=name)
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,17 @@ def source_for(raycluster: Obj, scope: FallbackScope) -> TokenSource | None:
     return None
 
 
+def grant(source: TokenSource) -> str:
+    """How to let raysize read the Secret at `source`: the opt-in grant of
+    docs/security.md ("Ray token Secrets")."""
+    return (
+        "Grant it: add the component deploy/components/ray-token-secrets to the folder of "
+        f"namespace {source.namespace} (the Role of deploy/watched-namespace/role.yaml does "
+        "not grant it), or in Helm set rayTokenSecrets.enabled=true (and, if you set "
+        f"rayTokenSecrets.names, add {source.secret} to it); docs/security.md, Ray token Secrets"
+    )
+
+
 def secret_token(secret: Obj, source: TokenSource) -> str:
     """The token in a Secret as the API returns it (`data`: base64), stripped as Ray
     strips it; a clear error when the key is missing or empty."""
@@ -183,6 +201,8 @@ class RayTokens:
         # drops one when no cluster this worker knows names it any more
         self._cache: dict[tuple[str, str], tuple[str, Obj]] = {}
         self.reads = 0  # Secret GETs made (tests count them)
+        # (namespace, Secret) whose refusal (403) was logged: said once, until it is read
+        self._said: set[tuple[str, str]] = set()
 
     def token(self, source: TokenSource | None) -> str | None:
         """The token to send to the cluster whose token is at `source` (`source_for`):
@@ -213,12 +233,10 @@ class RayTokens:
         try:
             secret = self._read(source.namespace, source.secret)
         except Forbidden as exc:
+            self._refused(source)
             raise RayAuthUnavailable(
                 f"cannot read the Ray token at {source.describe()}: raysize may not `get "
-                f"secrets` in namespace {source.namespace} ({exc.message}). Grant it: the "
-                "raysize Role (deploy/watched-namespace/role.yaml), ClusterRole "
-                "(deploy/components/cluster-wide) and Helm chart have `get` on `secrets` "
-                "since 0.2; re-apply them",
+                f"secrets` in namespace {source.namespace} ({exc.message}). {grant(source)}",
                 retryable=False,
             ) from None
         except NotFound:
@@ -234,12 +252,38 @@ class RayTokens:
                 retryable=exc.retryable,
             ) from None
         self.reads += 1
+        with self._lock:
+            self._said.discard((source.namespace, source.secret))  # readable again
         version = str((secret.get("metadata") or {}).get("resourceVersion") or "")
         # its data only: a Secret's metadata (managedFields, annotations) is most of it
         entry: tuple[str, Obj] = (version, {"data": dict(secret.get("data") or {})})
         with self._lock:
             self._cache[(source.namespace, source.secret)] = entry
         return entry
+
+    def _refused(self, source: TokenSource) -> None:
+        """Say once per Secret, as a warning, that RBAC refuses it: which RayCluster, which
+        Secret, and how to grant it. The refusal itself goes to the loop as a
+        non-retryable `RayAuthUnavailable` each time (the loop backs off and tries again
+        later, as for any failed observe; the worker goes on with every other cluster)."""
+        key = (source.namespace, source.secret)
+        with self._lock:
+            if key in self._said:
+                return
+            self._said.add(key)
+        who = "a RayCluster"
+        if source.cluster:
+            who = f"RayCluster {source.namespace}/{source.cluster}"
+        log.warning(
+            "%s uses Ray token auth, and raysize may not read its token (403 on Secret %s/%s, "
+            "key %s: %s); raysize leaves that cluster alone until it may. %s",
+            who,
+            source.namespace,
+            source.secret,
+            source.key,
+            source.why,
+            grant(source),
+        )
 
     def forget(self, namespace: str, secret: str) -> None:
         """Drop a Secret's cached copy (no cluster of this worker names it now: deleted,

@@ -66,6 +66,50 @@ NODE_ROOM_RULES = {
 }
 
 
+# deploy/components/ray-token-secrets (the chart's rayTokenSecrets): reading a Ray
+# cluster's own token Secret (activities/ray_tokens.py), a Role per namespace that opts in
+# (cluster-wide: a ClusterRole)
+RAY_TOKENS = "raysize-ray-tokens"
+RAY_TOKEN_RULES = {("", "secrets", "get")}
+
+
+def ray_token_grant(
+    docs: list[dict[str, Any]], name: str = RAY_TOKENS, namespace: str = "raysize"
+) -> dict[str, set[tuple[str, str, str]]]:
+    """Where an install lets raysize read Ray token Secrets: namespace ("" for every
+    namespace) → the permissions, each a Role (ClusterRole) bound by its own RoleBinding
+    (ClusterRoleBinding) of the same name to raysize's ServiceAccount (in `namespace`)
+    only, and no other binding of it."""
+    out: dict[str, set[tuple[str, str, str]]] = {}
+    for kind, binding_kind in (("ClusterRole", "ClusterRoleBinding"), ("Role", "RoleBinding")):
+        for role in find(docs, kind, name):
+            ns = role["metadata"].get("namespace", "")
+            (binding,) = [
+                b
+                for b in find(docs, binding_kind, name)
+                if b["metadata"].get("namespace", "") == ns
+            ]
+            assert binding["roleRef"] == {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": kind,
+                "name": name,
+            }
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": "raysize", "namespace": namespace}
+            ]
+            assert ns not in out, f"two {name} grants in {ns!r}"
+            out[ns] = exact_rules(role["rules"])
+    bindings = find(docs, "RoleBinding", name) + find(docs, "ClusterRoleBinding", name)
+    assert len(bindings) == len(out), "a binding without its role"
+    others = [
+        b["metadata"]["name"]
+        for b in find(docs, "RoleBinding") + find(docs, "ClusterRoleBinding")
+        if b["roleRef"]["name"] == name and b["metadata"]["name"] != name
+    ]
+    assert not others, f"{name} is bound again by {others}"
+    return out
+
+
 def rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     return {
         (g, r, v)
@@ -76,19 +120,25 @@ def rule_set(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     }
 
 
-# the objects a grant is limited to by name: (apiGroup, resource) → resourceNames
-LIMITED_BY_NAME = {("", "configmaps"): ["raysize-launch-sizes"]}
+# the objects a grant is limited to by name: (apiGroup, resource) → resourceNames (None:
+# any the user lists: the Ray token Secrets, when narrowed to their names)
+LIMITED_BY_NAME: dict[tuple[str, str], list[str] | None] = {
+    ("", "configmaps"): ["raysize-launch-sizes"],
+    ("", "secrets"): None,
+}
 
 
 def exact_rules(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     """`rule_set` of rules that name what they grant: no nonResourceURLs, no wildcard, no
     permission listed twice, and no resourceNames but the launch-sizes ConfigMap's (the one
-    object raysize writes by a name of its own: `LIMITED_BY_NAME`)."""
+    object raysize writes by a name of its own) or the Secrets a user narrows the Ray token
+    grant to (`LIMITED_BY_NAME`)."""
     for rule in rules:
         if "resourceNames" in rule:
             limited = {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
-            assert rule["resourceNames"] == LIMITED_BY_NAME.get(next(iter(limited)), []), rule
             assert len(limited) == 1, rule
+            named = LIMITED_BY_NAME.get(next(iter(limited)), [])
+            assert rule["resourceNames"] == named or (named is None and rule["resourceNames"])
             rule = {k: v for k, v in rule.items() if k != "resourceNames"}
         assert set(rule) == {"apiGroups", "resources", "verbs"}, rule
         for key in ("apiGroups", "resources", "verbs"):

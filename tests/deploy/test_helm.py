@@ -22,11 +22,15 @@ from tests.deploy.conftest import (
     NAMESPACED,
     NODE_ROOM,
     NODE_ROOM_RULES,
+    RAY_TOKEN_RULES,
+    RAY_TOKENS,
     ROOT,
+    exact_rules,
     find,
     node_room_grant,
     one,
     overlay_of,
+    ray_token_grant,
     render,
     run_kubectl,
 )
@@ -213,6 +217,52 @@ def test_node_room_is_on_by_default_in_every_mode_and_can_be_turned_off(mode):
     assert node_room_grant(other, "team-b-raysize-node-room", "ops") == NODE_ROOM_RULES
 
 
+@pytest.mark.parametrize("cluster_wide", [False, True], ids=["roles", "cluster-wide"])
+def test_observe_only_renders_the_observe_only_component(cluster_wide, tmp_path: Path):
+    """observeOnly=true is deploy/components/observe-only: the same read-only rules (a Role
+    per watched namespace, or the ClusterRole), RAYSIZE_OBSERVE_ONLY, and the other grants
+    (the node room, the Ray token Secrets) as they were."""
+    mode = ["--set", "clusterWide=true"] if cluster_wide else []
+    chart = by_key(docs_of(*mode, "--set", "observeOnly=true"))
+    components = ["components/cluster-wide"] if cluster_wide else []
+    overlay = by_key(
+        render(overlay_of(tmp_path, ["base"], [*components, "components/observe-only"]))
+    )
+    rbac = ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    assert sorted(k for k in chart if k[0] in rbac) == sorted(k for k in overlay if k[0] in rbac)
+    for key, role in overlay.items():
+        if key[0] in ("Role", "ClusterRole"):
+            assert chart[key]["rules"] == role["rules"], key
+    key = ("ClusterRole", "", "raysize") if cluster_wide else ("Role", "default", "raysize")
+    assert {p[2] for p in exact_rules(chart[key]["rules"])} == {"get", "list", "watch", "create"}
+    assert config_data(list(chart.values()))["RAYSIZE_OBSERVE_ONLY"] == "true"
+    assert config_data(list(chart.values())) == config_data(list(overlay.values()))
+
+
+@pytest.mark.parametrize("mode", [[], ["--set", "clusterWide=true"], NAMESPACED_VALUES],
+                         ids=["defaults", "cluster-wide", "namespaced"])  # fmt: skip
+def test_ray_token_secrets_are_a_grant_of_their_own_on_by_default(mode):
+    """rayTokenSecrets.enabled (default true): `get` on Secrets in each watched namespace
+    (cluster-wide: every namespace), as deploy/components/ray-token-secrets; false renders
+    nothing of it and leaves the rest as it was; `names` narrows it to those Secrets."""
+    on = docs_of(*mode)
+    off = docs_of(*mode, "--set", "rayTokenSecrets.enabled=false")
+    where = {"defaults": ["default"], "cluster-wide": [""], "namespaced": ["team-a", "team-b"]}[
+        "cluster-wide" if "clusterWide=true" in mode else "namespaced" if mode else "defaults"
+    ]
+    assert ray_token_grant(on) == {ns: RAY_TOKEN_RULES for ns in where}
+    assert ray_token_grant(off) == {}
+    assert [d for d in on if d["metadata"]["name"] != RAY_TOKENS] == off
+    assert not [d for d in off if "secrets" in json.dumps(d.get("rules", []))]
+    narrowed = docs_of(*mode, "--set", "rayTokenSecrets.names={train-1,train-2}")
+    for role in find(narrowed, "Role", RAY_TOKENS) + find(narrowed, "ClusterRole", RAY_TOKENS):
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+             "resourceNames": ["train-1", "train-2"]}
+        ]  # fmt: skip
+    assert ray_token_grant(narrowed).keys() == ray_token_grant(on).keys()
+
+
 def test_the_policy_names_the_release_namespaces_service_account():
     out = helm(
         "template", "raysize", str(CHART), "--namespace", "ops",
@@ -369,6 +419,7 @@ def test_two_releases_share_no_cluster_scoped_name(values):
         "team-b-raysize-rayclusters",
         "team-b-raysize-node-room",
         "team-b-raysize-launch-size",
+        "team-b-raysize-ray-tokens",
     }
     for binding in find(second, "ValidatingAdmissionPolicyBinding") + find(
         second, "MutatingAdmissionPolicyBinding"
@@ -376,14 +427,16 @@ def test_two_releases_share_no_cluster_scoped_name(values):
         assert binding["spec"]["policyName"] == binding["metadata"]["name"]
     for binding in find(second, "RoleBinding") + find(second, "ClusterRoleBinding"):
         assert binding["roleRef"]["name"] == binding["metadata"]["name"]
-        assert binding["roleRef"]["name"] in ("team-b-raysize", "team-b-raysize-node-room")
+        assert binding["roleRef"]["name"] in (
+            "team-b-raysize", "team-b-raysize-node-room", "team-b-raysize-ray-tokens"
+        )  # fmt: skip
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "raysize", "namespace": "ops"}
         ]
     # a release whose name holds the chart's is not suffixed again
     assert {d["metadata"]["name"] for d in find(release("raysize-b", "b", *values), "Role")} <= {
-        "raysize-b"
-    }
+        "raysize-b", "raysize-b-ray-tokens"
+    }  # fmt: skip
 
 
 def test_the_network_policy_renders_the_component(tmp_path: Path):

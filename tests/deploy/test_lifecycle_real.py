@@ -119,15 +119,15 @@ def test_helm_releases_side_by_side_upgrade_and_uninstall(api):
     assert sorted(roles) == sorted(
         f"{kind}.rbac.authorization.k8s.io/{name}"
         for kind in ("role", "rolebinding")
-        for name in ("raysize", "team-b-raysize")
+        for name in ("raysize", "team-b-raysize", "raysize-ray-tokens", "team-b-raysize-ray-tokens")
     )
     cluster = labelled(api, f"{PART_OF},app.kubernetes.io/instance in (wide-c,wide-d)")
     assert {o for o in cluster if ":" not in o} == {
         f"{kind}/{release}-raysize{suffix}"
         for release in ("wide-c", "wide-d")
         for kind, suffixes in (
-            ("ClusterRole", ["", "-node-room"]),
-            ("ClusterRoleBinding", ["", "-node-room"]),
+            ("ClusterRole", ["", "-node-room", "-ray-tokens"]),
+            ("ClusterRoleBinding", ["", "-node-room", "-ray-tokens"]),
             ("ValidatingAdmissionPolicy", ["-ray-pods", "-rayclusters"]),
             ("ValidatingAdmissionPolicyBinding", ["-ray-pods", "-rayclusters"]),
             ("MutatingAdmissionPolicy", ["-launch-size"]),

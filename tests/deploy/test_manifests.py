@@ -20,6 +20,8 @@ from tests.deploy.conftest import (
     NAMESPACED,
     NODE_ROOM,
     NODE_ROOM_RULES,
+    RAY_TOKEN_RULES,
+    RAY_TOKENS,
     ROOT,
     TRIAL,
     commented_yaml,
@@ -28,9 +30,13 @@ from tests.deploy.conftest import (
     node_room_grant,
     one,
     overlay_of,
+    ray_token_grant,
     render,
     rule_set,
 )
+
+OBSERVE_ONLY = DEPLOY / "overlays" / "observe-only"
+
 
 # (apiGroup, resource, verb): the whole grant, and nothing else (issue 6).
 EXPECTED_RULES = {
@@ -44,7 +50,6 @@ EXPECTED_RULES = {
     ("ray.io", "rayclusters", "list"),
     ("ray.io", "rayclusters", "watch"),
     ("ray.io", "rayclusters", "patch"),
-    ("", "secrets", "get"),  # a Ray cluster's own token, by name (activities/ray_tokens.py)
     # the size new pods start at (Kube.write_launch_sizes; get and patch by name only)
     ("", "configmaps", "create"),
     ("", "configmaps", "get"),
@@ -63,12 +68,35 @@ CLIENT_CALLS = {
     "list_namespaced_custom_object": {("ray.io", "rayclusters", "list")},
     "list_cluster_custom_object": {("ray.io", "rayclusters", "list")},
     "patch_namespaced_custom_object": {("ray.io", "rayclusters", "patch")},
-    "read_namespaced_secret": {("", "secrets", "get")},
     "read_namespaced_config_map": {("", "configmaps", "get")},
     "create_namespaced_config_map": {("", "configmaps", "create")},
     "patch_namespaced_config_map": {("", "configmaps", "patch")},
     # API discovery (`raysize doctor`): every authenticated user may (system:discovery)
     "get_api_resources": set(),
+}
+# ... and, where the install reads Ray token Secrets (deploy/components/ray-token-secrets,
+# opt-in per namespace; cluster-wide, one ClusterRole), a Ray cluster's own token, by name
+# (activities/ray_tokens.py)...
+TOKEN_CALLS = {"read_namespaced_secret": {("", "secrets", "get")}}
+# ... (observe-only: deploy/components/observe-only, the chart's observeOnly) all but the
+# calls only the activities that write make (each asks `ObserveOnly.refuse` first: the
+# resize, ray.io/ippr-status, scaling and the launch-sizes ConfigMap written with it)...
+WRITE_CALLS = {
+    "patch_namespaced_pod",
+    "patch_namespaced_pod_resize",
+    "patch_namespaced_custom_object",
+    "read_namespaced_config_map",
+    "create_namespaced_config_map",
+    "patch_namespaced_config_map",
+}
+OBSERVE_ONLY_RULES = {
+    ("", "pods", "get"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "events", "create"),  # the Would* Events, the decisions
+    ("ray.io", "rayclusters", "get"),
+    ("ray.io", "rayclusters", "list"),
+    ("ray.io", "rayclusters", "watch"),
 }
 # ... or in every namespace at once, whatever raysize watches: the node room's informers
 # (activities/node_room.py; `raysize doctor` lists head pods this way too, when it watches
@@ -124,7 +152,9 @@ def test_base_renders_the_expected_objects(base):
         ("Namespace", "raysize"),
         ("PodDisruptionBudget", "raysize-worker"),
         ("Role", "raysize"),
+        ("Role", RAY_TOKENS),
         ("RoleBinding", "raysize"),
+        ("RoleBinding", RAY_TOKENS),
         ("ServiceAccount", "raysize"),
         ("ValidatingAdmissionPolicy", "raysize-ray-pods"),
         ("ValidatingAdmissionPolicy", "raysize-rayclusters"),
@@ -147,8 +177,9 @@ def watched_namespaces(docs: list[dict[str, Any]]) -> list[str]:
 def grants(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Where the install grants raysize's rules: namespace → rules ("" for every namespace),
     checking each binding names the role and only raysize's ServiceAccount. The node-room
-    grant is not one of them (`node_room_grant`)."""
-    docs = [d for d in docs if d["metadata"]["name"] != NODE_ROOM]
+    grant and reading Ray token Secrets are not among them (`node_room_grant`,
+    `ray_token_grant`)."""
+    docs = [d for d in docs if d["metadata"]["name"] not in (NODE_ROOM, RAY_TOKENS)]
     out: dict[str, list[dict[str, Any]]] = {}
     for kind, binding_kind in (("ClusterRole", "ClusterRoleBinding"), ("Role", "RoleBinding")):
         for role in find(docs, kind):
@@ -175,17 +206,30 @@ def cluster_wide(tmp: Path) -> list[dict[str, Any]]:
     return render(overlay_of(tmp, ["base"], ["components/cluster-wide"]))
 
 
-@pytest.mark.parametrize("install", ["base", "namespaced", "trial", "cluster-wide"])
-def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install, tmp_path):
-    """Each install grants raysize's rules exactly in the namespaces the worker watches:
-    a Role in each (the default install: "default"), or one ClusterRole when it watches
-    every namespace (the cluster-wide component)."""
-    docs = {
+INSTALLS = ["base", "namespaced", "trial", "cluster-wide", "observe-only",
+            "observe-only, cluster-wide"]  # fmt: skip
+
+
+def install_docs(install: str, tmp: Path) -> list[dict[str, Any]]:
+    return {
         "base": lambda: render(DEPLOY),
         "namespaced": lambda: render(NAMESPACED),
         "trial": lambda: render(TRIAL),
-        "cluster-wide": lambda: cluster_wide(tmp_path),
+        "cluster-wide": lambda: cluster_wide(tmp),
+        "observe-only": lambda: render(OBSERVE_ONLY),
+        "observe-only, cluster-wide": lambda: render(
+            overlay_of(tmp, ["base"], ["components/cluster-wide", "components/observe-only"])
+        ),
     }[install]()
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install, tmp_path):
+    """Each install grants raysize's rules exactly in the namespaces the worker watches:
+    a Role in each (the default install: "default"), or one ClusterRole when it watches
+    every namespace (the cluster-wide component); observe-only, the read rules alone. And
+    reading Ray token Secrets exactly there, as a grant of its own."""
+    docs = install_docs(install, tmp_path)
     granted = grants(docs)
     namespaces = watched_namespaces(docs)
     assert sorted(granted) == (namespaces or [""])
@@ -196,17 +240,42 @@ def test_rbac_is_exactly_what_raysize_needs_where_it_watches(install, tmp_path):
             "namespaced": ["team-a", "team-b"],
             "trial": ["default"],
             "cluster-wide": [],
+            "observe-only": ["default"],
+            "observe-only, cluster-wide": [],
         }[install]
     )
+    observe_only = install.startswith("observe-only")
     for rules in granted.values():
-        assert exact_rules(rules) == EXPECTED_RULES
+        assert exact_rules(rules) == (OBSERVE_ONLY_RULES if observe_only else EXPECTED_RULES)
+    (cm,) = find(docs, "ConfigMap")
+    assert Settings(**{k.removeprefix("RAYSIZE_").lower(): v for k, v in cm["data"].items()}
+                    ).observe_only is observe_only  # fmt: skip
+    assert ray_token_grant(docs) == {ns: RAY_TOKEN_RULES for ns in namespaces or [""]}
     spec = one(docs, "Deployment", "raysize-worker")["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "raysize"
-    # every install keeps the admission policy, cluster-wide most of all
-    assert sorted(d["metadata"]["name"] for d in find(docs, "ValidatingAdmissionPolicy")) == [
-        "raysize-ray-pods",
-        "raysize-rayclusters",
-    ]
+    # every install keeps the admission policy, cluster-wide most of all; but the namespaced
+    # overlay, which has nothing cluster-scoped (test_the_namespaced_overlay_needs_...)
+    assert sorted(d["metadata"]["name"] for d in find(docs, "ValidatingAdmissionPolicy")) == (
+        [] if install == "namespaced" else ["raysize-ray-pods", "raysize-rayclusters"]
+    )
+
+
+@pytest.mark.parametrize("install", INSTALLS)
+def test_observe_only_grants_no_write_at_all(install, tmp_path):
+    """Whatever grants raysize's ServiceAccount (its rules, the node room, the Ray token
+    Secrets): in observe-only, no verb that writes but creating Events; otherwise the
+    writes are exactly raysize's."""
+    docs = install_docs(install, tmp_path)
+    writes = {
+        p
+        for d in find(docs, "Role") + find(docs, "ClusterRole")
+        for p in exact_rules(d["rules"])
+        if p[2] not in ("get", "list", "watch")
+    }
+    if install.startswith("observe-only"):
+        assert writes == {("", "events", "create")}
+    else:
+        assert writes == {p for p in EXPECTED_RULES if p[2] not in ("get", "list", "watch")}
 
 
 def test_every_kubernetes_call_in_the_code_is_granted(tmp_path):
@@ -219,12 +288,17 @@ def test_every_kubernetes_call_in_the_code_is_granted(tmp_path):
         for p in (ROOT / d).glob("*.py")
     }
     needed: set[tuple[str, str, str]] = set()  # in each watched namespace
+    observing: set[tuple[str, str, str]] = set()  # there, by an observe-only worker
+    tokens: set[tuple[str, str, str]] = set()  # there, where Ray token Secrets are read
     everywhere: set[tuple[str, str, str]] = set()  # in every namespace
     for path, text in sources.items():
         for method in re.findall(r"\.(?:core|custom)\.(\w+)", text):
-            known = method in CLIENT_CALLS or method in CLUSTER_WIDE_CALLS
+            known = method in CLIENT_CALLS or method in CLUSTER_WIDE_CALLS or method in TOKEN_CALLS
             assert known, f"{path.name}: new Kubernetes call {method}: update RBAC"
             needed |= CLIENT_CALLS.get(method, set())
+            if method not in WRITE_CALLS:
+                observing |= CLIENT_CALLS.get(method, set())
+            tokens |= TOKEN_CALLS.get(method, set())
             everywhere |= CLUSTER_WIDE_CALLS.get(method, set())
         # a module that streams lists (a Watch, or pod_watch's own kind of one, _RawWatch):
         # which ones it watches
@@ -242,6 +316,9 @@ def test_every_kubernetes_call_in_the_code_is_granted(tmp_path):
     assert ("", "pods", "watch") in needed  # the scan sees the pod watch
     assert ("ray.io", "rayclusters", "watch") in needed  # and the RayCluster watch
     assert needed == EXPECTED_RULES
+    assert tokens == RAY_TOKEN_RULES
+    # observe-only: the calls but the writes, and the watches (events: the Would* Events)
+    assert observing | {p for p in needed if p[2] == "watch"} == OBSERVE_ONLY_RULES
     # the node room's two informers (activities/node_room.py): listed, then watched
     assert everywhere == {
         ("", "nodes", "list"),
@@ -477,8 +554,8 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
     assert watched == ["team-a", "team-b"]
     # no cluster-wide grant at all
     assert find(namespaced, "ClusterRole") == find(namespaced, "ClusterRoleBinding") == []
-    roles = {r["metadata"]["namespace"]: r for r in find(namespaced, "Role")}
-    bindings = {b["metadata"]["namespace"]: b for b in find(namespaced, "RoleBinding")}
+    roles = {r["metadata"]["namespace"]: r for r in find(namespaced, "Role", "raysize")}
+    bindings = {b["metadata"]["namespace"]: b for b in find(namespaced, "RoleBinding", "raysize")}
     assert sorted(roles) == sorted(bindings) == watched
     base_rules = one(base, "Role", "raysize")["rules"]
     for ns in watched:
@@ -491,22 +568,36 @@ def test_namespaced_overlay_grants_raysizes_rules_in_each_watched_namespace_only
         assert bindings[ns]["subjects"] == [
             {"kind": "ServiceAccount", "name": "raysize", "namespace": "raysize"}
         ]
-    # everything else is the base's, in raysize's namespace, but the node room and the
-    # launch-size policy (both cluster-wide components; without the policy, new pods start
-    # at their template's size and the ConfigMap raysize writes changes nothing)
+    # each namespace's folder opts in to reading its Ray token Secrets
+    assert ray_token_grant(namespaced) == {ns: RAY_TOKEN_RULES for ns in watched}
+    # everything else is the base's, in raysize's namespace, but what is cluster-scoped:
+    # the Namespace, the admission policies, the node room and the launch-size policy
     others = [d for d in namespaced if d["kind"] not in ("Role", "RoleBinding")]
     for d in others:
-        if d["kind"] not in CLUSTER_SCOPED:
-            assert d["metadata"]["namespace"] == "raysize", d["kind"]
+        assert d["kind"] not in CLUSTER_SCOPED, d["kind"]
+        assert d["metadata"]["namespace"] == "raysize", d["kind"]
     expected = [
         (d["kind"], d["metadata"]["name"])
         for d in base
-        if d["kind"] not in ("Role", "RoleBinding", "ConfigMap")
-        and d["metadata"]["name"] not in (NODE_ROOM, LAUNCH_SIZE)
+        if d["kind"] not in ("Role", "RoleBinding", "ConfigMap", *CLUSTER_SCOPED)
     ]
     assert sorted((d["kind"], d["metadata"]["name"]) for d in others) == sorted(
         [*expected, ("ConfigMap", cm["metadata"]["name"])]
     )
+
+
+def test_the_namespaced_overlay_needs_no_cluster_scoped_object(namespaced):
+    """Every object of deploy/overlays/namespaced is namespaced (a namespace admin can apply
+    it), and its comment says what each cluster-scoped piece left out would have given."""
+    assert {d["kind"] for d in namespaced} == {
+        "ServiceAccount", "ConfigMap", "Deployment", "PodDisruptionBudget", "Role",
+        "RoleBinding",
+    }  # fmt: skip
+    assert all(d["metadata"].get("namespace") for d in namespaced)
+    comment = (NAMESPACED / "kustomization.yaml").read_text()
+    for piece in ("the Namespace raysize", "the admission policies", "the node room",
+                  "launching at size"):  # fmt: skip
+        assert f"#   - {piece}" in comment, piece
 
 
 def test_the_disruption_budget_never_blocks_a_drain(base):
@@ -580,3 +671,94 @@ def test_the_docs_list_the_node_room_grant_as_it_is():
     body = doc[doc.index(section) : doc.index("\n## ", doc.index(section) + 1)]
     for named in (NODE_ROOM, "deploy/components/node-room", "nodeRoom.enabled"):
         assert named in body, named
+
+
+RAY_TOKEN_SECRETS = DEPLOY / "components" / "ray-token-secrets" / "kustomization.yaml"
+CLUSTER_WIDE = DEPLOY / "components" / "cluster-wide" / "kustomization.yaml"
+
+
+def comment_blocks(path: Path, first: str) -> list[Any]:
+    """Every block of `#   `-indented comment lines of a file that starts with `#   <first>`
+    (`commented_yaml` reads the first), uncommented and loaded."""
+    lines = path.read_text().splitlines()
+    blocks = []
+    for start in [i for i, line in enumerate(lines) if line == f"#   {first}"]:
+        block = []
+        for line in lines[start:]:
+            if not line.startswith("#   "):
+                break
+            block.append(line.removeprefix("#   "))
+        blocks.append(yaml.safe_load("\n".join(block)))
+    return blocks
+
+
+def test_reading_ray_token_secrets_is_a_grant_of_its_own_that_a_comment_turns_off_or_narrows(
+    tmp_path,
+):
+    """deploy/components/ray-token-secrets, as its comments say: deleted in an overlay of the
+    base, nothing reads Secrets and nothing else changes; narrowed, only the Secrets named.
+    The same for the cluster-wide component's ClusterRole."""
+    base = render(DEPLOY)
+    turn_off, narrow = comment_blocks(RAY_TOKEN_SECRETS, "patches:")
+    off = render(overlay_of(tmp_path / "off", ["base"], [], patches=turn_off["patches"]))
+    assert ray_token_grant(off) == {}
+    assert [d for d in base if d["metadata"]["name"] != RAY_TOKENS] == off
+    assert not [d for d in off for p in exact_rules(d.get("rules", [])) if p[1] == "secrets"]
+    # narrowed in a namespace's folder (here: deploy/base/default's, after the component)
+    folder = yaml.safe_load((DEPLOY / "base" / "default" / "kustomization.yaml").read_text())
+    assert folder["components"] == ["../../components/ray-token-secrets"]
+    shutil.copytree(DEPLOY, tmp_path / "narrow" / "deploy")
+    mine = tmp_path / "narrow" / "deploy" / "base" / "default" / "kustomization.yaml"
+    mine.write_text(yaml.safe_dump({**folder, **narrow}))
+    (role,) = find(render(mine.parent.parent), "Role", RAY_TOKENS)
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+         "resourceNames": ["train-1", "train-2"]}
+    ]  # fmt: skip
+    # cluster-wide: a ClusterRole, which the comment's patches delete or narrow
+    everywhere = cluster_wide(tmp_path / "cw")
+    assert ray_token_grant(everywhere) == {"": RAY_TOKEN_RULES}
+    (delete,) = comment_blocks(CLUSTER_WIDE, "patches:")
+    off = render(overlay_of(tmp_path / "cw-off", ["base"], ["components/cluster-wide"], **delete))
+    assert ray_token_grant(off) == {} and grants(off) == grants(everywhere)
+    lines = CLUSTER_WIDE.read_text().splitlines()
+    start = lines.index("#     - target:")
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("#   "):
+            break
+        block.append(line.removeprefix("#   "))
+    narrowed = render(
+        overlay_of(tmp_path / "cw-narrow", ["base"], ["components/cluster-wide"],
+                   patches=yaml.safe_load("\n".join(block)))
+    )  # fmt: skip
+    (role,) = find(narrowed, "ClusterRole", RAY_TOKENS)
+    assert role["rules"][0]["resourceNames"] == ["train-1", "train-2"]
+
+
+def documented_rules(text: str, start: str) -> set[tuple[str, str, str]]:
+    """The permissions of the first table after `start`: rows of API group, resource (the
+    first backticked name of the cell), "verb, verb", why."""
+    after = text[text.index(start) :]
+    table = after[after.index("| --- |") :].split("\n\n")[0]
+    out = set()
+    for row in table.splitlines()[1:]:
+        group, resource, verbs = (c.strip() for c in row.strip("| ").split(" | ")[:3])
+        name = re.findall(r"`([^`]*)`", resource)[0]
+        out |= {(group.strip('`"'), name, v) for v in verbs.split(", ")}
+    return out
+
+
+def test_the_security_page_lists_every_rule_as_it_is():
+    """docs/security.md's tables are the grants: raysize's rules in each watched namespace,
+    reading Ray token Secrets; and it names each profile's folder and Helm value."""
+    page = (ROOT / "docs" / "security.md").read_text()
+    assert documented_rules(page, "### In each watched namespace") == EXPECTED_RULES
+    assert documented_rules(page, "### Ray token Secrets") == RAY_TOKEN_RULES
+    for named in ("deploy/overlays/observe-only", "deploy/overlays/namespaced",
+                  "deploy/components/ray-token-secrets", "deploy/components/observe-only",
+                  "rayTokenSecrets.enabled", "rayTokenSecrets.names", "observeOnly=true",
+                  "follow_token_file", "RAYSIZE_RAY_TOKEN_FOR"):  # fmt: skip
+        assert named in page, named
+    # the observe-only profile's row: OBSERVE_ONLY_RULES
+    assert "read only: pods and RayClusters get, list, watch; Events create" in page

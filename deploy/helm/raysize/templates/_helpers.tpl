@@ -69,8 +69,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 
-{{/* Exactly what raysize's Kubernetes calls need: the rules of deploy/watched-namespace/role.yaml. */}}
+{{/* Exactly what raysize's Kubernetes calls need: the rules of deploy/watched-namespace/role.yaml;
+with observeOnly, deploy/components/observe-only's read rules (and Events) alone. */}}
 {{- define "raysize.rules" -}}
+{{- if .Values.observeOnly }}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+- apiGroups: ["ray.io"]
+  resources: ["rayclusters"]
+  verbs: ["get", "list", "watch"]
+{{- else }}
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch"]
@@ -83,9 +95,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: ["ray.io"]
   resources: ["rayclusters"]
   verbs: ["get", "list", "watch", "patch"]
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
 {{- if .Values.launchAtSize.enabled }}
 - apiGroups: [""]
   resources: ["configmaps"]
@@ -95,6 +104,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resourceNames: ["raysize-launch-sizes"]
   verbs: ["get", "patch"]
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Reading Ray token Secrets (deploy/components/ray-token-secrets): get, by name, of the
+Secrets in rayTokenSecrets.names, or of any. */}}
+{{- define "raysize.rayTokenRules" -}}
+- apiGroups: [""]
+  resources: ["secrets"]
+  {{- with .Values.rayTokenSecrets.names }}
+  resourceNames: {{ toJson . }}
+  {{- end }}
+  verbs: ["get"]
 {{- end }}
 
 {{- define "raysize.image" -}}
