@@ -571,3 +571,21 @@ def test_the_api_key_as_a_file_renders_the_component(tmp_path: Path):
     # the default keeps the optional variable
     (default,) = by_key(docs_of())[key]["spec"]["template"]["spec"]["containers"]
     assert "RAYSIZE_TEMPORAL_API_KEY" in {e["name"] for e in default["env"]}
+
+
+def test_the_chart_installs_without_cluster_admin_with_the_values_the_docs_give():
+    """docs/security.md's namespaced profile in Helm: these values render no cluster-scoped
+    object (a namespace admin may install it), and the same Roles as the overlay."""
+    values = "nodeRoom.enabled=false,admissionPolicy.enabled=false,launchAtSize.enabled=false"
+    page = (ROOT / "docs" / "security.md").read_text()
+    for value in values.split(","):
+        assert f"`{value}`" in page, value
+    docs = docs_of(*NAMESPACED_VALUES, "--set", values)
+    assert all(d["metadata"].get("namespace") for d in docs), [
+        (d["kind"], d["metadata"]["name"]) for d in docs if not d["metadata"].get("namespace")
+    ]
+    rbac = ("Role", "RoleBinding")
+    overlay = render(NAMESPACED)
+    assert sorted(k for k in by_key(docs) if k[0] in rbac) == sorted(
+        k for k in by_key(overlay) if k[0] in rbac
+    )

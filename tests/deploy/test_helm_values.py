@@ -247,6 +247,8 @@ def test_metrics_off_serves_no_endpoint():
         ("serviceAccount.create=maybe", "at '/serviceAccount/create'"),
         ("rbac.create=null", "at '/rbac'"),
         ("watchNamespaces={Team_A}", "at '/watchNamespaces/0'"),
+        ("rayTokenSecrets.names={Bad_Name}", "at '/rayTokenSecrets/names/0'"),
+        ("rayTokenSecrets.enabled=sometimes", "at '/rayTokenSecrets/enabled'"),
         ("metrics.podMonitor.interval=often", "at '/metrics/podMonitor/interval'"),
         ("topologySpreadConstraints[0].maxSkew=1", "at '/topologySpreadConstraints/0'"),
         ("metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true",
