@@ -81,10 +81,12 @@ class Permission:
     group: str
     resource: str
     verb: str
+    name: str = ""  # one object of that name only ('': any)
 
     def __str__(self) -> str:
         where = f".{self.group}" if self.group else ""
-        return f"{self.verb} {self.resource}{where}"
+        named = f" {self.name}" if self.name else ""
+        return f"{self.verb} {self.resource}{where}{named}"
 
 
 # What the worker does, each in every namespace it watches. deploy/watched-namespace's Role
@@ -94,8 +96,16 @@ WORKER_PERMISSIONS: tuple[Permission, ...] = (
     *(Permission("", "pods", v) for v in ("get", "list", "watch", "patch")),
     Permission("", "pods/resize", "patch"),
     Permission("", "events", "create"),
-    Permission("", "secrets", "get"),  # each Ray cluster's token (activities/ray_tokens.py)
     *(Permission("ray.io", "rayclusters", v) for v in ("get", "list", "watch", "patch")),
+)
+# each Ray cluster's own token (activities/ray_tokens.py), a grant of its own
+# (deploy/components/ray-token-secrets): without it a cluster with token auth is not reached
+RAY_TOKEN_PERMISSIONS: tuple[Permission, ...] = (Permission("", "secrets", "get"),)
+# launching at size (Kube.write_launch_sizes), in every namespace it watches: without them
+# new pods start at their template's size and grow once they run (a warning)
+LAUNCH_SIZE_PERMISSIONS: tuple[Permission, ...] = (
+    Permission("", "configmaps", "create"),
+    *(Permission("", "configmaps", v, "raysize-launch-sizes") for v in ("get", "patch")),
 )
 # the nodes' room (activities/node_room.py), in every namespace: without them grows are
 # planned without it (a warning: raysize works, and the kubelet defers what does not fit)
@@ -295,6 +305,7 @@ class Doctor:
                         subresource=sub or None,
                         verb=p.verb,
                         namespace=ns or None,
+                        name=p.name or None,
                     )
                 )
             )
@@ -355,6 +366,59 @@ class Doctor:
             )
         else:
             self.add(Status.OK, "node room", "may read nodes and pods in every namespace")
+        await self._optional_grant(
+            review,
+            kube,
+            namespaces,
+            "ray tokens",
+            RAY_TOKEN_PERMISSIONS,
+            "the RayClusters there whose Ray token is in a Secret are not reached; apply "
+            "deploy/components/ray-token-secrets (Helm: rayTokenSecrets.enabled=true)",
+            "may read the Ray token Secrets of its RayClusters",
+        )
+        if self.settings.launch_at_size:
+            await self._optional_grant(
+                review,
+                kube,
+                namespaces,
+                "launch size",
+                LAUNCH_SIZE_PERMISSIONS,
+                "new pods start at their template's size and grow once they run; grant it "
+                "(deploy/ does) or set RAYSIZE_LAUNCH_AT_SIZE=false",
+                "may write the size new pods start at",
+            )
+
+    async def _optional_grant(
+        self,
+        review: Callable[[Permission, str], bool],
+        kube: Kube,
+        namespaces: list[str],
+        check: str,
+        permissions: tuple[Permission, ...],
+        without: str,
+        ok: str,
+    ) -> None:
+        """A grant raysize works without, in each watched namespace: WARN, saying what is
+        lost, when any of `permissions` is missing."""
+        for ns in namespaces or [""]:
+            where = f"namespace {ns}" if ns else "every namespace (cluster-wide)"
+            try:
+                allowed = await asyncio.gather(
+                    *(
+                        self.blocking(
+                            functools.partial(review, p, ns), f"the Kubernetes API at {kube.host}"
+                        )
+                        for p in permissions
+                    )
+                )
+            except KubeError as exc:
+                self.add(Status.WARN, check, f"{where}: {exc}")
+                continue
+            missing = [str(p) for p, yes in zip(permissions, allowed, strict=True) if not yes]
+            if missing:
+                self.add(Status.WARN, check, f"{where}: may not {', '.join(missing)}: {without}")
+            else:
+                self.add(Status.OK, check, f"{where}: {ok}")
 
     # --- Temporal ----------------------------------------------------------------------
     async def temporal(self) -> None:

@@ -138,9 +138,10 @@ def test_the_live_view_fits_80x24_and_follows_the_cluster_until_ctrl_c(tmp_path:
         assert [r[1:4] for r in rolled_back] == [["1 → 1.5", "Done", "RolledBack"]]
         # the grow fits the stuck node's room, so it is asked for once, and times out there
         assert rolled_back[0][4].startswith("1.5: timed out")
-        assert ["1 → 2", "Done", "Succeeded"] in [r[1:4] for r in resizes]
+        # the second pod is launched at 2 CPU: its one resize brings its Raylet to it
+        assert ["2 → 2", "Done", "Succeeded"] in [r[1:4] for r in resizes]
         # why: the reconcile's own words for the second pod
-        assert "launch 1 × small: 1 for {CPU: 1.5} pending" in "\n".join(lines)
+        assert "launch 1 × small: 1 for {CPU: 1.5} pending, at 2 CPU/1Gi" in "\n".join(lines)
         assert "Ray workload (exit 0)" in lines and "  workload finished" in lines
         # after the summary the view goes on: the grown pod shrinks back once idle (60 s)
         lines = pane.wait_for(

@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from kubernetes import client, config
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from bench.clusters import KubeApis
@@ -346,9 +348,21 @@ async def test_a_rolling_update_strands_nothing(
     await eventually(lambda: w.ready("raysize", WORKER), 60)
     ray = w.rays["deployed"]
     await eventually(lambda: w.worker_cpu("deployed") == "4", 90)  # the first test's pod
-    # a demand for 2 CPU more: a new pod, grown from 1 to 2 CPU, held at the kubelet until
-    # the roll is over (a fixed 60 s hold ran out before a slow roll ended, and the resize
-    # ended on the old build: seen in CI)
+    # a demand for 2 CPU more: a new pod, launched at 2 CPU (deploy/'s launch-size policy);
+    # its Raylet is brought to 2 CPU by a saga of its own, which ends at once
+    ray.add_demands({"CPU": 2.0}, 1)
+    await eventually(lambda: w.worker_cpu("deployed") == "2,4", 90)
+    (launched,) = [
+        p.metadata.name
+        for p in w.core.list_namespaced_pod("default", label_selector=DEPLOYED_WORKERS).items
+        if p.spec.containers[0].resources.limits["cpu"] == "2"
+    ]
+    settled = await eventually_async(lambda: ended_resize(temporal, launched), None, 60)
+    assert settled == "launched at size", settled
+    await no_resize_running(temporal, w.queue, 60)
+    # and 2 CPU more: that pod grows 2 → 4 CPU, held at the kubelet until the roll is over
+    # (a fixed 60 s hold ran out before a slow roll ended, and the resize ended on the old
+    # build: seen in CI)
     w.kubelet.timing.actuation_delay_s = 900.0
     try:
         ray.add_demands({"CPU": 2.0}, 1)
@@ -382,12 +396,12 @@ async def test_a_rolling_update_strands_nothing(
         assert await build_of(temporal, *held) == ROLLED_BUILD
     finally:
         w.kubelet.timing.actuation_delay_s = 0.0
-    await eventually(lambda: w.worker_cpu("deployed") == "2,4", 60)
+    await eventually(lambda: w.worker_cpu("deployed") == "4,4", 60)
     # the loop runs on the new build, and new work is served there
     reconcile = reconcile_workflow_id("default", "deployed")
     await eventually_async(lambda: build_of(temporal, reconcile), ROLLED_BUILD, 60)
     ray.add_demands({"CPU": 2.0}, 1)
-    await eventually(lambda: w.worker_cpu("deployed") == "4,4", 90)
+    await eventually(lambda: w.worker_cpu("deployed") == "2,4,4", 90)
 
     # the worker says what it did; its summary of the moves comes once every move is done,
     # which may be after the moved loop has served the new work (seen: 0.2 s after)
@@ -399,6 +413,32 @@ async def test_a_rolling_update_strands_nothing(
     except AssertionError:
         raise AssertionError(said()[-3000:]) from None
     assert f"current in place of raysize-{w.queue}.0.2.0" in said(), said()[-3000:]
+
+
+DEPLOYED_WORKERS = "ray.io/cluster=deployed,ray.io/node-type=worker"
+
+
+async def ended_resize(temporal: Client, pod: str) -> str | None:
+    """How the pod's resize saga began its decision ("launched at size", …) once it has
+    ended Succeeded; None before."""
+    try:
+        handle = temporal.get_workflow_handle(f"resize/default/{pod}", result_type=ResizeSagaState)
+        desc = await handle.describe()
+    except RPCError:
+        return None
+    if desc.status != WorkflowExecutionStatus.COMPLETED:
+        return None
+    state = await handle.result()
+    assert state.outcome == ResizeOutcome.SUCCEEDED, state
+    memo = await desc.memo_value("reason", "")
+    return str(memo).split(":")[0] or "ended"
+
+
+async def no_resize_running(temporal: Client, queue: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while (running := await running_resize(temporal, queue)) is not None:
+        assert time.monotonic() < end, f"a resize still runs after {timeout}s: {running}"
+        await asyncio.sleep(0.2)
 
 
 def roll_to(build: str | None, container: dict[str, Any]) -> dict[str, Any]:
@@ -515,9 +555,10 @@ def _run(args: list[str], settings: dict[str, str]) -> Any:
         "temporal.address": settings["RAYSIZE_TEMPORAL_ADDRESS"],
         "temporal.taskQueue": settings["RAYSIZE_TASK_QUEUE"],
         "versioning.deploymentName": settings["RAYSIZE_DEPLOYMENT_NAME"],
-        "metrics.port": settings["RAYSIZE_PROMETHEUS_BIND"].rsplit(":", 1)[1],
         "config.RAYSIZE_GCS_ADDRESS": settings["RAYSIZE_GCS_ADDRESS"],
         "config.RAYSIZE_DISCOVERY_INTERVAL_S": "1",
     }
     flags = [x for k, v in values.items() for x in ("--set-string", f"{k}={v}")]
+    # a number (values.schema.json refuses the port as a string)
+    flags += ["--set", f"metrics.port={settings['RAYSIZE_PROMETHEUS_BIND'].rsplit(':', 1)[1]}"]
     return subprocess.run([*args, *flags], capture_output=True, text=True, timeout=120)

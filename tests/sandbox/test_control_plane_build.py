@@ -26,6 +26,7 @@ PARTS = [
     "Karpenter CRDs v",
     "helm v",
     "Prometheus Operator CRDs v",
+    "helm-docs v",  # the chart README's generator (tests/deploy/test_helm_docs.py)
 ]
 
 

@@ -34,7 +34,9 @@ from raysize.sandbox.rbac import Authorizer, service_account_user
 from raysize.sandbox.realworld import RealControlPlane
 from raysize.worker.cli import app
 from raysize.worker.cli_doctor import (
+    LAUNCH_SIZE_PERMISSIONS,
     NODE_ROOM_PERMISSIONS,
+    RAY_TOKEN_PERMISSIONS,
     WORKER_PERMISSIONS,
     Doctor,
     Permission,
@@ -54,6 +56,8 @@ FULL, NO_RESIZE, SILENT = "team-a", "team-b", "team-s"  # namespaces, with their
 ROLE = DEPLOY / "watched-namespace" / "role.yaml"
 CLUSTER_ROLE = DEPLOY / "components" / "cluster-wide" / "clusterrole.yaml"
 NODE_ROOM_ROLE = DEPLOY / "components" / "node-room" / "clusterrole.yaml"
+TOKEN_ROLE = DEPLOY / "components" / "ray-token-secrets" / "role.yaml"
+TOKEN_CLUSTER_ROLE = DEPLOY / "components" / "cluster-wide" / "ray-token-secrets.yaml"
 
 
 def rules_of(path: Path, kind: str) -> list[dict[str, Any]]:
@@ -63,19 +67,24 @@ def rules_of(path: Path, kind: str) -> list[dict[str, Any]]:
 
 def granted(rules: list[dict[str, Any]]) -> set[Permission]:
     return {
-        Permission(group, resource, verb)
+        Permission(group, resource, verb, name)
         for rule in rules
         for group in rule["apiGroups"]
         for resource in rule["resources"]
         for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [""]
     }
 
 
 def test_the_permissions_checked_are_what_deploy_grants() -> None:
     """The list doctor reviews is the Role's and the ClusterRole's rules, no more, no less:
     a rule added to deploy/ (or to the list) alone fails here."""
-    assert granted(rules_of(ROLE, "Role")) == set(WORKER_PERMISSIONS)
-    assert granted(rules_of(CLUSTER_ROLE, "ClusterRole")) == set(WORKER_PERMISSIONS)
+    every = set(WORKER_PERMISSIONS) | set(LAUNCH_SIZE_PERMISSIONS)
+    assert granted(rules_of(ROLE, "Role")) == every
+    assert granted(rules_of(CLUSTER_ROLE, "ClusterRole")) == every
+    # reading Ray token Secrets: a grant of its own, in each mode
+    assert granted(rules_of(TOKEN_ROLE, "Role")) == set(RAY_TOKEN_PERMISSIONS)
+    assert granted(rules_of(TOKEN_CLUSTER_ROLE, "ClusterRole")) == set(RAY_TOKEN_PERMISSIONS)
     assert len(set(WORKER_PERMISSIONS)) == len(WORKER_PERMISSIONS)
     # the nodes' room (activities/node_room.py): what its informers call, all granted
     assert set(NODE_ROOM_PERMISSIONS) <= granted(rules_of(NODE_ROOM_ROLE, "ClusterRole"))
@@ -329,11 +338,17 @@ def test_all_green_exits_0(world: World) -> None:
     assert got["kubernetes"][0] == "ok" and "pods/resize served" in got["kubernetes"][1]
     assert "v1.36" in got["kubernetes"][1]
     assert got["kuberay"] == ("ok", "rayclusters.ray.io/v1 served, operator v1.6.1")
-    assert got["rbac"] == ("ok", f"namespace {FULL}: all 11 permissions the worker needs")
+    assert got["rbac"] == ("ok", f"namespace {FULL}: all 10 permissions the worker needs")
     # this world grants no node room (deploy/components/node-room): a warning, exit 0
     status, detail = got["node room"]
     assert status == "warn" and detail.startswith("may not list nodes, watch nodes, list pods")
     assert "apply deploy/components/node-room" in detail
+    # the grants raysize works without: the launch size's, and the Ray tokens'
+    assert got["launch size"] == ("ok", f"namespace {FULL}: may write the size new pods start at")
+    # (this world's namespace has the Role of deploy/watched-namespace only)
+    status, detail = got["ray tokens"]
+    assert status == "warn" and detail.startswith(f"namespace {FULL}: may not get secrets: ")
+    assert "apply deploy/components/ray-token-secrets" in detail
     assert got["temporal"][0] == "ok" and world.temporal in got["temporal"][1]
     assert got["search attributes"][0] == "ok"
     assert got["ray client"] == ("ok", "each GCS: no token, TLS off")
@@ -355,7 +370,7 @@ def test_a_missing_permission_is_named_and_fails(world: World) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     rbac = [line for line in done.stdout.splitlines() if " rbac: " in line]
     assert rbac == [
-        f"ok    rbac: namespace {FULL}: all 11 permissions the worker needs",
+        f"ok    rbac: namespace {FULL}: all 10 permissions the worker needs",
         f"FAIL  rbac: namespace {NO_RESIZE}: may not patch pods/resize: apply "
         f"deploy/watched-namespace in {NO_RESIZE} (or a Role with these rules)",
     ]
