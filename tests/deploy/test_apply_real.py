@@ -23,7 +23,17 @@ from raysize.sandbox.realworld import RealSandbox
 from raysize.worker.run import namespace_problem
 from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.resources import GIB
-from tests.deploy.conftest import DEPLOY, EXAMPLE, NODE_ROOM, SA_USER, find, render, run_kubectl
+from tests.deploy.conftest import (
+    DEPLOY,
+    EXAMPLE,
+    NODE_ROOM,
+    RAY_TOKENS,
+    SA_USER,
+    find,
+    one,
+    render,
+    run_kubectl,
+)
 from tests.deploy.test_apply_sandbox import NOT_RAYSIZES_CALLS, does_what_raysize_does
 from tests.sandbox.conftest import wait_for
 
@@ -120,7 +130,7 @@ def test_kuberay_makes_the_example_clusters_pods_and_the_kubelet_runs_them(world
 def test_the_stored_install_is_what_was_rendered(world):
     """The server keeps the rules as rendered; it defaults many Deployment fields, so the
     fields deploy/ sets are compared, not whole specs."""
-    rendered = {d["kind"]: d for d in render(DEPLOY)}
+    rendered = {d["kind"]: d for d in render(DEPLOY) if d["metadata"]["name"] != RAY_TOKENS}
     stored = json.loads(
         world.kubectl("get", "role", "raysize", "-n", "default", "-o", "json").stdout
     )
@@ -167,7 +177,7 @@ def test_a_rule_removed_from_the_role_fails_that_call_with_the_missing_rule(worl
     """Without the pods/resize rule, a resize is refused with the rule to add, not retried."""
     wait_for(lambda: len(running_pods(world)) >= 2, timeout=60)  # another test scales up
     rbac = client.RbacAuthorizationV1Api(config.new_client_from_config(str(world.admin)))
-    rules = {d["kind"]: d for d in render(DEPLOY)}["Role"]["rules"]
+    rules = one(render(DEPLOY), "Role", "raysize")["rules"]
     kept = [r for r in rules if r["resources"] != ["pods/resize"]]
     assert len(kept) == len(rules) - 1
     rbac.patch_namespaced_role("raysize", "default", {"rules": kept})

@@ -52,16 +52,16 @@ def example_in(namespace: str, tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     """The watched namespaces created, then the overlay applied as admin (as a user would:
-    the overlay does not create the namespaces it grants in); the example RayCluster in a
+    the overlay does not create the namespaces it grants in, nor raysize's); the example RayCluster in a
     watched and in an unwatched namespace."""
     tmp = tmp_path_factory.mktemp("namespaced")
     sb = RealSandbox(SandboxConfig(nodes=1, timing=KubeletTiming(actuation_delay_s=0.0))).start()
     try:
         w = World(sb, sb.write_kubeconfig(tmp / "admin"), tmp / "worker")
-        made = w.kubectl("create", "namespace", "team-a")
-        assert made.returncode == 0, made.stderr
-        made = w.kubectl("create", "namespace", "team-b")
-        assert made.returncode == 0, made.stderr
+        # the overlay makes nothing cluster-scoped: raysize's namespace too exists first
+        for ns in ("raysize", "team-a", "team-b"):
+            made = w.kubectl("create", "namespace", ns)
+            assert made.returncode == 0, made.stderr
         applied = w.kubectl("apply", "-k", str(NAMESPACED))
         assert applied.returncode == 0, applied.stderr
         assert "role.rbac.authorization.k8s.io/raysize created" in applied.stdout
@@ -90,7 +90,9 @@ def test_the_overlay_applied_without_any_cluster_wide_grant(world):
     for ns in ("team-a", "team-b"):
         stored = json.loads(world.kubectl("get", "role/raysize", "-n", ns, "-o", "json").stdout)
         rendered = next(
-            r for r in find(render(NAMESPACED), "Role") if r["metadata"]["namespace"] == ns
+            r
+            for r in find(render(NAMESPACED), "Role", "raysize")
+            if r["metadata"]["namespace"] == ns
         )
         assert stored["rules"] == rendered["rules"]
     # what the worker will watch is what the overlay granted

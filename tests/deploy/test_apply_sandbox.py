@@ -18,7 +18,7 @@ from raysize.sandbox.rbac import Authorizer
 from raysize.workflows.ippr_status import IpprStatus
 from raysize.workflows.raycluster_spec import read_group_specs
 from raysize.workflows.resources import GIB
-from tests.deploy.conftest import DEPLOY, EXAMPLE, NODE_ROOM, SA_USER, TRIAL, render
+from tests.deploy.conftest import DEPLOY, EXAMPLE, NODE_ROOM, RAY_TOKENS, SA_USER, TRIAL, render
 from tests.sandbox.conftest import wait_for
 
 
@@ -53,9 +53,11 @@ def test_apply_base_then_trial_then_example(kubectl):
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/raysize-rayclusters",
     }
     got = kubectl("get", "role,rolebinding", "-n", "default", "-o", "name")
-    assert names(got.stdout) == {
+    assert names(got.stdout) == {  # raysize's rules, and reading Ray token Secrets
         "role.rbac.authorization.k8s.io/raysize",
         "rolebinding.rbac.authorization.k8s.io/raysize",
+        f"role.rbac.authorization.k8s.io/{RAY_TOKENS}",
+        f"rolebinding.rbac.authorization.k8s.io/{RAY_TOKENS}",
     }
     got = kubectl("get", "clusterrole,clusterrolebinding", "-o", "name")
     assert got.returncode == 0, got.stderr
@@ -74,7 +76,7 @@ def test_apply_base_then_trial_then_example(kubectl):
     stored = json.loads(
         kubectl("get", "role", "raysize", "-n", "default", "-o", "json").stdout or "{}"
     )
-    rendered = {d["kind"]: d for d in render(DEPLOY)}
+    rendered = {d["kind"]: d for d in render(DEPLOY) if d["metadata"]["name"] != RAY_TOKENS}
     assert stored["rules"] == rendered["Role"]["rules"]
     worker = json.loads(
         kubectl("get", "deploy/raysize-worker", "-n", "raysize", "-o", "json").stdout
