@@ -64,6 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client, config, watch
 
 from bench.clusters import KubeApis, ippr_cluster
@@ -79,6 +80,9 @@ from raysize.sandbox.realworld import RealSandbox
 from raysize.workflows.resources import parse_quantity
 
 GIB = 1024**3
+LAUNCH_SIZE_POLICY = (
+    Path(__file__).parents[1] / "deploy" / "components" / "launch-size" / "policy.yaml"
+)
 NS = "default"
 WORLDS = ("embedded", "real")
 CONTROLLERS = ("ray", "raysize")
@@ -318,6 +322,8 @@ class World(KubeApis):
             self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
             if isinstance(self.sandbox, Sandbox):
                 self.front = FaultProxy(self.sandbox.url, None, Faults(), self.tmp).start()
+            else:
+                self.launch_size_policy()
         except BaseException:
             self.sandbox.close()
             raise
@@ -328,6 +334,21 @@ class World(KubeApis):
             self.front.close()
         self.api.close()
         self.sandbox.close()
+
+    def launch_size_policy(self) -> None:
+        """deploy/'s launch-size admission policy, as a user's install has it (the embedded
+        server applies it always): it changes only the pods of groups raysize wrote a size
+        for, so Ray's autoscaler's runs are as they were. Active a moment after it is made:
+        the first pods it matters for come after the cluster's start."""
+        assert isinstance(self.sandbox, RealSandbox)
+        cp = self.sandbox.control_plane
+        for doc in yaml.safe_load_all(LAUNCH_SIZE_POLICY.read_text()):
+            plural = (
+                "mutatingadmissionpolicies"
+                if doc["kind"].endswith("Policy")
+                else ("mutatingadmissionpolicybindings")
+            )
+            cp.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", doc)
 
     def node_pool(self) -> None:
         """Karpenter (kwok provider) on this world, and a NodePool of its instance types,

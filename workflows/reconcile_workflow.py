@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         WaitResult,
         WouldDo,
     )
+    from raysize.workflows.deadlines import LAUNCHED_AT_SIZE
     from raysize.workflows.model import (
         LaunchAction,
         Plan,
@@ -770,12 +771,17 @@ class ReconcileWorkflow:
                 )
             if started:
                 line = f"settle {r.pod}: {r.reason}"
-                workflow.logger.warning("%s/%s: %s", inp.namespace, inp.cluster, line)
+                # a pod launched at size has its Raylet brought to it as a matter of course;
+                # the other settles mend what went wrong
+                launched = r.reason.startswith(LAUNCHED_AT_SIZE)
+                log = workflow.logger.info if launched else workflow.logger.warning
+                log("%s/%s: %s", inp.namespace, inp.cluster, line)
                 self._decided(line)
                 self.carry = self.carry.model_copy(
                     update={"resizes_started": self.carry.resizes_started + 1}
                 )
-                await self._event(inp, "SettlingStuckResize", line[:1000], warning=True)
+                reason = "SyncingLaunchedRaylet" if launched else "SettlingStuckResize"
+                await self._event(inp, reason, line[:1000], warning=not launched)
 
     async def _start_one(
         self,

@@ -515,6 +515,30 @@ async def test_the_temporal_ui_tells_each_resize_story(ts_env: WorkflowEnvironme
     assert any("Raylet to 2 CPU/2Gi, then ray.io/ippr-status" in s for s in summaries), summaries
 
 
+async def test_the_raylet_of_a_pod_launched_at_size_is_synced_at_once_as_a_matter_of_course(
+    ts_env: WorkflowEnvironment,
+) -> None:
+    """A pod the launch-size policy made 3 CPU, its Raylet started at KubeRay's 1 CPU: the
+    first tick starts the saga that brings the Raylet to the pod (no RAYLET_DRIFT_S wait),
+    and says so as what it is, an Event of type Normal, not the warning of a repair."""
+    born = PodResize(
+        cpu=3000, memory=2 * GIB, state=KubeletResizeState.IN_PROGRESS, raylet_only=True,
+        launched=True,
+    )  # fmt: skip
+    world = FakeWorld(snapshot([group()], [pod("w1", resize=born)]))
+    recorder = ResizeRecorder(world)
+    async with reconciling(ts_env, world, recorder) as handle:
+        await until(lambda: world.started == ["w1"])
+        ns = handle.id.split("/")[1]
+        child = ts_env.client.get_workflow_handle_for(PodResizeWorkflow.run, f"resize/{ns}/w1")
+        state = await child.result()
+        await until(lambda: bool(world.events))
+    assert (state.from_cpu, state.cpu, state.outcome) == (3000, 3000, ResizeOutcome.SUCCEEDED)
+    (event,) = world.events
+    assert event.reason == "SyncingLaunchedRaylet" and not event.warning, event
+    assert event.message.startswith("settle w1: launched at size: the pod started at 3 CPU/2Gi")
+
+
 async def test_a_stuck_resize_with_no_saga_is_settled_and_a_live_saga_is_left_alone(
     ts_env: WorkflowEnvironment,
 ) -> None:
