@@ -53,6 +53,8 @@ BY_FILE = {
     "deploy/test_helm_values.py": "real",
     "deploy/test_monitoring.py": "real",
     "deploy/test_readme_deploy.py": "real",
+    "deploy/test_profiles_real.py": "real",  # every RBAC profile on the real API server
+    "deploy/test_ray_token_secrets.py": "unit",
     "sandbox/test_podnet.py": "real",
     "sandbox/test_pod_watch_real.py": "real",
     "sandbox/test_control_plane_build.py": "real",  # reads the built control plane

@@ -42,6 +42,9 @@ from .conftest import wait_for
 from .test_kubectl_and_operator import raycluster
 
 ROLE = Path(__file__).parents[2] / "deploy" / "watched-namespace" / "role.yaml"
+TOKENS_ROLE = (
+    Path(__file__).parents[2] / "deploy" / "components" / "ray-token-secrets" / "role.yaml"
+)
 GLOBAL = "the-workers-own-token"  # RAYSIZE_RAY_TOKEN: for clusters without a token of their own
 IPPR = json.dumps(
     {"groups": {"small": {"max-cpu": "2", "max-memory": "4Gi", "resize-timeout": 60}}}
@@ -259,13 +262,14 @@ def test_a_secret_raysize_may_not_read_fails_its_cluster_only_and_says_what_to_g
     three: tuple[dict[str, GcsStandIn], str],
     tmp_path: Path,
 ) -> None:
-    """deploy/'s Role, but with `get secrets` for `b-token` alone (an install whose Role
-    does not grant it): `ta` cannot be read, and says so; `tb` and `tc` go on."""
+    """deploy/'s Role, with deploy/components/ray-token-secrets' rule narrowed to
+    `b-token` (an install that does not grant `ta`'s Secret): `ta` cannot be read, and says
+    so; `tb` and `tc` go on."""
     gcs, _ = three
     role = next(d for d in yaml.safe_load_all(ROLE.read_text()) if d["kind"] == "Role")
-    for rule in role["rules"]:
-        if rule["resources"] == ["secrets"]:
-            rule["resourceNames"] = ["b-token"]
+    tokens = next(d for d in yaml.safe_load_all(TOKENS_ROLE.read_text()) if d["kind"] == "Role")
+    (rule,) = tokens["rules"]
+    role["rules"].append({**rule, "resourceNames": ["b-token"]})
     rbac = client.RbacAuthorizationV1Api(kube)
     rbac.create_namespaced_role(ns, role)
     rbac.create_namespaced_role_binding(
