@@ -601,6 +601,8 @@ async def one_run(
             procs.append(driver)
             ended = asyncio.create_task(asyncio.to_thread(driver.communicate))
             started = time.monotonic()
+            # the first submission, about (the driver prints its own once it ends)
+            submitted = time.time() + SETTLE_S
             while not ended.done():
                 gone = [p for p in procs[:-1] if p is not None and p.poll() is not None]
                 late = time.monotonic() - started > RUN_TIMEOUT_S
@@ -613,6 +615,11 @@ async def one_run(
                         else f"the {controller} controller ended (exit {gone[0].returncode}): "
                         + last_line(controller_log)
                     )
+                    # what it did meanwhile, from about the first submission
+                    accounted = account(events.events, submitted)
+                    result.resizes, result.launched, result.cpu_added, result.peak_cpu = accounted
+                    result.deferred = sum(1 for at, _ in events.deferred if at >= submitted)
+                    result.new_nodes = world.karpenters_nodes()
                     return result
                 await asyncio.sleep(0.5)
             out, err = ended.result()
@@ -656,7 +663,13 @@ HEADER = (
 
 def row(r: Result) -> str:
     if r.error and r.done_s is None:
-        return f"{r.world:9} {r.workload:8} {r.controller:10} {r.round:>5} ERROR {r.error}"
+        did = (
+            f" (meanwhile: {r.resizes} resizes, {r.launched} launched, CPU added "
+            f"{r.cpu_added:g}, {r.deferred} deferred, {r.new_nodes} new nodes)"
+            if r.resizes or r.launched or r.deferred or r.new_nodes
+            else ""
+        )
+        return f"{r.world:9} {r.workload:8} {r.controller:10} {r.round:>5} ERROR {r.error}{did}"
     return (
         f"{r.world:9} {r.workload:8} {r.controller:10} {r.round:>5} {fmt(r.first_start_s):>11} "
         f"{fmt(r.group_ready_s):>11} {fmt(r.done_s):>9} {r.resizes:>7} {r.launched:>8} "

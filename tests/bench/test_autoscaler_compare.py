@@ -108,3 +108,12 @@ def test_the_new_node_workload_reports_karpenters_nodes_and_runs_in_the_real_wor
     # the other workloads say nothing of nodes
     (plain,), _ = summary([Result("real", "one", "raysize", 1, done_s=3.0)])
     assert "new nodes" not in plain
+
+
+def test_a_run_that_did_not_end_says_what_its_controller_did_meanwhile() -> None:
+    r = Result("real", "newnode", "ray", 1, error="the workload did not end in 300 s")
+    assert row(r).endswith("ERROR the workload did not end in 300 s")
+    r.resizes, r.launched, r.cpu_added, r.deferred, r.new_nodes = 3, 2, 8.0, 3, 1
+    assert row(r).endswith(
+        "(meanwhile: 3 resizes, 2 launched, CPU added 8, 3 deferred, 1 new nodes)"
+    )
