@@ -66,7 +66,8 @@ from raysize.workflows.contracts import (
     ResizeProgress,
 )
 from raysize.workflows.ippr_status import IPPR_STATUS_ANNOTATION, IpprStatus
-from raysize.workflows.raycluster_spec import read_group_specs
+from raysize.workflows.model import PodView
+from raysize.workflows.raycluster_spec import GroupSpecs, read_group_specs
 from raysize.workflows.resources import size_text
 
 JSON_PATCH = "application/json-patch+json"
@@ -81,6 +82,8 @@ SCALE_GETS = 50
 LAUNCH_SIZES_LABELS = {"app.kubernetes.io/managed-by": "raysize"}
 # namespaces where writing the launch-sizes ConfigMap was refused (said once each)
 _LAUNCH_SIZES_REFUSED: set[str] = set()
+# clusters whose new pods came at their template's size though a size was written (once)
+_LAUNCH_SIZE_NOT_IN_FORCE: set[tuple[str, str]] = set()
 T = TypeVar("T")
 
 
@@ -210,6 +213,10 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
         self.timeout_s = timeout_s
         self.limits = limits or KubeLimits(self.host)
+        # (namespace, cluster, group) → (the size its new pods should start at, the UIDs of
+        # the group's pods when it was written): the first pod created after is looked at
+        # once (`_launched_as_asked`)
+        self._launch_asked: dict[tuple[str, str, str], tuple[tuple[int, int], frozenset[str]]] = {}
 
     @classmethod
     def from_kubeconfig(
@@ -431,6 +438,39 @@ class Kube:
             ),
         )
 
+    def _launched_as_asked(
+        self, namespace: str, cluster: str, views: tuple[PodView, ...], groups: GroupSpecs
+    ) -> None:
+        """The first pod of a group made after raysize wrote the size its new pods start at:
+        at its template's size instead (never resized), the launch-size admission policy is
+        not in force there; said once per cluster, with what to do."""
+        for (ns, name, group), (size, before) in list(self._launch_asked.items()):
+            if (ns, name) != (namespace, cluster):
+                continue
+            spec = groups.groups.get(group)
+            new = [v for v in views if v.group == group and v.uid and v.uid not in before]
+            if spec is None or not new:
+                continue
+            del self._launch_asked[(ns, name, group)]
+            template = (spec.resources.cpu, spec.resources.memory)
+            at = [v for v in new if not v.resized and (v.total.cpu, v.total.memory) == template]
+            if not at or (ns, name) in _LAUNCH_SIZE_NOT_IN_FORCE:
+                continue
+            _LAUNCH_SIZE_NOT_IN_FORCE.add((ns, name))
+            log.warning(
+                "%s/%s: new pod %s of group %s started at its template's %s, not the %s "
+                "raysize launched it at: the raysize-launch-size admission policy is not in "
+                "force (install deploy/components/launch-size; Kubernetes 1.36+; Helm "
+                "launchAtSize.enabled=true), so pods start small and grow once they run, "
+                "where their node has room; or set RAYSIZE_LAUNCH_AT_SIZE=false",
+                namespace,
+                cluster,
+                at[0].name,
+                group,
+                size_text(*template),
+                size_text(*size),
+            )
+
     def _write_launch_sizes(self, namespace: str, entries: dict[str, str | None]) -> None:
         """One read and one write of the ConfigMap (created if missing); `Conflict` when
         another writer moved it in between."""
@@ -554,11 +594,14 @@ class Kube:
             for v, p in zip(views, pods, strict=False)
             if v.resize is not None and v.resize.state.in_flight
         )
+        groups = read_group_specs(rc)
+        if self._launch_asked:
+            self._launched_as_asked(namespace, name, views, groups)
         return KubeCluster(
             namespace=namespace,
             name=name,
             raycluster=rc,
-            groups=read_group_specs(rc),
+            groups=groups,
             pods=views,
             replicas=replicas,
             workers_to_delete=tuple(to_delete),
@@ -821,6 +864,18 @@ class Kube:
                 cluster,
                 {g: (groups[index[g]].get("template") or {}, launch_sizes.get(g)) for g in grown},
             )
+            for g in grown:
+                size = launch_sizes.get(g)
+                key = (namespace, cluster, g)
+                if size and any(size) and namespace not in _LAUNCH_SIZES_REFUSED:
+                    there = frozenset(
+                        str(m.get("uid") or "")
+                        for m in metas
+                        if (m.get("labels") or {}).get(GROUP_LABEL) == g
+                    )
+                    self._launch_asked[key] = (size, there)
+                else:
+                    self._launch_asked.pop(key, None)
         # the spec as decided from: a change by anyone in between fails the whole write
         ops.insert(0, {"op": "test", "path": "/metadata/generation", "value": current})
         try:
