@@ -13,7 +13,7 @@ import asyncio
 import functools
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
@@ -314,21 +314,26 @@ class Doctor:
             )
             return reply.status is not None and bool(reply.status.allowed)
 
+        async def missing_of(permissions: tuple[Permission, ...], ns: str) -> list[str]:
+            """Those of `permissions` the server says the worker lacks in `ns` ('': in
+            every namespace); raises KubeError when it cannot tell."""
+            allowed = await asyncio.gather(
+                *(
+                    self.blocking(
+                        functools.partial(review, p, ns), f"the Kubernetes API at {kube.host}"
+                    )
+                    for p in permissions
+                )
+            )
+            return [str(p) for p, yes in zip(permissions, allowed, strict=True) if not yes]
+
         for ns in namespaces or [""]:
             where = f"namespace {ns}" if ns else "every namespace (cluster-wide)"
             try:
-                allowed = await asyncio.gather(
-                    *(
-                        self.blocking(
-                            functools.partial(review, p, ns), f"the Kubernetes API at {kube.host}"
-                        )
-                        for p in WORKER_PERMISSIONS
-                    )
-                )
+                missing = await missing_of(WORKER_PERMISSIONS, ns)
             except KubeError as exc:
                 self.add(Status.FAIL, "rbac", f"{where}: {exc}")
                 continue
-            missing = [str(p) for p, ok in zip(WORKER_PERMISSIONS, allowed, strict=True) if not ok]
             if missing:
                 grant = (
                     f"apply deploy/watched-namespace in {ns} (or a Role with these rules)"
@@ -344,18 +349,10 @@ class Doctor:
                     f"{where}: all {len(WORKER_PERMISSIONS)} permissions the worker needs",
                 )
         try:
-            allowed = await asyncio.gather(
-                *(
-                    self.blocking(
-                        functools.partial(review, p, ""), f"the Kubernetes API at {kube.host}"
-                    )
-                    for p in NODE_ROOM_PERMISSIONS
-                )
-            )
+            missing = await missing_of(NODE_ROOM_PERMISSIONS, "")
         except KubeError as exc:
             self.add(Status.WARN, "node room", str(exc))
             return
-        missing = [str(p) for p, ok in zip(NODE_ROOM_PERMISSIONS, allowed, strict=True) if not ok]
         if missing:
             self.add(
                 Status.WARN,
@@ -367,8 +364,7 @@ class Doctor:
         else:
             self.add(Status.OK, "node room", "may read nodes and pods in every namespace")
         await self._optional_grant(
-            review,
-            kube,
+            missing_of,
             namespaces,
             "ray tokens",
             RAY_TOKEN_PERMISSIONS,
@@ -378,8 +374,7 @@ class Doctor:
         )
         if self.settings.launch_at_size:
             await self._optional_grant(
-                review,
-                kube,
+                missing_of,
                 namespaces,
                 "launch size",
                 LAUNCH_SIZE_PERMISSIONS,
@@ -390,8 +385,7 @@ class Doctor:
 
     async def _optional_grant(
         self,
-        review: Callable[[Permission, str], bool],
-        kube: Kube,
+        missing_of: Callable[[tuple[Permission, ...], str], Awaitable[list[str]]],
         namespaces: list[str],
         check: str,
         permissions: tuple[Permission, ...],
@@ -403,18 +397,10 @@ class Doctor:
         for ns in namespaces or [""]:
             where = f"namespace {ns}" if ns else "every namespace (cluster-wide)"
             try:
-                allowed = await asyncio.gather(
-                    *(
-                        self.blocking(
-                            functools.partial(review, p, ns), f"the Kubernetes API at {kube.host}"
-                        )
-                        for p in permissions
-                    )
-                )
+                missing = await missing_of(permissions, ns)
             except KubeError as exc:
                 self.add(Status.WARN, check, f"{where}: {exc}")
                 continue
-            missing = [str(p) for p, yes in zip(permissions, allowed, strict=True) if not yes]
             if missing:
                 self.add(Status.WARN, check, f"{where}: may not {', '.join(missing)}: {without}")
             else:
