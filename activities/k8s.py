@@ -804,6 +804,7 @@ class Kube:
                 f"(generation {generation} → {current})"
             )
         ops: list[Obj] = []
+        grown: list[str] = []  # the groups whose replicas go up: their new pods' size first
         for name, i in index.items():
             group = groups[i]
             listed = list((group.get("scaleStrategy") or {}).get("workersToDelete") or [])
@@ -822,6 +823,8 @@ class Kube:
                     if (m.get("labels") or {}).get(GROUP_LABEL) == name and n not in merged
                 )
                 target = max(replicas[name] + gone, unnamed)
+                if target > int(group.get("replicas") or 0):
+                    grown.append(name)
                 if int(group.get("replicas") or 0) != target:
                     ops.append(
                         {
@@ -848,16 +851,6 @@ class Kube:
                 )
         if not ops:
             return False
-        grown = [
-            name
-            for name, i in index.items()
-            if name in replicas
-            and any(
-                op["path"] == f"/spec/workerGroupSpecs/{i}/replicas"
-                and int(op["value"]) > int(groups[i].get("replicas") or 0)
-                for op in ops
-            )
-        ]
         if grown and launch_sizes is not None:
             self.write_launch_sizes(
                 namespace,

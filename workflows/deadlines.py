@@ -33,8 +33,6 @@ MARGIN_S = 0.5
 # of step (a saga's own Raylet sync takes a second or two; the GCS lags it by about one)
 RAYLET_DRIFT_S = 30.0
 DEFAULT_RESIZE_TIMEOUT_S = 60
-# how the settle of a pod launched at size begins its reason (`stuck_resizes`)
-LAUNCHED_AT_SIZE = "launched at size"
 # a grow whose saga has not begun (nor landed) this long after it was started is forgotten
 GROW_WATCH_S = 600.0
 
@@ -111,7 +109,7 @@ def stuck_resizes(
             pod_size, raylet = size_text(r.cpu, r.memory), size_text(p.total.cpu, p.total.memory)
             if r.launched:
                 why = (
-                    f"{LAUNCHED_AT_SIZE}: the pod started at {pod_size}, its Raylet at "
+                    f"launched at size: the pod started at {pod_size}, its Raylet at "
                     f"{raylet} (KubeRay's ray start line) → Raylet to {pod_size}"
                 )
             else:
@@ -128,6 +126,7 @@ def stuck_resizes(
                     from_cpu=r.cpu,
                     from_memory=r.memory,
                     reason=why,
+                    launched=r.launched,
                 )
             )
             continue

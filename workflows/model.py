@@ -257,6 +257,11 @@ class ResizeAction(Value):
         default="",
         description="a grow's node and the room it had, 'n1 (2 CPU/4Gi free)' ('': not known)",
     )
+    launched: bool = Field(
+        default=False,
+        description="a settle of a pod launched at size: its Raylet brought to the pod as a "
+        "matter of course, not a repair",
+    )
 
     @property
     def shrinks(self) -> bool:

@@ -66,7 +66,6 @@ with workflow.unsafe.imports_passed_through():
         WaitResult,
         WouldDo,
     )
-    from raysize.workflows.deadlines import LAUNCHED_AT_SIZE
     from raysize.workflows.model import (
         LaunchAction,
         Plan,
@@ -773,7 +772,7 @@ class ReconcileWorkflow:
                 line = f"settle {r.pod}: {r.reason}"
                 # a pod launched at size has its Raylet brought to it as a matter of course;
                 # the other settles mend what went wrong
-                launched = r.reason.startswith(LAUNCHED_AT_SIZE)
+                launched = r.launched
                 log = workflow.logger.info if launched else workflow.logger.warning
                 log("%s/%s: %s", inp.namespace, inp.cluster, line)
                 self._decided(line)

@@ -66,22 +66,25 @@ def launch_sizes(ctx: PlanContext, bins: list[Bin]) -> dict[str, tuple[int, int]
     template's size wherever that fits and growing there a tick later."""
     ix, settings = ctx.index, ctx.settings
     cpu_i, mem_i = ix.cpu_i, ix.mem_i
+
+    def needs(b: Bin, i: int, step: int) -> int:
+        return min(b.ceiling[i], -(-(b.ceiling[i] - b.free[i]) // step) * step)
+
+    templates: dict[str, tuple[int, int]] = {}
     out: dict[str, tuple[int, int]] = {}
     for b in bins:
         if b.pod is not None or b.launch_reason is None or b.group.ippr is None:
             continue
-        template = ix.vec(b.group.resources)
-        size = list(out.get(b.group.name, (template[cpu_i], template[mem_i])))
-        for k, (i, step) in enumerate(((cpu_i, settings.cpu_step), (mem_i, settings.memory_step))):
-            used = b.ceiling[i] - b.free[i]
-            want = min(b.ceiling[i], -(-used // step) * step)
-            size[k] = max(size[k], want)
-        out[b.group.name] = (size[0], size[1])
-    for g, (cpu, mem) in list(out.items()):
-        template = ix.vec(ctx.snap.groups[g].resources)
-        if cpu <= template[cpu_i] and mem <= template[mem_i]:
-            del out[g]
-    return out
+        name = b.group.name
+        t = ix.vec(b.group.resources)
+        templates[name] = (t[cpu_i], t[mem_i])
+        cpu, mem = out.get(name, templates[name])
+        out[name] = (
+            max(cpu, needs(b, cpu_i, settings.cpu_step)),
+            max(mem, needs(b, mem_i, settings.memory_step)),
+        )
+    # sizes only grow from the template's: a size still equal to it needs no keys
+    return {g: size for g, size in out.items() if size != templates[g]}
 
 
 def to_plan(ctx: PlanContext, ledger: Ledger, resizes: dict[str, ResizeAction]) -> Plan:
